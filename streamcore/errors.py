@@ -1,0 +1,60 @@
+"""The exception hierarchy. Every message says what was wrong and what to do about it."""
+
+from __future__ import annotations
+
+
+class StreamcoreError(Exception):
+    """Root of every error streamcore raises on purpose."""
+
+
+class ConfigError(StreamcoreError):
+    """A setting in `include/streamcore.toml` or a `STREAMCORE_*` variable is invalid."""
+
+
+class InvalidNameError(StreamcoreError, ValueError):
+    """A log or group name does not follow the `namespace/name` rules."""
+
+
+class CodecError(StreamcoreError):
+    """Bytes could not be encoded or decoded by a codec (bad magic, unknown schema, truncated)."""
+
+    def __init__(self, codec: str, reason: str) -> None:
+        super().__init__(f"codec {codec!r}: {reason}")
+        self.codec = codec
+        self.reason = reason
+
+
+class SchemaNotFoundError(CodecError):
+    """The writer schema named by a fingerprint or registry id is not known."""
+
+
+class LogError(StreamcoreError):
+    """Base of the log layer errors."""
+
+
+class LogNotFoundError(LogError):
+    """The log does not exist."""
+
+
+class LogExistsError(LogError):
+    """A log with that name exists already (with other settings)."""
+
+
+class LogLockedError(LogError):
+    """Another process holds the single-writer lock of a partition."""
+
+
+class TailerConflictError(LogError):
+    """A live tailer already reads this (group, partition) in this process."""
+
+
+class CorruptLogError(LogError):
+    """A segment holds bytes that fail their checksum somewhere other than its tail."""
+
+
+class RecordTooLargeError(LogError):
+    """A record or batch exceeds the configured size limit."""
+
+
+class LogClosedError(LogError):
+    """The appender, tailer or manager was used after close()."""

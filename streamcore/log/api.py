@@ -1,0 +1,362 @@
+"""The log API every backend implements: `LogManager`, `LogAppender`, `LogTailer` and value objects.
+
+Contracts (Nuxeo Stream semantics, see README "Logs"):
+- A log is an array of partitions; each partition is an append-only sequence of records with
+  contiguous integer offsets starting at 0.
+- The **committed offset** of a (group, partition) is the offset of the *next* record to process.
+- Delivery is at-least-once: a consumer that crashes after processing and before `commit` gets the
+  uncommitted records again.
+- `append(key, message)` puts the record in partition `partition_for_key(key, size)`; records of one
+  key therefore keep their order.
+- An appender is thread-safe. A tailer is not: use one per thread.
+- At most one live tailer per (group, partition) in a process (`TailerConflictError` otherwise).
+- Without a codec, messages are `bytes`; with a codec, the appender encodes and the tailer decodes.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from streamcore.log.partitioner import java_string_hash, partition_for_key
+from streamcore.names import Name
+
+__all__ = ["java_string_hash", "partition_for_key"]
+
+M = TypeVar("M")
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class LogPartition:
+    name: Name
+    partition: int
+
+    @classmethod
+    def of(cls, name: str | Name, partition: int) -> LogPartition:
+        return cls(Name.of(name), partition)
+
+    def __str__(self) -> str:
+        return f"{self.name.id}-{self.partition:02d}"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class LogOffset:
+    """A position in a partition. Printed as `<log-id>-<partition>:+<offset>` like Nuxeo."""
+
+    partition: LogPartition
+    offset: int
+
+    def next_offset(self) -> LogOffset:
+        return LogOffset(self.partition, self.offset + 1)
+
+    def __str__(self) -> str:
+        return f"{self.partition}:+{self.offset}"
+
+
+@dataclass(slots=True)
+class LogRecord(Generic[M]):
+    """One record read from a log: its message, where it is, when it was appended, its key."""
+
+    message: M
+    partition: LogPartition
+    offset: int
+    timestamp: int
+    key: str
+
+    @property
+    def log_offset(self) -> LogOffset:
+        return LogOffset(self.partition, self.offset)
+
+
+@dataclass(frozen=True, slots=True)
+class LogLag:
+    """Committed position `pos`, end offset `end`, `lag = end - pos`; `lost` counts records a group
+    never read because retention purged them first."""
+
+    pos: int
+    end: int
+    lag: int
+    lost: int = 0
+
+    @classmethod
+    def of(cls, pos: int, end: int, lost: int = 0) -> LogLag:
+        return cls(pos, end, max(0, end - pos), lost)
+
+    @classmethod
+    def aggregate(cls, lags: Iterable[LogLag]) -> LogLag:
+        """Nuxeo's `LogLag.of(list)`: pos = min of non-zero positions, end = max, lags summed."""
+        items = list(lags)
+        positions = [x.pos for x in items if x.pos > 0]
+        return cls(
+            min(positions) if positions else 0,
+            max((x.end for x in items), default=0),
+            sum(x.lag for x in items),
+            sum(x.lost for x in items),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Latency:
+    """How far a group is behind in time: `latency_ms = now - timestamp of the last processed
+    record` while it has lag, 0 when it is caught up (Nuxeo semantics)."""
+
+    lower: int  # timestamp (ms) of the last processed record, 0 if none
+    upper: int  # time of measurement (ms)
+    lag: LogLag
+    key: str | None = None
+
+    @property
+    def latency_ms(self) -> int:
+        if self.lag.lag <= 0 or self.lower <= 0:
+            return 0
+        return max(0, self.upper - self.lower)
+
+    @classmethod
+    def aggregate(cls, items: Iterable[Latency]) -> Latency:
+        values = list(items)
+        lowers = [x.lower for x in values if x.lower > 0 and x.lag.lag > 0]
+        return cls(
+            min(lowers) if lowers else 0,
+            max((x.upper for x in values), default=0),
+            LogLag.aggregate(x.lag for x in values),
+        )
+
+
+@dataclass(frozen=True)
+class LogInfo:
+    """What `LogManager.info` reports about one log."""
+
+    name: Name
+    partitions: int
+    records: int
+    size_bytes: int
+    retention_ms: int
+    first_offsets: Sequence[int] = field(default=())
+    end_offsets: Sequence[int] = field(default=())
+
+
+class LogAppender(abc.ABC, Generic[M]):
+    """Appends messages to a log. Thread-safe."""
+
+    name: Name
+    codec: Any
+
+    @property
+    @abc.abstractmethod
+    def size(self) -> int:
+        """Number of partitions."""
+
+    @abc.abstractmethod
+    def append(self, key: str, message: M) -> LogOffset:
+        """Append to the partition of `key`; returns where the record went."""
+
+    @abc.abstractmethod
+    def append_to(self, partition: int, key: str, message: M) -> LogOffset:
+        """Append to an explicit partition."""
+
+    def append_batch(
+        self, items: Sequence[tuple[str, M]], *, partition: int | None = None
+    ) -> list[LogOffset]:
+        """Append many (key, message) pairs; each lands in its key's partition unless
+        `partition` is given. Backends override this to write one batch per partition."""
+        if partition is None:
+            return [self.append(k, m) for k, m in items]
+        return [self.append_to(partition, k, m) for k, m in items]
+
+    @abc.abstractmethod
+    def wait_for(self, offset: LogOffset, group: str, timeout: float) -> bool:
+        """True once `group` has committed past `offset` (within `timeout` seconds)."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    @property
+    @abc.abstractmethod
+    def closed(self) -> bool: ...
+
+    def __enter__(self) -> LogAppender[M]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class LogTailer(abc.ABC, Generic[M]):
+    """Reads the partitions assigned to it for a consumer group. Not thread-safe."""
+
+    group: str
+    codec: Any
+
+    @property
+    @abc.abstractmethod
+    def assignments(self) -> list[LogPartition]: ...
+
+    @abc.abstractmethod
+    def read(self, timeout: float = 0.0) -> LogRecord[M] | None:
+        """The next record of any assigned partition, or None if none arrives within `timeout` s."""
+
+    def read_batch(self, max_records: int, timeout: float = 0.0) -> list[LogRecord[M]]:
+        """Up to `max_records` records; waits at most `timeout` s for the first one."""
+        first = self.read(timeout)
+        if first is None:
+            return []
+        out = [first]
+        while len(out) < max_records:
+            rec = self.read(0)
+            if rec is None:
+                break
+            out.append(rec)
+        return out
+
+    def __iter__(self) -> Iterator[LogRecord[M]]:
+        """Records until the assigned partitions are exhausted (does not wait)."""
+        while (rec := self.read(0)) is not None:
+            yield rec
+
+    @abc.abstractmethod
+    def commit(self) -> dict[LogPartition, int]:
+        """Commit, for every assigned partition, the position after the last record read."""
+
+    @abc.abstractmethod
+    def commit_partition(self, partition: LogPartition) -> LogOffset:
+        """Commit one partition; returns the committed (next-to-read) offset."""
+
+    @abc.abstractmethod
+    def seek(self, offset: LogOffset) -> None:
+        """Next read of that partition returns the record at `offset`."""
+
+    @abc.abstractmethod
+    def to_start(self) -> None: ...
+
+    @abc.abstractmethod
+    def to_end(self) -> None: ...
+
+    @abc.abstractmethod
+    def to_last_committed(self) -> None: ...
+
+    @abc.abstractmethod
+    def position(self, partition: LogPartition) -> int:
+        """The offset the next read of `partition` returns."""
+
+    @abc.abstractmethod
+    def offset_for_timestamp(self, partition: LogPartition, timestamp_ms: int) -> LogOffset | None:
+        """Earliest offset whose append timestamp is >= `timestamp_ms`; None if there is none."""
+
+    @abc.abstractmethod
+    def reset(self, partition: LogPartition | None = None) -> None:
+        """Move the committed position (of one or all partitions) back to the beginning."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    @property
+    @abc.abstractmethod
+    def closed(self) -> bool: ...
+
+    def __enter__(self) -> LogTailer[M]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class LogManager(abc.ABC):
+    """Creates, lists and deletes logs, and hands out appenders and tailers."""
+
+    @abc.abstractmethod
+    def exists(self, name: str | Name) -> bool: ...
+
+    @abc.abstractmethod
+    def create(self, name: str | Name, partitions: int | None = None, **options: Any) -> bool:
+        """Create the log if missing; True if it was created, False if it existed."""
+
+    @abc.abstractmethod
+    def size(self, name: str | Name) -> int:
+        """Number of partitions."""
+
+    @abc.abstractmethod
+    def delete(self, name: str | Name) -> bool: ...
+
+    @abc.abstractmethod
+    def list_logs(self) -> list[Name]: ...
+
+    @abc.abstractmethod
+    def list_groups(self, name: str | Name) -> list[str]: ...
+
+    @abc.abstractmethod
+    def appender(self, name: str | Name, codec: Any = None) -> LogAppender[Any]: ...
+
+    @abc.abstractmethod
+    def tailer(
+        self,
+        group: str,
+        source: str | Name | LogPartition | Sequence[LogPartition],
+        codec: Any = None,
+    ) -> LogTailer[Any]: ...
+
+    @abc.abstractmethod
+    def end_offsets(self, name: str | Name) -> list[int]:
+        """Per partition, the offset the next appended record will get."""
+
+    @abc.abstractmethod
+    def start_offsets(self, name: str | Name) -> list[int]:
+        """Per partition, the oldest offset still retained."""
+
+    @abc.abstractmethod
+    def committed(self, name: str | Name, group: str) -> list[int | None]:
+        """Per partition, the committed offset of `group` (None = never committed)."""
+
+    def lag_per_partition(self, name: str | Name, group: str) -> list[LogLag]:
+        starts = self.start_offsets(name)
+        ends = self.end_offsets(name)
+        out = []
+        for start, end, pos in zip(starts, ends, self.committed(name, group), strict=True):
+            if pos is None:
+                pos = start
+            lost = max(0, start - pos)
+            out.append(LogLag.of(max(pos, start), end, lost))
+        return out
+
+    def lag(self, name: str | Name, group: str) -> LogLag:
+        return LogLag.aggregate(self.lag_per_partition(name, group))
+
+    @abc.abstractmethod
+    def record_at(self, partition: LogPartition, offset: int) -> tuple[str, bytes, int] | None:
+        """(key, raw bytes, timestamp) of one record, or None if not retained."""
+
+    def latency_per_partition(
+        self, name: str | Name, group: str, codec: Any = None, now_ms: int | None = None
+    ) -> list[Latency]:
+        """Latency per partition. With a Record codec the timestamp is the record's watermark,
+        else the append timestamp."""
+        import time
+
+        name = Name.of(name)
+        now = now_ms if now_ms is not None else time.time_ns() // 1_000_000
+        out = []
+        for p, lag in enumerate(self.lag_per_partition(name, group)):
+            lower, key = 0, None
+            if lag.pos > 0:
+                found = self.record_at(LogPartition(name, p), lag.pos - 1)
+                if found is not None:
+                    key, raw, lower = found
+                    if codec is not None:
+                        watermark = getattr(codec.decode(raw), "watermark", None)
+                        if watermark:
+                            lower = watermark >> 17
+            out.append(Latency(lower, now, lag, key))
+        return out
+
+    def latency(self, name: str | Name, group: str, codec: Any = None) -> Latency:
+        return Latency.aggregate(self.latency_per_partition(name, group, codec))
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> LogManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,452 @@
+"""`LocalLogManager`: the embedded, broker-less backend (the default).
+
+Layout under `STREAMCORE_HOME/log/` (the root is configurable):
+
+    <log-id>/metadata.json           partitions, retention, segment size/roll, fsync, created
+    <log-id>/P-NN/<offset>.log       segments (see segment.py) and their sparse .index files
+    <log-id>/P-NN/.lock              single-writer lock (flock) holding the writer's pid
+    <log-id>/groups/<group-id>/p-NN  committed positions (see positions.py)
+
+Any number of processes may read; one process at a time may write a partition.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import threading
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from streamcore.config import FSYNC_MODES, StreamcoreConfig, load_config, parse_duration_ms
+from streamcore.errors import (
+    ConfigError,
+    LogClosedError,
+    LogExistsError,
+    LogNotFoundError,
+    TailerConflictError,
+)
+from streamcore.log.api import LogAppender, LogInfo, LogManager, LogOffset, LogPartition, LogTailer
+from streamcore.log.local.positions import PositionStore
+from streamcore.log.local.reader import PartitionCursor
+from streamcore.log.local.segment import list_segments, read_index, segment_name
+from streamcore.log.local.writer import PartitionWriter
+from streamcore.log.partitioner import partition_for_key, partitions_for_keys
+from streamcore.log.tailer import CursorTailer
+from streamcore.names import Name
+
+logger = logging.getLogger(__name__)
+_METADATA = "metadata.json"
+
+
+class LocalLogManager(LogManager):
+    def __init__(self, root: str | Path | None = None, config: StreamcoreConfig | None = None) -> None:
+        self.config = config or load_config()
+        self.root = Path(root) if root is not None else self.config.log_dir
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._writers: dict[tuple[Name, int], PartitionWriter] = {}
+        self._tailers: dict[tuple[str, LogPartition], CursorTailer] = {}
+        self._appenders: list[LocalAppender] = []
+        self._metadata: dict[Name, dict[str, Any]] = {}
+        self._lock = threading.RLock()
+        self._closed = False
+
+    # -- logs -----------------------------------------------------------------------------------
+    def folder(self, name: str | Name) -> Path:
+        return self.root / Name.of(name).id
+
+    def exists(self, name: str | Name) -> bool:
+        return (self.folder(name) / _METADATA).is_file()
+
+    def create(self, name: str | Name, partitions: int | None = None, **options: Any) -> bool:
+        """Create a log. Options: `retention` ("4d", ms int or "0" = keep), `segment_bytes`,
+        `segment_roll`, `fsync` (none|batch|always); defaults come from the configuration."""
+        name = Name.of(name)
+        defaults = self.config.log
+        explicit = partitions is not None
+        partitions = defaults.partitions if partitions is None else int(partitions)
+        if not 1 <= partitions <= 1000:
+            raise ConfigError(f"cannot create {name}: partitions must be 1..1000, got {partitions}")
+        unknown = set(options) - {"retention", "segment_bytes", "segment_roll", "fsync"}
+        if unknown:
+            raise ConfigError(
+                f"unknown local-log option(s) {sorted(unknown)}; use retention, segment_bytes, "
+                "segment_roll or fsync"
+            )
+        meta = {
+            "name": name.urn,
+            "partitions": partitions,
+            "retention_ms": parse_duration_ms(options.get("retention", defaults.retention_ms)),
+            "segment_bytes": int(options.get("segment_bytes", defaults.segment_bytes)),
+            "segment_roll_ms": parse_duration_ms(options.get("segment_roll", defaults.segment_roll_ms)),
+            "fsync": options.get("fsync", defaults.fsync),
+            "created": datetime.now(UTC).isoformat(timespec="seconds"),
+            "format": 1,
+        }
+        if meta["fsync"] not in FSYNC_MODES:
+            raise ConfigError(f"fsync must be one of {FSYNC_MODES}, got {meta['fsync']!r}")
+        with self._lock:
+            if self.exists(name):
+                existing = self._meta(name)["partitions"]
+                if explicit and existing != partitions:
+                    raise LogExistsError(
+                        f"log {name} exists with {existing} partitions, not {partitions}; "
+                        "delete it first or use its current size"
+                    )
+                return False
+            folder = self.folder(name)
+            folder.mkdir(parents=True, exist_ok=True)
+            for p in range(partitions):
+                (folder / f"P-{p:02d}").mkdir(exist_ok=True)
+            tmp = folder / f".{_METADATA}.tmp"
+            tmp.write_text(json.dumps(meta, indent=2))
+            os.replace(tmp, folder / _METADATA)
+            self._metadata[name] = meta
+            return True
+
+    def _meta(self, name: str | Name) -> dict[str, Any]:
+        name = Name.of(name)
+        meta = self._metadata.get(name)
+        if meta is None:
+            try:
+                meta = json.loads((self.folder(name) / _METADATA).read_text())
+            except FileNotFoundError:
+                raise LogNotFoundError(
+                    f"log {name} does not exist under {self.root}; create it first "
+                    f"(LogManager.create or `streamcore create -l {name}`)"
+                ) from None
+            self._metadata[name] = meta
+        return meta
+
+    def size(self, name: str | Name) -> int:
+        return int(self._meta(name)["partitions"])
+
+    def retention_ms(self, name: str | Name) -> int:
+        return int(self._meta(name)["retention_ms"])
+
+    def delete(self, name: str | Name) -> bool:
+        name = Name.of(name)
+        with self._lock:
+            if not self.exists(name):
+                return False
+            busy = [k for k in self._tailers if k[1].name == name]
+            if busy or any(k[0] == name for k in self._writers):
+                raise LogExistsError(
+                    f"log {name} is in use in this process (appender or tailer open); close them "
+                    "before deleting it"
+                )
+            shutil.rmtree(self.folder(name))
+            self._metadata.pop(name, None)
+            return True
+
+    def list_logs(self) -> list[Name]:
+        return sorted(
+            (Name.of_id(d.name) for d in self.root.iterdir() if (d / _METADATA).is_file()),
+            key=lambda n: n.urn,
+        )
+
+    def list_groups(self, name: str | Name) -> list[str]:
+        self._meta(name)
+        return PositionStore(self.folder(name), "none").groups()
+
+    def partition_folder(self, partition: LogPartition) -> Path:
+        return self.folder(partition.name) / f"P-{partition.partition:02d}"
+
+    def info(self, name: str | Name) -> LogInfo:
+        name = Name.of(name)
+        meta = self._meta(name)
+        starts, ends = self.start_offsets(name), self.end_offsets(name)
+        size = sum(
+            f.stat().st_size
+            for p in range(meta["partitions"])
+            for f in self.partition_folder(LogPartition(name, p)).glob("*.log")
+        )
+        records = sum(e - s for s, e in zip(starts, ends, strict=True))
+        return LogInfo(name, meta["partitions"], records, size, meta["retention_ms"], starts, ends)
+
+    # -- offsets --------------------------------------------------------------------------------
+    def end_offsets(self, name: str | Name) -> list[int]:
+        name = Name.of(name)
+        out = []
+        for p in range(self.size(name)):
+            writer = self._writers.get((name, p))
+            if writer is not None:
+                out.append(writer.next_offset)
+            else:
+                cursor = PartitionCursor(self.partition_folder(LogPartition(name, p)), "")
+                out.append(cursor.end_offset())
+                cursor.close()
+        return out
+
+    def start_offsets(self, name: str | Name) -> list[int]:
+        name = Name.of(name)
+        out = []
+        for p in range(self.size(name)):
+            segments = list_segments(self.partition_folder(LogPartition(name, p)))
+            out.append(segments[0] if segments else 0)
+        return out
+
+    def committed(self, name: str | Name, group: str) -> list[int | None]:
+        name = Name.of(name)
+        store = self._positions(name)
+        return [store.committed(group, p) for p in range(self.size(name))]
+
+    def commit_position(self, partition: LogPartition, group: str, offset: int) -> None:
+        """Set a group's committed position directly (used by `streamcore position`)."""
+        self._positions(partition.name).commit(group, partition.partition, offset)
+
+    def _positions(self, name: Name) -> PositionStore:
+        return PositionStore(self.folder(name), self._meta(name)["fsync"])
+
+    def record_at(self, partition: LogPartition, offset: int) -> tuple[str, bytes, int] | None:
+        cursor = PartitionCursor(self.partition_folder(partition), str(partition))
+        try:
+            if offset < cursor.start_offset():
+                return None
+            cursor.seek(offset)
+            records = cursor.next_records(1)
+        finally:
+            cursor.close()
+        if not records or records[0][0] != offset:
+            return None
+        _, ts, key, value = records[0]
+        return key, value, ts
+
+    def purge(self, name: str | Name, now_ms: int | None = None) -> dict[int, list[int]]:
+        """Apply retention to every partition; returns removed segment bases per partition.
+        Partitions written by another process are skipped (their writer purges on roll)."""
+        from streamcore.errors import LogLockedError
+
+        name = Name.of(name)
+        removed: dict[int, list[int]] = {}
+        for p in range(self.size(name)):
+            try:
+                writer = self._writer(name, p)
+            except LogLockedError:
+                logger.info("%s-%02d is written by another process; it purges on roll", name, p)
+                continue
+            removed[p] = writer.purge_expired(now_ms)
+        return removed
+
+    # -- appenders and tailers ------------------------------------------------------------------
+    def _writer(self, name: Name, partition: int) -> PartitionWriter:
+        with self._lock:
+            if self._closed:
+                raise LogClosedError("the log manager is closed")
+            writer = self._writers.get((name, partition))
+            if writer is None:
+                meta = self._meta(name)
+                writer = PartitionWriter(
+                    self.partition_folder(LogPartition(name, partition)),
+                    fsync=meta["fsync"],
+                    segment_bytes=meta["segment_bytes"],
+                    segment_roll_ms=meta["segment_roll_ms"],
+                    retention_ms=meta["retention_ms"],
+                    max_record_bytes=self.config.log.max_record_bytes,
+                    label=f"{name.id}-{partition:02d}",
+                )
+                self._writers[(name, partition)] = writer
+            return writer
+
+    def appender(self, name: str | Name, codec: Any = None) -> LocalAppender:
+        name = Name.of(name)
+        self._meta(name)
+        appender = LocalAppender(self, name, codec)
+        with self._lock:
+            self._appenders.append(appender)
+        return appender
+
+    def tailer(
+        self,
+        group: str,
+        source: str | Name | LogPartition | Sequence[LogPartition],
+        codec: Any = None,
+    ) -> LogTailer[Any]:
+        partitions = self._resolve(source)
+        with self._lock:
+            if self._closed:
+                raise LogClosedError("the log manager is closed")
+            for p in partitions:
+                if (group, p) in self._tailers:
+                    raise TailerConflictError(
+                        f"a tailer of group {group!r} already reads {p} in this process; close it "
+                        "first (one live tailer per group and partition)"
+                    )
+            cursors = {p: PartitionCursor(self.partition_folder(p), str(p)) for p in partitions}
+            stores = {name: self._positions(name) for name in {p.name for p in partitions}}
+            tailer = CursorTailer(
+                group, cursors, lambda p: stores[p.name], codec, on_close=self._tailer_closed
+            )
+            for p in partitions:
+                self._tailers[(group, p)] = tailer
+        return tailer
+
+    def _resolve(self, source: Any) -> list[LogPartition]:
+        if isinstance(source, LogPartition):
+            partitions = [source]
+        elif isinstance(source, str | Name):
+            name = Name.of(source)
+            partitions = [LogPartition(name, p) for p in range(self.size(name))]
+        else:
+            partitions = list(source)
+        for p in partitions:
+            if not 0 <= p.partition < self.size(p.name):
+                raise ValueError(f"{p.name} has no partition {p.partition}")
+        return partitions
+
+    def _tailer_closed(self, tailer: CursorTailer) -> None:
+        with self._lock:
+            for key in [k for k, v in self._tailers.items() if v is tailer]:
+                del self._tailers[key]
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            for tailer in list(self._tailers.values()):
+                tailer.close()
+            for writer in self._writers.values():
+                writer.close()
+            self._writers.clear()
+            self._closed = True
+
+
+class LocalAppender(LogAppender[Any]):
+    def __init__(self, manager: LocalLogManager, name: Name, codec: Any) -> None:
+        self.manager = manager
+        self.name = name
+        self.codec = codec
+        self._size = manager.size(name)
+        self._closed = False
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _encode(self, message: Any) -> bytes:
+        return message if self.codec is None else self.codec.encode(message)
+
+    def _check(self, partition: int) -> None:
+        if self._closed:
+            raise LogClosedError(f"appender of {self.name} is closed")
+        if not 0 <= partition < self._size:
+            raise ValueError(f"{self.name} has partitions 0..{self._size - 1}, not {partition}")
+
+    def append(self, key: str, message: Any) -> LogOffset:
+        return self.append_to(partition_for_key(key, self._size), key, message)
+
+    def append_to(self, partition: int, key: str, message: Any) -> LogOffset:
+        self._check(partition)
+        writer = self.manager._writer(self.name, partition)
+        offset = writer.append((key,), (self._encode(message),))
+        return LogOffset(LogPartition(self.name, partition), offset)
+
+    def append_batch(
+        self,
+        items: Sequence[tuple[str, Any]],
+        *,
+        partition: int | None = None,
+        timestamps: Sequence[int] | None = None,
+    ) -> list[LogOffset]:
+        """Append (key, message) pairs as one batch per partition (one write, one checksum).
+        `timestamps` (ms, one per item) keep original times, e.g. when copying a log."""
+        if not items:
+            return []
+        keys = [k for k, _ in items]
+        values = [self._encode(m) for _, m in items] if self.codec else [m for _, m in items]
+        if partition is not None:
+            self._check(partition)
+            base = self.manager._writer(self.name, partition).append(keys, values, timestamps)
+            lp = LogPartition(self.name, partition)
+            return [LogOffset(lp, base + i) for i in range(len(items))]
+        self._check(0)
+        targets = partitions_for_keys(keys, self._size).tolist()
+        out: list[LogOffset | None] = [None] * len(items)
+        for p in sorted(set(targets)):
+            idx = [i for i, t in enumerate(targets) if t == p]
+            ts = [timestamps[i] for i in idx] if timestamps is not None else None
+            base = self.manager._writer(self.name, p).append(
+                [keys[i] for i in idx], [values[i] for i in idx], ts
+            )
+            lp = LogPartition(self.name, p)
+            for n, i in enumerate(idx):
+                out[i] = LogOffset(lp, base + n)
+        return out  # type: ignore[return-value]
+
+    def append_arrow(self, partition: int, keys: Any, values: Any) -> int:
+        """Append pyarrow string/binary arrays as one batch without per-record Python work;
+        returns the first offset. The fast path for bulk loads."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        self._check(partition)
+        if len(keys) != len(values):
+            raise ValueError(f"{len(keys)} keys for {len(values)} values; give one key per value")
+        if keys.null_count or values.null_count:
+            raise ValueError("keys and values must not be null; use '' / b'' instead")
+
+        def columns(array: Any) -> tuple[Any, Any]:
+            array = array.cast(pa.binary()) if array.type != pa.binary() else array
+            _, offsets, data = array.buffers()
+            start = array.offset
+            view = memoryview(offsets).cast("i")[start : start + len(array) + 1]
+            first = view[0] if len(array) else 0
+            if first:
+                rebased = pc.subtract(
+                    pa.Array.from_buffers(pa.int32(), len(array) + 1, [None, offsets], offset=start),
+                    first,
+                )
+                return rebased.buffers()[1], memoryview(data)[first : view[-1]]
+            return memoryview(offsets)[start * 4 : (start + len(array) + 1) * 4], memoryview(data)[
+                : view[-1] if len(array) else 0
+            ]
+
+        key_offsets, key_bytes = columns(keys)
+        value_offsets, value_bytes = columns(values)
+        writer = self.manager._writer(self.name, partition)
+        return writer.append_columns(len(values), key_offsets, key_bytes, value_offsets, value_bytes)
+
+    def wait_for(self, offset: LogOffset, group: str, timeout: float) -> bool:
+        import time
+
+        deadline = time.monotonic() + timeout
+        store = self.manager._positions(offset.partition.name)
+        while True:
+            committed = store.committed(group, offset.partition.partition)
+            if committed is not None and committed > offset.offset:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+
+    def flush(self) -> None:
+        """fsync every partition this process writes (whatever the fsync setting)."""
+        for (name, _), writer in list(self.manager._writers.items()):
+            if name == self.name:
+                writer.flush()
+
+    def close(self) -> None:
+        self._closed = True
+
+
+def describe_partition(folder: Path) -> dict[str, Any]:
+    """Segments and index entries of a partition folder (for `streamcore logs --verbose`)."""
+    segments = list_segments(folder)
+    return {
+        "segments": [
+            {
+                "base": base,
+                "bytes": (folder / segment_name(base)).stat().st_size,
+                "index_entries": len(read_index(folder / f"{base:020d}.index")),
+            }
+            for base in segments
+        ]
+    }

@@ -1,0 +1,307 @@
+"""`PartitionWriter`: the single writer of one local-log partition.
+
+One process at a time owns a partition: the writer takes an exclusive `flock` on `P-NN/.lock`
+(released by the kernel if the process dies) and a second process gets `LogLockedError` at once,
+naming the holder's pid. On open it validates the last segment batch by batch and truncates a torn
+or corrupt tail, so readers never see it. Appends are single `writev` calls of whole batches.
+
+Durability (`fsync`): `none` — an acknowledged append survives a crash of the process but not of the
+machine; `batch` — also fsynced at least once a second and on roll/close, so a power loss loses at
+most about a second of acknowledged appends; `always` — fsynced before `append` returns.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from streamcore.errors import LogClosedError, LogLockedError, RecordTooLargeError
+from streamcore.log.local.segment import (
+    INDEX_SUFFIX,
+    encode_batch,
+    encode_columns,
+    list_segments,
+    scan_segment,
+    segment_name,
+)
+
+logger = logging.getLogger(__name__)
+INDEX_EVERY = 64 * 1024  # bytes of log between two sparse index entries
+_BATCH_FSYNC_INTERVAL = 1.0
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class PartitionWriter:
+    def __init__(
+        self,
+        folder: Path,
+        *,
+        fsync: str,
+        segment_bytes: int,
+        segment_roll_ms: int,
+        retention_ms: int,
+        max_record_bytes: int,
+        label: str,
+    ) -> None:
+        self.folder = folder
+        self.label = label
+        self.fsync = fsync
+        self.segment_bytes = segment_bytes
+        self.segment_roll_ms = segment_roll_ms
+        self.retention_ms = retention_ms
+        self.max_record_bytes = max_record_bytes
+        self._mutex = threading.Lock()
+        self._closed = False
+        self._last_sync = time.monotonic()
+        self._last_ts = 0
+        folder.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = self._acquire_lock()
+        try:
+            self._recover()
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
+
+    def _acquire_lock(self) -> int:
+        path = self.folder / ".lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise LogLockedError(
+                f"partition {self.label} is being written by another process (pid {holder}); "
+                "a local-log partition has one writer at a time: stop that process, or append "
+                "through it"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        return fd
+
+    def _recover(self) -> None:
+        segments = list_segments(self.folder)
+        if not segments:
+            self._open_segment(0)
+            return
+        base = segments[-1]
+        path = self.folder / segment_name(base)
+        result = scan_segment(path, base, INDEX_EVERY)
+        size = path.stat().st_size
+        if result.valid_end < size:
+            logger.warning(
+                "%s: truncating %d bytes at the tail of %s (%s); records after offset %d were "
+                "never acknowledged as durable and are dropped",
+                self.label, size - result.valid_end, path.name, result.bad_reason,
+                result.next_offset,
+            )
+            with open(path, "r+b") as f:
+                f.truncate(result.valid_end)
+                os.fsync(f.fileno())
+        self._segment_base = base
+        self._segment_first_ts = 0
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        self._size = result.valid_end
+        self._next_offset = result.next_offset
+        self._last_ts = result.last_ts
+        self._segment_first_ts = self._first_ts_of(path) if result.batches else 0
+        self._rewrite_index(base, result.index)
+
+    def _first_ts_of(self, path: Path) -> int:
+        from streamcore.log.local.segment import parse_header
+
+        with open(path, "rb") as f:
+            header = parse_header(f.read(64))
+        return header.first_ts if header else 0
+
+    def _rewrite_index(self, base: int, entries: list[tuple[int, int]]) -> None:
+        from array import array
+
+        path = self.folder / f"{base:020d}{INDEX_SUFFIX}"
+        flat = array("q", [v for pair in entries for v in pair])
+        tmp = path.with_suffix(".index.tmp")
+        tmp.write_bytes(flat.tobytes())
+        os.replace(tmp, path)
+        self._index_fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        self._since_index = INDEX_EVERY if not entries else self._size - entries[-1][1]
+
+    def _open_segment(self, base: int) -> None:
+        path = self.folder / segment_name(base)
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        if self.fsync != "none":
+            fsync_dir(self.folder)
+        self._segment_base = base
+        self._segment_first_ts = 0
+        self._size = 0
+        self._next_offset = base
+        self._rewrite_index(base, [])
+
+    @property
+    def next_offset(self) -> int:
+        return self._next_offset
+
+    def _timestamp(self) -> int:
+        # Append timestamps never go backwards within a partition, so offset_for_timestamp can
+        # rely on batch order even if the wall clock steps back.
+        ts = max(now_ms(), self._last_ts)
+        self._last_ts = ts
+        return ts
+
+    def append(
+        self,
+        keys: Sequence[str],
+        values: Sequence[bytes],
+        timestamps: Sequence[int] | None = None,
+    ) -> int:
+        """Append one batch; returns the offset of its first record."""
+        with self._mutex:
+            self._check_open()
+            ts = self._timestamp()
+            try:
+                parts, size = encode_batch(self._next_offset, keys, values, ts, timestamps)
+            except TypeError:
+                bad = next((v for v in values if not isinstance(v, bytes | bytearray | memoryview)), None)
+                raise TypeError(
+                    f"log values must be bytes, got {type(bad).__name__}; pass a codec to the "
+                    "appender to encode messages"
+                ) from None
+            self._check_sizes(values, size)
+            return self._write(parts, size, len(values), ts)
+
+    def append_columns(
+        self, count: int, key_offsets, key_bytes, value_offsets, value_bytes
+    ) -> int:
+        """Append one batch given as Arrow-style columns (no per-record Python work)."""
+        with self._mutex:
+            self._check_open()
+            ts = self._timestamp()
+            parts, size = encode_columns(
+                self._next_offset, count, key_offsets, key_bytes, value_offsets, value_bytes, ts
+            )
+            if count and size > self.max_record_bytes:
+                lengths = np.diff(np.frombuffer(value_offsets, dtype=np.int32))
+                if int(lengths.max()) > self.max_record_bytes:
+                    raise RecordTooLargeError(self._too_large(int(lengths.max())))
+            return self._write(parts, size, count, ts)
+
+    def _too_large(self, size: int) -> str:
+        return (
+            f"a record of {size} bytes exceeds log.max_record_bytes={self.max_record_bytes} "
+            f"on {self.label}; raise the limit in include/streamcore.toml or split the payload"
+        )
+
+    def _check_sizes(self, values: Sequence[bytes], size: int) -> None:
+        if size <= self.max_record_bytes:
+            return
+        largest = max(map(len, values), default=0)
+        if largest > self.max_record_bytes:
+            raise RecordTooLargeError(self._too_large(largest))
+
+    def _write(self, parts: list, size: int, count: int, ts: int) -> int:
+        if self._size and (
+            self._size + size > self.segment_bytes
+            or (self.segment_roll_ms and ts - self._segment_first_ts >= self.segment_roll_ms)
+        ):
+            self._roll()
+        base = self._next_offset
+        position = self._size
+        written = os.writev(self._fd, parts)
+        if written != size:
+            self._finish_partial_write(parts, written)
+        if not self._segment_first_ts:
+            self._segment_first_ts = ts
+        self._size += size
+        self._next_offset = base + count
+        if self._since_index >= INDEX_EVERY:
+            os.write(self._index_fd, base.to_bytes(8, "little") + position.to_bytes(8, "little"))
+            self._since_index = 0
+        self._since_index += size
+        self._sync()
+        return base
+
+    def _finish_partial_write(self, parts: list, written: int) -> None:
+        # writev may stop short on huge batches; write what remains, in order.
+        remaining = memoryview(b"".join(bytes(p) for p in parts))[written:]
+        while remaining:
+            n = os.write(self._fd, remaining)
+            remaining = remaining[n:]
+
+    def _sync(self) -> None:
+        if self.fsync == "always":
+            os.fsync(self._fd)
+        elif self.fsync == "batch" and time.monotonic() - self._last_sync >= _BATCH_FSYNC_INTERVAL:
+            os.fsync(self._fd)
+            self._last_sync = time.monotonic()
+
+    def _roll(self) -> None:
+        if self.fsync != "none":
+            os.fsync(self._fd)
+        os.close(self._fd)
+        os.close(self._index_fd)
+        self._open_segment(self._next_offset)
+        self.purge_expired()
+
+    def purge_expired(self, now: int | None = None) -> list[int]:
+        """Delete sealed segments whose newest record is older than the retention.
+
+        A segment's newest-record time is its file's modification time (the time of its last
+        append). The active segment is never deleted. Returns the base offsets removed."""
+        if self.retention_ms <= 0:
+            return []
+        horizon = (now if now is not None else now_ms()) - self.retention_ms
+        removed = []
+        for base in list_segments(self.folder):
+            if base >= self._segment_base:
+                break
+            path = self.folder / segment_name(base)
+            if path.stat().st_mtime_ns // 1_000_000 >= horizon:
+                break
+            path.unlink()
+            (self.folder / f"{base:020d}{INDEX_SUFFIX}").unlink(missing_ok=True)
+            removed.append(base)
+        if removed:
+            logger.info("%s: retention purged %d segment(s) up to offset %d",
+                        self.label, len(removed), self._first_kept())
+        return removed
+
+    def _first_kept(self) -> int:
+        return list_segments(self.folder)[0]
+
+    def flush(self) -> None:
+        with self._mutex:
+            if not self._closed:
+                os.fsync(self._fd)
+                self._last_sync = time.monotonic()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"the writer of {self.label} is closed; get a new appender")
+
+    def close(self) -> None:
+        with self._mutex:
+            if self._closed:
+                return
+            self._closed = True
+            if self.fsync != "none":
+                os.fsync(self._fd)
+            os.close(self._fd)
+            os.close(self._index_fd)
+            os.close(self._lock_fd)

@@ -1,0 +1,231 @@
+"""`MemoryLogManager`: an in-process backend for tests and examples.
+
+Same contracts as the local log (contiguous offsets, committed = next to read, one live tailer per
+group and partition), nothing on disk, no retention. Appenders and tailers of one manager share
+its data; a second manager is a separate world.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from streamcore.errors import LogClosedError, LogExistsError, LogNotFoundError, TailerConflictError
+from streamcore.log.api import LogAppender, LogManager, LogOffset, LogPartition, LogTailer
+from streamcore.log.partitioner import partition_for_key
+from streamcore.log.tailer import CursorTailer
+from streamcore.names import Name
+
+
+class _Partition:
+    __slots__ = ("records",)
+
+    def __init__(self) -> None:
+        self.records: list[tuple[int, int, str, bytes]] = []  # (offset, ts, key, value)
+
+
+class _MemoryCursor:
+    def __init__(self, partition: _Partition) -> None:
+        self._partition = partition
+        self._position = 0
+        self.lost = 0
+
+    @property
+    def position(self) -> int:
+        return self._position
+
+    def seek(self, offset: int) -> None:
+        self._position = max(0, offset)
+
+    def start_offset(self) -> int:
+        return 0
+
+    def end_offset(self) -> int:
+        return len(self._partition.records)
+
+    def next_records(self, max_records: int) -> list[tuple[int, int, str, bytes]]:
+        records = self._partition.records[self._position : self._position + max_records]
+        self._position += len(records)
+        return records
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
+        return next((r[0] for r in self._partition.records if r[1] >= timestamp_ms), None)
+
+    def close(self) -> None:
+        pass
+
+
+class _Positions:
+    def __init__(self) -> None:
+        self.committed_offsets: dict[tuple[str, int], int] = {}
+
+    def commit(self, group: str, partition: int, offset: int) -> None:
+        self.committed_offsets[(Name.of(group).urn, partition)] = offset
+
+    def committed(self, group: str, partition: int) -> int | None:
+        return self.committed_offsets.get((Name.of(group).urn, partition))
+
+
+class MemoryLogManager(LogManager):
+    def __init__(self) -> None:
+        self._logs: dict[Name, list[_Partition]] = {}
+        self._positions: dict[Name, _Positions] = {}
+        self._tailers: dict[tuple[str, LogPartition], CursorTailer] = {}
+        self._lock = threading.RLock()
+        self._closed = False
+
+    def _log(self, name: str | Name) -> list[_Partition]:
+        name = Name.of(name)
+        try:
+            return self._logs[name]
+        except KeyError:
+            raise LogNotFoundError(f"log {name} does not exist in this memory manager; create it first") from None
+
+    def exists(self, name: str | Name) -> bool:
+        return Name.of(name) in self._logs
+
+    def create(self, name: str | Name, partitions: int | None = None, **options: Any) -> bool:
+        name = Name.of(name)
+        with self._lock:
+            if name in self._logs:
+                if partitions is not None and partitions != len(self._logs[name]):
+                    raise LogExistsError(
+                        f"log {name} exists with {len(self._logs[name])} partitions, not {partitions}"
+                    )
+                return False
+            count = 4 if partitions is None else int(partitions)
+            if not 1 <= count <= 1000:
+                raise ValueError(f"partitions must be 1..1000, got {count}")
+            self._logs[name] = [_Partition() for _ in range(count)]
+            self._positions[name] = _Positions()
+            return True
+
+    def size(self, name: str | Name) -> int:
+        return len(self._log(name))
+
+    def delete(self, name: str | Name) -> bool:
+        with self._lock:
+            self._positions.pop(Name.of(name), None)
+            return self._logs.pop(Name.of(name), None) is not None
+
+    def list_logs(self) -> list[Name]:
+        return sorted(self._logs, key=lambda n: n.urn)
+
+    def list_groups(self, name: str | Name) -> list[str]:
+        self._log(name)
+        return sorted({g for g, _ in self._positions[Name.of(name)].committed_offsets})
+
+    def end_offsets(self, name: str | Name) -> list[int]:
+        return [len(p.records) for p in self._log(name)]
+
+    def start_offsets(self, name: str | Name) -> list[int]:
+        return [0] * self.size(name)
+
+    def committed(self, name: str | Name, group: str) -> list[int | None]:
+        positions = self._positions[Name.of(name)]
+        return [positions.committed(group, p) for p in range(self.size(name))]
+
+    def commit_position(self, partition: LogPartition, group: str, offset: int) -> None:
+        self._positions[partition.name].commit(group, partition.partition, offset)
+
+    def record_at(self, partition: LogPartition, offset: int) -> tuple[str, bytes, int] | None:
+        records = self._log(partition.name)[partition.partition].records
+        if not 0 <= offset < len(records):
+            return None
+        _, ts, key, value = records[offset]
+        return key, value, ts
+
+    def appender(self, name: str | Name, codec: Any = None) -> LogAppender[Any]:
+        return _MemoryAppender(self, Name.of(name), codec)
+
+    def tailer(
+        self,
+        group: str,
+        source: str | Name | LogPartition | Sequence[LogPartition],
+        codec: Any = None,
+    ) -> LogTailer[Any]:
+        if isinstance(source, LogPartition):
+            partitions = [source]
+        elif isinstance(source, str | Name):
+            name = Name.of(source)
+            partitions = [LogPartition(name, p) for p in range(self.size(name))]
+        else:
+            partitions = list(source)
+        with self._lock:
+            if self._closed:
+                raise LogClosedError("the memory log manager is closed")
+            for p in partitions:
+                if (group, p) in self._tailers:
+                    raise TailerConflictError(
+                        f"a tailer of group {group!r} already reads {p}; close it first"
+                    )
+            cursors = {p: _MemoryCursor(self._log(p.name)[p.partition]) for p in partitions}
+            tailer = CursorTailer(
+                group, cursors, lambda p: self._positions[p.name], codec, on_close=self._closed_tailer
+            )
+            for p in partitions:
+                self._tailers[(group, p)] = tailer
+            return tailer
+
+    def _closed_tailer(self, tailer: CursorTailer) -> None:
+        with self._lock:
+            for key in [k for k, v in self._tailers.items() if v is tailer]:
+                del self._tailers[key]
+
+    def close(self) -> None:
+        with self._lock:
+            for tailer in list(self._tailers.values()):
+                tailer.close()
+            self._closed = True
+
+
+class _MemoryAppender(LogAppender[Any]):
+    def __init__(self, manager: MemoryLogManager, name: Name, codec: Any) -> None:
+        self.manager = manager
+        self.name = name
+        self.codec = codec
+        self._partitions = manager._log(name)
+        self._closed = False
+        self._last_ts = 0
+
+    @property
+    def size(self) -> int:
+        return len(self._partitions)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def append(self, key: str, message: Any) -> LogOffset:
+        return self.append_to(partition_for_key(key, self.size), key, message)
+
+    def append_to(self, partition: int, key: str, message: Any) -> LogOffset:
+        if self._closed:
+            raise LogClosedError(f"appender of {self.name} is closed")
+        if not 0 <= partition < self.size:
+            raise ValueError(f"{self.name} has partitions 0..{self.size - 1}, not {partition}")
+        value = message if self.codec is None else self.codec.encode(message)
+        if not isinstance(value, bytes):
+            raise TypeError(f"log values must be bytes, got {type(value).__name__}; pass a codec")
+        with self.manager._lock:
+            records = self._partitions[partition].records
+            self._last_ts = max(self._last_ts, time.time_ns() // 1_000_000)
+            offset = len(records)
+            records.append((offset, self._last_ts, key, value))
+        return LogOffset(LogPartition(self.name, partition), offset)
+
+    def wait_for(self, offset: LogOffset, group: str, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        positions = self.manager._positions[offset.partition.name]
+        while True:
+            committed = positions.committed(group, offset.partition.partition)
+            if committed is not None and committed > offset.offset:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+
+    def close(self) -> None:
+        self._closed = True

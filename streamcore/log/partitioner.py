@@ -1,0 +1,65 @@
+"""Key → partition, Nuxeo-compatible: `(java String.hashCode(key) & 0x7fffffff) % partitions`.
+
+The scalar version serves single appends; the vectorised one hashes a whole batch of keys with numpy
+(uint32 arithmetic wraps exactly like Java's int overflow), which keeps keyed batch appends fast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+_POW31 = np.ones(1, dtype=np.uint32)
+
+
+def java_string_hash(value: str) -> int:
+    """Java's `String.hashCode()` as a signed 32-bit int (over UTF-16 code units)."""
+    h = 0
+    if value.isascii():
+        for c in value.encode("ascii"):
+            h = (31 * h + c) & 0xFFFFFFFF
+    else:
+        data = value.encode("utf-16-be")
+        for i in range(0, len(data), 2):
+            h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - 0x100000000 if h & 0x80000000 else h
+
+
+def partition_for_key(key: str, partitions: int) -> int:
+    return (java_string_hash(key) & 0x7FFFFFFF) % partitions
+
+
+def _powers(n: int) -> np.ndarray:
+    global _POW31
+    if len(_POW31) < n:
+        table = np.ones(n, dtype=np.uint32)
+        with np.errstate(over="ignore"):
+            for i in range(1, n):
+                table[i] = table[i - 1] * np.uint32(31)
+        _POW31 = table
+    return _POW31[:n]
+
+
+def partitions_for_keys(keys: Sequence[str], partitions: int) -> np.ndarray:
+    """`partition_for_key` for every key, vectorised."""
+    count = len(keys)
+    joined = "".join(keys)
+    if joined.isascii():
+        units = np.frombuffer(joined.encode("ascii"), dtype=np.uint8).astype(np.uint32)
+        lengths = np.fromiter(map(len, keys), dtype=np.int64, count=count)
+    else:
+        encoded = [k.encode("utf-16-le") for k in keys]
+        units = np.frombuffer(b"".join(encoded), dtype="<u2").astype(np.uint32)
+        lengths = np.fromiter((len(e) // 2 for e in encoded), dtype=np.int64, count=count)
+    total = int(lengths.sum())
+    hashes = np.zeros(count, dtype=np.uint32)
+    if total:
+        ends = np.cumsum(lengths)
+        exponents = np.repeat(ends, lengths) - 1 - np.arange(total)
+        with np.errstate(over="ignore"):
+            terms = units * _powers(int(lengths.max()))[exponents]
+        nonempty = lengths > 0
+        starts = (ends - lengths)[nonempty]
+        hashes[nonempty] = np.add.reduceat(terms, starts, dtype=np.uint32)
+    return (hashes & np.uint32(0x7FFFFFFF)) % np.uint32(partitions)

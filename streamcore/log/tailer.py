@@ -1,0 +1,249 @@
+"""`CursorTailer`: the LogTailer shared by the local and memory backends.
+
+A backend supplies one cursor per assigned partition (`next_records`, `seek`, `start_offset`,
+`end_offset`, `offset_for_timestamp`, optionally `next_arrow`) and a position store. The tailer
+rotates between partitions one batch at a time, decodes messages with its codec, tracks the position
+after the last record it returned per partition, and commits those positions.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from streamcore.errors import LogClosedError
+from streamcore.log.api import LogOffset, LogPartition, LogRecord, LogTailer
+
+logger = logging.getLogger(__name__)
+_FETCH = 4096
+_POLL_MIN, _POLL_MAX = 0.001, 0.005
+
+
+class Cursor(Protocol):
+    lost: int
+
+    @property
+    def position(self) -> int: ...
+    def seek(self, offset: int) -> None: ...
+    def start_offset(self) -> int: ...
+    def end_offset(self) -> int: ...
+    def next_records(self, max_records: int) -> list[tuple[int, int, str, bytes]]: ...
+    def offset_for_timestamp(self, timestamp_ms: int) -> int | None: ...
+    def close(self) -> None: ...
+
+
+class PositionStore(Protocol):
+    def commit(self, group: str, partition: int, offset: int) -> None: ...
+    def committed(self, group: str, partition: int) -> int | None: ...
+
+
+class CursorTailer(LogTailer[Any]):
+    def __init__(
+        self,
+        group: str,
+        cursors: dict[LogPartition, Cursor],
+        positions: Callable[[LogPartition], PositionStore],
+        codec: Any = None,
+        on_close: Callable[[CursorTailer], None] | None = None,
+    ) -> None:
+        self.group = group
+        self.codec = codec
+        self._cursors = cursors
+        self._partitions = list(cursors)
+        self._positions = positions
+        self._on_close = on_close
+        self._read_pos: dict[LogPartition, int] = {}
+        self._pending: list[tuple[int, int, str, bytes]] = []
+        self._pending_i = 0
+        self._pending_partition: LogPartition | None = None
+        self._next = 0
+        self._closed = False
+        self.to_last_committed()
+
+    @property
+    def assignments(self) -> list[LogPartition]:
+        return list(self._partitions)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def lost(self) -> int:
+        """Records skipped because retention purged them before this tailer read them."""
+        return sum(c.lost for c in self._cursors.values())
+
+    # -- reading --------------------------------------------------------------------------------
+    def _fill(self) -> bool:
+        count = len(self._partitions)
+        for step in range(count):
+            partition = self._partitions[(self._next + step) % count]
+            records = self._cursors[partition].next_records(_FETCH)
+            if records:
+                self._next = (self._next + step + 1) % count
+                self._pending = records
+                self._pending_i = 0
+                self._pending_partition = partition
+                return True
+        return False
+
+    def _wait_fill(self, timeout: float) -> bool:
+        if self._closed:
+            raise LogClosedError(f"tailer of group {self.group!r} is closed; create a new one")
+        if self._fill():
+            return True
+        if timeout <= 0:
+            return False
+        deadline = time.monotonic() + timeout
+        pause = _POLL_MIN
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            time.sleep(min(pause, remaining))
+            if self._fill():
+                return True
+            pause = min(pause * 2, _POLL_MAX)
+
+    def read(self, timeout: float = 0.0) -> LogRecord[Any] | None:
+        if self._pending_i >= len(self._pending) and not self._wait_fill(timeout):
+            return None
+        offset, ts, key, value = self._pending[self._pending_i]
+        self._pending_i += 1
+        partition = self._pending_partition
+        self._read_pos[partition] = offset + 1
+        message = value if self.codec is None else self.codec.decode(value)
+        return LogRecord(message, partition, offset, ts, key)
+
+    def read_batch(self, max_records: int, timeout: float = 0.0) -> list[LogRecord[Any]]:
+        if self._pending_i >= len(self._pending) and not self._wait_fill(timeout):
+            return []
+        chunk = self._pending[self._pending_i : self._pending_i + max_records]
+        self._pending_i += len(chunk)
+        partition = self._pending_partition
+        self._read_pos[partition] = chunk[-1][0] + 1
+        decode = self.codec.decode if self.codec is not None else None
+        if decode is None:
+            return [LogRecord(v, partition, o, t, k) for o, t, k, v in chunk]
+        return [LogRecord(decode(v), partition, o, t, k) for o, t, k, v in chunk]
+
+    def read_arrow(self, max_records: int = 65536, timeout: float = 0.0) -> Any:
+        """Raw records as a pyarrow RecordBatch with columns partition, offset, timestamp, key,
+        value (no codec applied). Local-log batches are mapped without copying; None on timeout."""
+        import pyarrow as pa
+
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._pending_i < len(self._pending):
+                chunk = self._pending[self._pending_i : self._pending_i + max_records]
+                self._pending_i += len(chunk)
+                partition = self._pending_partition
+                self._read_pos[partition] = chunk[-1][0] + 1
+                batch = pa.RecordBatch.from_pydict(
+                    {
+                        "offset": [c[0] for c in chunk],
+                        "timestamp": [c[1] for c in chunk],
+                        "key": [c[2] for c in chunk],
+                        "value": [c[3] for c in chunk],
+                    },
+                    schema=pa.schema([("offset", pa.int64()), ("timestamp", pa.int64()),
+                                      ("key", pa.string()), ("value", pa.binary())]),
+                )
+                return self._with_partition(batch, partition)
+            count = len(self._partitions)
+            for step in range(count):
+                partition = self._partitions[(self._next + step) % count]
+                cursor = self._cursors[partition]
+                if hasattr(cursor, "next_arrow"):
+                    batch = cursor.next_arrow(max_records)
+                    if batch is not None and batch.num_rows:
+                        self._next = (self._next + step + 1) % count
+                        self._read_pos[partition] = cursor.position
+                        return self._with_partition(batch, partition)
+                elif self._fill():
+                    break
+            else:
+                if time.monotonic() >= deadline:
+                    return None
+                time.sleep(_POLL_MIN)
+
+    @staticmethod
+    def _with_partition(batch: Any, partition: LogPartition) -> Any:
+        import pyarrow as pa
+
+        column = pa.repeat(pa.scalar(partition.partition, pa.int32()), batch.num_rows)
+        return batch.add_column(0, "partition", column)
+
+    # -- positions ------------------------------------------------------------------------------
+    def position(self, partition: LogPartition) -> int:
+        return self._read_pos[self._check(partition)]
+
+    def _check(self, partition: LogPartition) -> LogPartition:
+        if partition not in self._cursors:
+            raise ValueError(
+                f"partition {partition} is not assigned to this tailer (assigned: "
+                f"{', '.join(map(str, self._partitions))})"
+            )
+        return partition
+
+    def _drop_pending(self) -> None:
+        if self._pending_i < len(self._pending):
+            for partition, cursor in self._cursors.items():
+                if cursor.position != self._read_pos[partition]:
+                    cursor.seek(self._read_pos[partition])
+        self._pending, self._pending_i, self._pending_partition = [], 0, None
+
+    def _seek(self, partition: LogPartition, offset: int) -> None:
+        cursor = self._cursors[partition]
+        cursor.seek(offset)
+        self._read_pos[partition] = cursor.position
+
+    def seek(self, offset: LogOffset) -> None:
+        self._drop_pending()
+        self._seek(self._check(offset.partition), offset.offset)
+
+    def to_start(self) -> None:
+        self._drop_pending()
+        for partition, cursor in self._cursors.items():
+            self._seek(partition, cursor.start_offset())
+
+    def to_end(self) -> None:
+        self._drop_pending()
+        for partition, cursor in self._cursors.items():
+            self._seek(partition, cursor.end_offset())
+
+    def to_last_committed(self) -> None:
+        self._drop_pending()
+        for partition, cursor in self._cursors.items():
+            committed = self._positions(partition).committed(self.group, partition.partition)
+            self._seek(partition, cursor.start_offset() if committed is None else committed)
+
+    def commit_partition(self, partition: LogPartition) -> LogOffset:
+        offset = self._read_pos[self._check(partition)]
+        self._positions(partition).commit(self.group, partition.partition, offset)
+        return LogOffset(partition, offset)
+
+    def commit(self) -> dict[LogPartition, int]:
+        return {p: self.commit_partition(p).offset for p in self._partitions}
+
+    def reset(self, partition: LogPartition | None = None) -> None:
+        self._drop_pending()
+        targets: Sequence[LogPartition] = [self._check(partition)] if partition else self._partitions
+        for p in targets:
+            self._seek(p, self._cursors[p].start_offset())
+            self.commit_partition(p)
+
+    def offset_for_timestamp(self, partition: LogPartition, timestamp_ms: int) -> LogOffset | None:
+        found = self._cursors[self._check(partition)].offset_for_timestamp(timestamp_ms)
+        return None if found is None else LogOffset(partition, found)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for cursor in self._cursors.values():
+            cursor.close()
+        if self._on_close is not None:
+            self._on_close(self)
