@@ -1,0 +1,284 @@
+"""Log administration: `logs`, `create`, `delete`, `groups`, `purge`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from streamcore.cli.context import Context, UsageError, global_options
+from streamcore.cli.lag import lag_dict, total_lag
+from streamcore.cli.table import (
+    Column,
+    format_time,
+    human_bytes,
+    iso_time,
+    render_table,
+    short_duration,
+)
+from streamcore.config import FSYNC_MODES, parse_duration_ms
+from streamcore.errors import ConfigError, LogExistsError, StreamcoreError
+from streamcore.log.api import LogManager, LogPartition
+from streamcore.names import Name
+
+
+def log_summary(manager: LogManager, name: Name) -> dict[str, Any]:
+    """Partitions, records, bytes, retention and oldest/newest append time of a log, from
+    `info()` when the backend has it, else from the offsets."""
+    info = manager.info(name) if hasattr(manager, "info") else None
+    starts = list(info.first_offsets) if info else manager.start_offsets(name)
+    ends = list(info.end_offsets) if info else manager.end_offsets(name)
+    oldest: int | None = None
+    newest: int | None = None
+    for p, (start, end) in enumerate(zip(starts, ends, strict=True)):
+        if end <= start:
+            continue
+        first = manager.record_at(LogPartition(name, p), start)
+        last = manager.record_at(LogPartition(name, p), end - 1)
+        if first is not None:
+            oldest = first[2] if oldest is None else min(oldest, first[2])
+        if last is not None:
+            newest = last[2] if newest is None else max(newest, last[2])
+    return {
+        "log": name.urn,
+        "partitions": len(ends),
+        "records": sum(e - s for s, e in zip(starts, ends, strict=True)),
+        "size_bytes": info.size_bytes if info else None,
+        "retention_ms": info.retention_ms if info else None,
+        "oldest_ms": oldest,
+        "newest_ms": newest,
+        "start_offsets": starts,
+        "end_offsets": ends,
+    }
+
+
+def run_logs(ctx: Context) -> int:
+    manager = ctx.manager
+    summaries = []
+    for name in manager.list_logs():
+        summary = log_summary(manager, name)
+        summary["groups"] = manager.list_groups(name)
+        summaries.append(summary)
+    if ctx.json:
+        for s in summaries:
+            s["oldest"] = iso_time(s["oldest_ms"])
+            s["newest"] = iso_time(s["newest_ms"])
+        ctx.emit_json({"home": str(ctx.config.home), "logs": summaries})
+        return 0
+    if not summaries:
+        ctx.out(f"no logs under {ctx.config.log_dir} (create one with `streamcore create -l NAME`)")
+        return 0
+    rows = [
+        [
+            s["log"],
+            s["partitions"],
+            s["records"],
+            human_bytes(s["size_bytes"]),
+            short_duration(s["retention_ms"]) if s["retention_ms"] is not None else "-",
+            len(s["groups"]),
+            format_time(s["oldest_ms"]),
+            format_time(s["newest_ms"]),
+        ]
+        for s in summaries
+    ]
+    columns = [
+        "log",
+        "partitions",
+        "records",
+        Column("size", "right"),
+        Column("retention", "right"),
+        "groups",
+        "oldest (UTC)",
+        "newest (UTC)",
+    ]
+    ctx.out(render_table(columns, rows))
+    return 0
+
+
+def run_create(ctx: Context) -> int:
+    args = ctx.args
+    name = ctx.log(args.log, must_exist=False)
+    options: dict[str, Any] = {}
+    if args.retention is not None:
+        try:
+            options["retention"] = parse_duration_ms(args.retention, "--retention")
+        except ConfigError as exc:
+            raise UsageError(str(exc)) from None
+    if args.fsync is not None:
+        options["fsync"] = args.fsync
+    if args.partitions is not None and not 1 <= args.partitions <= 1000:
+        raise UsageError(f"-p {args.partitions}: partitions must be 1..1000")
+    manager = ctx.manager
+    if manager.exists(name):
+        size = manager.size(name)
+        if not args.if_not_exists or (args.partitions is not None and args.partitions != size):
+            raise LogExistsError(
+                f"log {name} exists already with {size} partitions; delete it first "
+                f"(`streamcore delete -l {name} --yes`) or pass --if-not-exists"
+            )
+        created = False
+    else:
+        created = manager.create(name, args.partitions, **options)
+    summary = log_summary(manager, name)
+    result = {
+        "log": name.urn,
+        "created": created,
+        "partitions": summary["partitions"],
+        "retention_ms": summary["retention_ms"],
+    }
+    if ctx.json:
+        ctx.emit_json(result)
+    else:
+        retention = (
+            short_duration(summary["retention_ms"]) if summary["retention_ms"] is not None else "-"
+        )
+        verb = "created" if created else "exists:"
+        ctx.out(f"{verb} log {name} ({summary['partitions']} partitions, retention {retention})")
+    return 0
+
+
+def run_delete(ctx: Context) -> int:
+    args = ctx.args
+    name = ctx.log(args.log)
+    if not args.yes:
+        raise UsageError(
+            f"refusing to delete log {name} and its consumer positions without --yes; "
+            f"run `streamcore delete -l {name} --yes`"
+        )
+    records = log_summary(ctx.manager, name)["records"]
+    ctx.manager.delete(name)
+    if ctx.json:
+        ctx.emit_json({"log": name.urn, "deleted": True, "records": records})
+    else:
+        ctx.out(f"deleted log {name} ({records} records)")
+    return 0
+
+
+def run_groups(ctx: Context) -> int:
+    name = ctx.log(ctx.args.log)
+    manager = ctx.manager
+    groups = []
+    for group in manager.list_groups(name):
+        groups.append(
+            {"group": group, **lag_dict(total_lag(manager.lag_per_partition(name, group)))}
+        )
+    if ctx.json:
+        ctx.emit_json({"log": name.urn, "groups": groups})
+        return 0
+    if not groups:
+        ctx.out(f"log {name} has no consumer group")
+        return 0
+    rows = [[g["group"], g["pos"], g["end"], g["lag"], g["lost"]] for g in groups]
+    ctx.out(render_table(["group", "pos", "end", "lag", "lost"], rows))
+    return 0
+
+
+def run_purge(ctx: Context) -> int:
+    name = ctx.log(ctx.args.log)
+    manager = ctx.manager
+    purge = getattr(manager, "purge", None)
+    if purge is None:
+        raise StreamcoreError(
+            f"the {type(manager).__name__} backend has no purge; its broker applies retention"
+        )
+    before = manager.start_offsets(name)
+    removed: dict[int, list[int]] = purge(name)
+    after = manager.start_offsets(name)
+    parts = [
+        {
+            "partition": p,
+            "segments_removed": len(removed.get(p, [])),
+            "records_removed": after[p] - before[p],
+            "first_offset": after[p],
+            "skipped": p not in removed,
+        }
+        for p in range(len(before))
+    ]
+    total_segments = sum(x["segments_removed"] for x in parts)
+    total_records = sum(x["records_removed"] for x in parts)
+    if ctx.json:
+        ctx.emit_json(
+            {
+                "log": name.urn,
+                "segments_removed": total_segments,
+                "records_removed": total_records,
+                "partitions": parts,
+            }
+        )
+        return 0
+    rows = [
+        [
+            x["partition"],
+            x["segments_removed"],
+            x["records_removed"],
+            x["first_offset"],
+            "written by another process" if x["skipped"] else "",
+        ]
+        for x in parts
+    ]
+    ctx.out(
+        render_table(
+            ["partition", "segments removed", "records removed", "first offset", "note"], rows
+        )
+    )
+    ctx.out(f"purged {total_segments} segment(s), {total_records} record(s) from {name}")
+    return 0
+
+
+def register(sub: Any) -> None:
+    parent = global_options()
+    p = sub.add_parser(
+        "logs",
+        parents=[parent],
+        help="list logs",
+        description="Every log: partitions, retained records, size on disk, retention, number of "
+        "consumer groups, oldest and newest append time (UTC).",
+    )
+    p.set_defaults(func=run_logs)
+
+    p = sub.add_parser(
+        "create", parents=[parent], help="create a log", description="Create a local log."
+    )
+    p.add_argument("-l", "--log", required=True, help="log name, e.g. import/docs")
+    p.add_argument(
+        "-p", "--partitions", type=int, help="number of partitions (default: config log.partitions)"
+    )
+    p.add_argument("--retention", help="e.g. 4d, 12h, 0 = keep forever (default: config)")
+    p.add_argument("--fsync", choices=FSYNC_MODES, help="durability mode (default: config)")
+    p.add_argument(
+        "--if-not-exists",
+        action="store_true",
+        help="succeed if the log exists already (with the same partitions)",
+    )
+    p.set_defaults(func=run_create)
+
+    p = sub.add_parser(
+        "delete",
+        parents=[parent],
+        help="delete a log and its positions",
+        description="Delete a log with its records and consumer positions.",
+    )
+    p.add_argument("-l", "--log", required=True, help="log name")
+    p.add_argument("--yes", action="store_true", help="confirm the deletion")
+    p.set_defaults(func=run_delete)
+
+    p = sub.add_parser(
+        "groups",
+        parents=[parent],
+        help="consumer groups of a log with their lag",
+        description="Consumer groups that committed a position on the log, with "
+        "pos/end/lag/lost summed over partitions.",
+    )
+    p.add_argument("-l", "--log", required=True, help="log name")
+    p.set_defaults(func=run_groups)
+
+    p = sub.add_parser(
+        "purge",
+        parents=[parent],
+        help="apply retention now",
+        description="Delete the sealed segments older than the log's retention "
+        "and report what went. Partitions written by another process are skipped.",
+    )
+    p.add_argument("-l", "--log", required=True, help="log name")
+    p.set_defaults(func=run_purge)
+
+
+__all__ = ["log_summary", "register"]

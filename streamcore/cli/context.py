@@ -1,0 +1,163 @@
+"""What every command needs: the parsed arguments, the configuration, the log manager, codecs
+and output helpers. `open_manager` is the one place that chooses the log backend."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from streamcore.config import StreamcoreConfig, load_config
+from streamcore.errors import LogNotFoundError, StreamcoreError
+from streamcore.log.api import LogManager, LogPartition
+from streamcore.names import Name
+
+RAW = "raw"
+TOOLS_GROUP = "admin/tools"  # Nuxeo's default group for tools; tools never commit with it
+
+
+class UsageError(StreamcoreError):
+    """A command-line argument is wrong; the CLI exits with code 2."""
+
+
+def load_cli_config(args: argparse.Namespace) -> StreamcoreConfig:
+    """The configuration, with `--config FILE` and `--home DIR` applied."""
+    config_file = getattr(args, "config", None)
+    if config_file and not Path(config_file).is_file():
+        raise UsageError(
+            f"--config {config_file}: no such file; give the path of a streamcore.toml"
+        )
+    overrides: dict[str, Any] = {}
+    if getattr(args, "home", None):
+        overrides["home"] = args.home
+    return load_config(config_file, **overrides)
+
+
+def open_manager(args: argparse.Namespace, config: StreamcoreConfig | None = None) -> LogManager:
+    """The log manager the command works on. Today: the local log under the configured home.
+    Routing names to other backends (LogConfig) plugs in here."""
+    from streamcore.log.local.manager import LocalLogManager
+
+    return LocalLogManager(config=config or load_cli_config(args))
+
+
+def codec_names() -> tuple[str, ...]:
+    from streamcore.codecs import CODEC_NAMES
+
+    return tuple(CODEC_NAMES)
+
+
+def resolve_codec(name: str | None, config: StreamcoreConfig, *, allow_raw: bool = True) -> Any:
+    """The Record codec named `name` (default: the configured one); None for `raw`."""
+    name = name or config.default_codec
+    if name == RAW:
+        if not allow_raw:
+            raise UsageError("--codec raw is not possible here; pick a Record codec")
+        return None
+    names = codec_names()
+    if name not in names:
+        choices = ", ".join((*names, RAW) if allow_raw else names)
+        raise UsageError(f"unknown codec {name!r}; use one of {choices}")
+    from streamcore.codecs import get_codec
+
+    return get_codec(name, config=config)
+
+
+def codec_label(name: str | None, config: StreamcoreConfig) -> str:
+    return name or config.default_codec
+
+
+@dataclass
+class Context:
+    args: argparse.Namespace
+    config: StreamcoreConfig
+    _manager: LogManager | None = field(default=None, repr=False)
+
+    @property
+    def manager(self) -> LogManager:
+        if self._manager is None:
+            self._manager = open_manager(self.args, self.config)
+        return self._manager
+
+    @property
+    def json(self) -> bool:
+        return bool(getattr(self.args, "json", False))
+
+    def close(self) -> None:
+        if self._manager is not None:
+            self._manager.close()
+            self._manager = None
+
+    # -- output -------------------------------------------------------------------------------
+    @staticmethod
+    def out(text: str = "") -> None:
+        sys.stdout.write(text + "\n")
+
+    @staticmethod
+    def err(text: str) -> None:
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+
+    @staticmethod
+    def emit_json(document: Any) -> None:
+        sys.stdout.write(json.dumps(document, indent=2, sort_keys=False) + "\n")
+
+    @staticmethod
+    def emit_json_line(document: Any) -> None:
+        sys.stdout.write(json.dumps(document, separators=(",", ":")) + "\n")
+
+    # -- arguments ----------------------------------------------------------------------------
+    def log(self, value: str, *, must_exist: bool = True) -> Name:
+        """A log name from the command line, checked to exist unless told otherwise."""
+        name = Name.of(value)
+        if must_exist and not self.manager.exists(name):
+            raise LogNotFoundError(
+                f"log {name} does not exist under {self.config.log_dir}; "
+                "list the logs with `streamcore logs` or create it with `streamcore create`"
+            )
+        return name
+
+    def partitions(self, name: Name, partition: int | None) -> list[LogPartition]:
+        """All partitions of `name`, or only `partition` (checked)."""
+        size = self.manager.size(name)
+        if partition is None:
+            return [LogPartition(name, p) for p in range(size)]
+        if not 0 <= partition < size:
+            raise UsageError(f"-p {partition}: log {name} has partitions 0..{size - 1}")
+        return [LogPartition(name, partition)]
+
+
+def group_name(value: str) -> str:
+    """Validate a consumer group name (same rules as log names) and return its URN."""
+    return Name.of(value).urn
+
+
+def global_options(*, top_level: bool = False, verbose: bool = True) -> argparse.ArgumentParser:
+    """`--home`, `--config`, `--json`, `-v`: accepted before and after the command name.
+    On commands, their default is "not given" so they never override the top-level value."""
+    parser = argparse.ArgumentParser(add_help=False)
+    extra: dict[str, Any] = {} if top_level else {"default": argparse.SUPPRESS}
+    group = parser.add_argument_group("global options")
+    group.add_argument(
+        "--home", metavar="DIR", help="data folder (overrides STREAMCORE_HOME)", **extra
+    )
+    group.add_argument(
+        "--config",
+        metavar="FILE",
+        help="streamcore.toml to use (default: $STREAMCORE_CONFIG or include/streamcore.toml)",
+        **extra,
+    )
+    group.add_argument("--json", action="store_true", help="machine-readable JSON output", **extra)
+    if verbose:
+        group.add_argument(
+            "-v",
+            "--verbose",
+            dest="debug",
+            action="store_true",
+            help="debug logging, tracebacks on errors",
+            **extra,
+        )
+    return parser

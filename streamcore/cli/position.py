@@ -1,0 +1,148 @@
+"""`position`: move a consumer group's committed position."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+from streamcore.cli.context import Context, UsageError, global_options, group_name
+from streamcore.cli.table import iso_time, render_table
+from streamcore.log.api import LogManager, LogOffset, LogPartition
+
+_TO_OFFSET = re.compile(r"^\s*(?:(\d+)\s*:\s*\+?)?(\d+)\s*$")
+
+
+def parse_to_offset(value: str, partition: int | None) -> tuple[int, int]:
+    """`P:O` (also `P:+O`), or `O` with `-p P` → (partition, offset)."""
+    match = _TO_OFFSET.match(value)
+    if not match:
+        raise UsageError(
+            f"--to-offset {value!r}: expected PARTITION:OFFSET such as 0:42 (or OFFSET with -p)"
+        )
+    part, offset = match.groups()
+    if part is None:
+        if partition is None:
+            raise UsageError(f"--to-offset {value}: give PARTITION:OFFSET, or -p PARTITION")
+        return partition, int(offset)
+    if partition is not None and int(part) != partition:
+        raise UsageError(f"--to-offset {value} names partition {part} but -p is {partition}")
+    return int(part), int(offset)
+
+
+def parse_date_ms(value: str) -> int:
+    """ISO 8601 date or date-time → epoch ms; no zone means UTC."""
+    text = value.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(
+            f"--after-date {value!r}: not an ISO 8601 date, e.g. 2024-05-01T10:00:00Z or 2024-05-01"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return int(when.timestamp() * 1000)
+
+
+def commit_position(manager: LogManager, partition: LogPartition, group: str, offset: int) -> None:
+    """Set the committed position: directly when the backend can, else through a tailer."""
+    direct = getattr(manager, "commit_position", None)
+    if direct is not None:
+        direct(partition, group, offset)
+        return
+    with manager.tailer(group, partition) as tailer:
+        tailer.seek(LogOffset(partition, offset))
+        tailer.commit_partition(partition)
+
+
+def _after_date(manager: LogManager, partitions: list[LogPartition], ms: int) -> dict[int, int]:
+    ends = manager.end_offsets(partitions[0].name)
+    targets = {}
+    # Any group works for lookups; the tailer never commits.
+    with manager.tailer("admin/tools", partitions) as tailer:
+        for p in partitions:
+            found = tailer.offset_for_timestamp(p, ms)
+            targets[p.partition] = ends[p.partition] if found is None else found.offset
+    return targets
+
+
+def run_position(ctx: Context) -> int:
+    args = ctx.args
+    name = ctx.log(args.log)
+    group = group_name(args.group)
+    manager = ctx.manager
+    size = manager.size(name)
+    if args.to_offset is not None:
+        part, offset = parse_to_offset(args.to_offset, args.partition)
+        partitions = ctx.partitions(name, part)
+    else:
+        partitions = ctx.partitions(name, args.partition)
+    starts = manager.start_offsets(name)
+    ends = manager.end_offsets(name)
+    before = manager.committed(name, group)
+    if args.to_start or args.reset:
+        targets = {p.partition: starts[p.partition] for p in partitions}
+        action = "reset" if args.reset else "to-start"
+    elif args.to_end:
+        targets = {p.partition: ends[p.partition] for p in partitions}
+        action = "to-end"
+    elif args.to_offset is not None:
+        if not starts[part] <= offset <= ends[part]:
+            raise UsageError(
+                f"--to-offset {args.to_offset}: partition {part} of {name} holds offsets "
+                f"{starts[part]}..{ends[part]} (the end {ends[part]} means 'nothing left to read')"
+            )
+        targets = {part: offset}
+        action = "to-offset"
+    else:
+        date_ms = parse_date_ms(args.after_date)
+        targets = _after_date(manager, partitions, date_ms)
+        action = f"after-date {iso_time(date_ms)}"
+    for p in partitions:
+        commit_position(manager, p, group, targets[p.partition])
+    lags = manager.lag_per_partition(name, group)
+    parts = [
+        {
+            "partition": p.partition,
+            "before": before[p.partition],
+            "after": targets[p.partition],
+            "end": ends[p.partition],
+            "lag": lags[p.partition].lag,
+        }
+        for p in partitions
+    ]
+    if ctx.json:
+        ctx.emit_json({"log": name.urn, "group": group, "action": action, "partitions": parts})
+        return 0
+    rows = [[x["partition"], x["before"], x["after"], x["end"], x["lag"]] for x in parts]
+    ctx.out(render_table(["partition", "before", "after", "end", "lag"], rows))
+    moved = f"{len(parts)} of {size} partition(s)"
+    ctx.out(f"moved group {group} on {name} ({action}), {moved}")
+    return 0
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "position",
+        parents=[global_options()],
+        help="set a consumer group's committed position",
+        description="Set the committed position (the next record to process) of a group, for "
+        "every partition or only -p. --after-date moves to the first record appended at or after "
+        "the date (partitions with none go to the end). Stop the group's consumers first.",
+    )
+    p.add_argument("-l", "--log", required=True, help="log name")
+    p.add_argument("-g", "--group", required=True, help="consumer group")
+    p.add_argument("-p", "--partition", type=int, help="only this partition")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--to-start", action="store_true", help="oldest retained record")
+    where.add_argument("--to-end", action="store_true", help="after the last record")
+    where.add_argument("--to-offset", metavar="P:O", help="partition P, offset O (or O with -p)")
+    where.add_argument(
+        "--after-date",
+        metavar="ISO8601",
+        help="first record appended at/after this time (UTC if no zone)",
+    )
+    where.add_argument("--reset", action="store_true", help="back to the beginning (Nuxeo reset)")
+    p.set_defaults(func=run_position)

@@ -1,0 +1,121 @@
+"""Rendering helpers for the CLI: aligned text tables and human-readable numbers, times, sizes.
+
+`render_table` right-aligns numeric columns (detected from the values, or forced with
+`Column(align="right")`), left-aligns the rest, and puts a rule under the header.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+_BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+@dataclass(frozen=True)
+class Column:
+    title: str
+    align: str | None = None  # "left", "right" or None = right for numbers, left otherwise
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.1f}" if abs(value) >= 100 else f"{value:.2f}"
+    return str(value)
+
+
+def render_table(
+    columns: Sequence[str | Column], rows: Iterable[Sequence[Any]], *, indent: str = ""
+) -> str:
+    """An aligned text table with a header and a rule; returns the text without a final newline."""
+    cols = [c if isinstance(c, Column) else Column(c) for c in columns]
+    data = [list(r) for r in rows]
+    for row in data:
+        if len(row) != len(cols):
+            raise ValueError(f"row {row!r} has {len(row)} cells for {len(cols)} columns")
+    aligns = []
+    for i, col in enumerate(cols):
+        if col.align is not None:
+            aligns.append(col.align)
+            continue
+        values = [r[i] for r in data if r[i] is not None]
+        aligns.append("right" if values and all(_is_number(v) for v in values) else "left")
+    cells = [[_cell(v) for v in r] for r in data]
+    widths = [max([len(col.title)] + [len(r[i]) for r in cells]) for i, col in enumerate(cols)]
+
+    def line(values: Sequence[str]) -> str:
+        parts = [
+            v.rjust(w) if a == "right" else v.ljust(w)
+            for v, w, a in zip(values, widths, aligns, strict=True)
+        ]
+        return (indent + "  ".join(parts)).rstrip()
+
+    out = [line([c.title for c in cols]), indent + "  ".join("-" * w for w in widths)]
+    out.extend(line(r) for r in cells)
+    return "\n".join(out)
+
+
+def human_bytes(size: int | float | None) -> str:
+    """`1536` → `1.5 KiB`."""
+    if size is None:
+        return "-"
+    value = float(size)
+    for unit in _BYTE_UNITS:
+        if abs(value) < 1024 or unit == _BYTE_UNITS[-1]:
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def human_duration(ms: int | float | None) -> str:
+    """`63000` → `1m 3s`; below a second in ms (`350ms`); at most three units (`2d 3h 4m`)."""
+    if ms is None:
+        return "-"
+    ms = int(ms)
+    if ms < 1000:
+        return f"{ms}ms"
+    seconds = ms // 1000
+    parts = []
+    for unit, size in (("d", 86_400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size:
+            parts.append(f"{seconds // size}{unit}")
+            seconds %= size
+    return " ".join(parts[:3])
+
+
+def short_duration(ms: int) -> str:
+    """A retention in the largest exact unit, as written in the config: `4d`, `12h`, `90s`."""
+    if ms <= 0:
+        return "forever"
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
+
+
+def format_time(ms: int | None) -> str:
+    """Epoch milliseconds → `2018-10-11 11:18:34.955` (UTC), `-` for none."""
+    if not ms:
+        return "-"
+    seconds, millis = divmod(int(ms), 1000)  # integers: a float can lose the last millisecond
+    return f"{datetime.fromtimestamp(seconds, tz=UTC):%Y-%m-%d %H:%M:%S}.{millis:03d}"
+
+
+def iso_time(ms: int | None) -> str | None:
+    """Epoch milliseconds → ISO 8601 UTC (`2018-10-11T11:18:34.955Z`), None for none."""
+    if not ms:
+        return None
+    seconds, millis = divmod(int(ms), 1000)
+    return f"{datetime.fromtimestamp(seconds, tz=UTC):%Y-%m-%dT%H:%M:%S}.{millis:03d}Z"
+
+
+def rate(count: float, seconds: float) -> float:
+    return count / seconds if seconds > 0 else 0.0
