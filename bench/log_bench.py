@@ -26,10 +26,11 @@ from pathlib import Path
 import pyarrow as pa
 
 from streamcore.config import load_config
-from streamcore.log import LocalLogManager, LogPartition
+from streamcore.log import LocalLogManager
 
 TARGETS = {  # records/s, and fraction of raw write, from the issue
     "append, batched (lists)": (2_000_000, 0.25),
+    "append, batched, 1 partition": (2_000_000, 0.25),
     "append, batched (arrow)": (2_000_000, 0.25),
     "append, single record": (300_000, None),
     "read, batch (arrow)": (3_000_000, None),
@@ -48,20 +49,29 @@ class Bench:
         self.keys = [f"k{i:09d}" for i in range(records)]
         self.record_bytes = value_bytes + 10
 
-    def timed(self, label: str, count: int, fn: Callable[[], object], baseline: str | None) -> float:
+    def timed(
+        self, label: str, count: int, fn: Callable[[], object], baseline: str | None
+    ) -> float:
         print(f"  running: {label} ({count:,} records) ...", file=sys.stderr, flush=True)
         start = time.perf_counter()
         fn()
         seconds = time.perf_counter() - start
         rate = count / seconds
-        self.rows.append({"operation": label, "records": count, "seconds": round(seconds, 3),
-                          "records_per_s": round(rate), "baseline": baseline,
-                          "mb_per_s": round(rate * self.record_bytes / 1e6, 1)})
+        self.rows.append(
+            {
+                "operation": label,
+                "records": count,
+                "seconds": round(seconds, 3),
+                "records_per_s": round(rate),
+                "baseline": baseline,
+                "mb_per_s": round(rate * self.record_bytes / 1e6, 1),
+            }
+        )
         return rate
 
-    def manager(self, sub: str, fsync: str = "none") -> LocalLogManager:
+    def manager(self, sub: str) -> LocalLogManager:
         config = load_config(home=self.folder / sub)
-        return LocalLogManager(self.folder / sub / "log", config=config), fsync
+        return LocalLogManager(self.folder / sub / "log", config=config)
 
     # -- the physical limit -------------------------------------------------------------------
     def raw(self) -> None:
@@ -88,18 +98,34 @@ class Bench:
     # -- streamcore local log -----------------------------------------------------------------
     def local(self) -> None:
         n, batch, keys, values = self.n, self.batch, self.keys, self.values
-        manager, _ = self.manager("lists")
+        manager = self.manager("lists")
         manager.create("bench/lists", 4)
         appender = manager.appender("bench/lists")
+        chunks = [
+            list(zip(keys[i : i + batch], values[i : i + batch], strict=True))
+            for i in range(0, n, batch)
+        ]
 
-        def batched_lists() -> None:
-            for i in range(0, n, batch):
-                appender.append_batch(list(zip(keys[i : i + batch], values[i : i + batch],
-                                               strict=True)))
+        def batched_keyed() -> None:
+            for items in chunks:
+                appender.append_batch(items)
 
-        self.timed("append, batched (lists)", n, batched_lists, "raw write (same bytes)")
+        self.timed("append, batched (lists)", n, batched_keyed, "raw write (same bytes)")
 
-        arrow_manager, _ = self.manager("arrow")
+        one = self.manager("one")
+        one.create("bench/one", 1)
+        one_appender = one.appender("bench/one")
+
+        def batched_one_partition() -> None:
+            for items in chunks:
+                one_appender.append_batch(items, partition=0)
+
+        self.timed(
+            "append, batched, 1 partition", n, batched_one_partition, "raw write (same bytes)"
+        )
+        one.close()
+
+        arrow_manager = self.manager("arrow")
         arrow_manager.create("bench/arrow", 1)
         arrow_appender = arrow_manager.appender("bench/arrow")
         key_chunks = [pa.array(keys[i : i + batch], pa.string()) for i in range(0, n, batch)]
@@ -112,7 +138,7 @@ class Bench:
         self.timed("append, batched (arrow)", n, batched_arrow, "raw write (same bytes)")
         arrow_manager.close()
 
-        single_manager, _ = self.manager("single")
+        single_manager = self.manager("single")
         single_manager.create("bench/single", 4)
         single = single_manager.appender("bench/single")
 
@@ -163,8 +189,9 @@ class Bench:
         import persistqueue
 
         keys, values = self.keys[:count], self.values[:count]
-        queue = persistqueue.SQLiteQueue(str(self.folder / "pq-sqlite"), auto_commit=False,
-                                         multithreading=False)
+        queue = persistqueue.SQLiteQueue(
+            str(self.folder / "pq-sqlite"), auto_commit=False, multithreading=False
+        )
 
         def batched() -> None:
             for i in range(0, count, self.batch):
@@ -193,6 +220,7 @@ def ratios(rows: list[dict]) -> None:
     by_name = {r["operation"]: r for r in rows}
     peers = {
         "append, batched (lists)": "persist-queue put (sqlite, batched commit)",
+        "append, batched, 1 partition": "persist-queue put (sqlite, batched commit)",
         "append, batched (arrow)": "persist-queue put (sqlite, batched commit)",
         "read, per record": "persist-queue get (sqlite)",
         "append, single, fsync=always": "persist-queue put (file, durable)",
@@ -207,17 +235,24 @@ def ratios(rows: list[dict]) -> None:
             rate_ok = row["records_per_s"] >= target[0]
             raw_ok = target[1] is None or (row["vs_raw"] or 0) >= target[1]
             row["target"] = f">= {target[0] / 1e6:g}M/s" + (
-                f", >= {target[1]:.0%} raw" if target[1] else "")
+                f", >= {target[1]:.0%} raw" if target[1] else ""
+            )
             row["met"] = rate_ok and raw_ok
         else:
             row["target"], row["met"] = "", None
 
 
 def print_table(rows: list[dict]) -> None:
-    columns = [("operation", "operation", "<"), ("records", "records", ">"),
-               ("records_per_s", "records/s", ">"), ("mb_per_s", "MB/s", ">"),
-               ("vs_raw", "x raw I/O", ">"), ("vs_peer", "x persist-queue", ">"),
-               ("target", "target", "<"), ("met", "met", "<")]
+    columns = [
+        ("operation", "operation", "<"),
+        ("records", "records", ">"),
+        ("records_per_s", "records/s", ">"),
+        ("mb_per_s", "MB/s", ">"),
+        ("vs_raw", "x raw I/O", ">"),
+        ("vs_peer", "x persist-queue", ">"),
+        ("target", "target", "<"),
+        ("met", "met", "<"),
+    ]
 
     def cell(row: dict, key: str) -> str:
         value = row.get(key)
@@ -245,13 +280,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=10_000)
     parser.add_argument("--peer-records", type=int, default=100_000)
     parser.add_argument("--durable-records", type=int, default=2_000)
-    parser.add_argument("--dir", type=Path, default=None, help="scratch folder (default: a temp dir)")
+    parser.add_argument("--dir", type=Path, default=None, help="scratch folder (default: temp)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = parser.parse_args(argv)
     folder = Path(tempfile.mkdtemp(prefix="log-bench-", dir=args.dir))
     try:
-        print(f"log bench: {args.records:,} records of {args.value_bytes} B in {folder}",
-              file=sys.stderr)
+        print(
+            f"log bench: {args.records:,} records of {args.value_bytes} B in {folder}",
+            file=sys.stderr,
+        )
         bench = Bench(args.records, args.value_bytes, args.batch, folder)
         bench.raw()
         bench.local()

@@ -53,7 +53,9 @@ class LogDefaults:
         if self.segment_bytes < 4096:
             raise ConfigError(f"log.segment_bytes is {self.segment_bytes}; use at least 4096")
         if self.max_record_bytes < 1:
-            raise ConfigError("log.max_record_bytes must be positive")
+            raise ConfigError(
+                f"log.max_record_bytes is {self.max_record_bytes}; use a positive number of bytes"
+            )
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,10 @@ def _find_file() -> Path | None:
         if not path.is_file():
             raise ConfigError(f"STREAMCORE_CONFIG points to {path}, which is not a file")
         return path
-    for candidate in (Path.cwd() / "include" / "streamcore.toml", PROJECT_ROOT / "include" / "streamcore.toml"):
+    for candidate in (
+        Path.cwd() / "include" / "streamcore.toml",
+        PROJECT_ROOT / "include" / "streamcore.toml",
+    ):
         if candidate.is_file():
             return candidate
     return None
@@ -92,6 +97,8 @@ def _lookup(table: dict[str, Any], section: str | None, key: str, default: Any) 
     if env_name in os.environ:
         return os.environ[env_name]
     scope = table.get(section, {}) if section else table
+    if not isinstance(scope, dict):
+        raise ConfigError(f"[{section}] in the config file must be a table, got {scope!r}")
     return scope.get(key, default)
 
 
@@ -113,7 +120,9 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> StreamcoreC
             raise ConfigError(f"cannot read config {source}: {exc}; fix the TOML syntax") from exc
     defaults = LogDefaults()
     log = LogDefaults(
-        partitions=_as_int(_lookup(table, "log", "partitions", defaults.partitions), "log.partitions"),
+        partitions=_as_int(
+            _lookup(table, "log", "partitions", defaults.partitions), "log.partitions"
+        ),
         retention_ms=parse_duration_ms(
             _lookup(table, "log", "retention", defaults.retention_ms), "log.retention"
         ),

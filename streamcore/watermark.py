@@ -47,8 +47,9 @@ class Watermark:
         return self.completed and self.timestamp >= timestamp_ms
 
     def __str__(self) -> str:
-        when = datetime.fromtimestamp(self.timestamp / 1000, tz=UTC)
-        return f"{when:%Y-%m-%d %H:%M:%S}.{when.microsecond // 1000:03d}:{self.sequence}"
+        seconds, millis = divmod(self.timestamp, 1000)  # integers: a float loses the last ms
+        when = datetime.fromtimestamp(seconds, tz=UTC)
+        return f"{when:%Y-%m-%d %H:%M:%S}.{millis:03d}:{self.sequence}"
 
 
 LOWEST = Watermark(0)

@@ -12,7 +12,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from streamcore.errors import LogClosedError, LogExistsError, LogNotFoundError, TailerConflictError
+from streamcore.errors import (
+    ConfigError,
+    LogClosedError,
+    LogExistsError,
+    LogNotFoundError,
+    TailerConflictError,
+)
 from streamcore.log.api import LogAppender, LogManager, LogOffset, LogPartition, LogTailer
 from streamcore.log.partitioner import partition_for_key
 from streamcore.log.tailer import CursorTailer
@@ -81,7 +87,9 @@ class MemoryLogManager(LogManager):
         try:
             return self._logs[name]
         except KeyError:
-            raise LogNotFoundError(f"log {name} does not exist in this memory manager; create it first") from None
+            raise LogNotFoundError(
+                f"log {name} does not exist in this memory manager; create it first"
+            ) from None
 
     def exists(self, name: str | Name) -> bool:
         return Name.of(name) in self._logs
@@ -92,12 +100,13 @@ class MemoryLogManager(LogManager):
             if name in self._logs:
                 if partitions is not None and partitions != len(self._logs[name]):
                     raise LogExistsError(
-                        f"log {name} exists with {len(self._logs[name])} partitions, not {partitions}"
+                        f"log {name} exists with {len(self._logs[name])} partitions, not "
+                        f"{partitions}; delete it first or use its current size"
                     )
                 return False
             count = 4 if partitions is None else int(partitions)
             if not 1 <= count <= 1000:
-                raise ValueError(f"partitions must be 1..1000, got {count}")
+                raise ConfigError(f"cannot create {name}: partitions must be 1..1000, got {count}")
             self._logs[name] = [_Partition() for _ in range(count)]
             self._positions[name] = _Positions()
             return True
@@ -124,10 +133,12 @@ class MemoryLogManager(LogManager):
         return [0] * self.size(name)
 
     def committed(self, name: str | Name, group: str) -> list[int | None]:
+        size = self.size(name)
         positions = self._positions[Name.of(name)]
-        return [positions.committed(group, p) for p in range(self.size(name))]
+        return [positions.committed(group, p) for p in range(size)]
 
     def commit_position(self, partition: LogPartition, group: str, offset: int) -> None:
+        self._log(partition.name)
         self._positions[partition.name].commit(group, partition.partition, offset)
 
     def record_at(self, partition: LogPartition, offset: int) -> tuple[str, bytes, int] | None:
@@ -153,6 +164,9 @@ class MemoryLogManager(LogManager):
             partitions = [LogPartition(name, p) for p in range(self.size(name))]
         else:
             partitions = list(source)
+        for p in partitions:
+            if not 0 <= p.partition < self.size(p.name):
+                raise ValueError(f"{p.name} has no partition {p.partition}")
         with self._lock:
             if self._closed:
                 raise LogClosedError("the memory log manager is closed")
@@ -163,7 +177,11 @@ class MemoryLogManager(LogManager):
                     )
             cursors = {p: _MemoryCursor(self._log(p.name)[p.partition]) for p in partitions}
             tailer = CursorTailer(
-                group, cursors, lambda p: self._positions[p.name], codec, on_close=self._closed_tailer
+                group,
+                cursors,
+                lambda p: self._positions[p.name],
+                codec,
+                on_close=self._closed_tailer,
             )
             for p in partitions:
                 self._tailers[(group, p)] = tailer
@@ -201,20 +219,46 @@ class _MemoryAppender(LogAppender[Any]):
     def append(self, key: str, message: Any) -> LogOffset:
         return self.append_to(partition_for_key(key, self.size), key, message)
 
-    def append_to(self, partition: int, key: str, message: Any) -> LogOffset:
+    def _check(self, partition: int) -> None:
         if self._closed:
             raise LogClosedError(f"appender of {self.name} is closed")
         if not 0 <= partition < self.size:
             raise ValueError(f"{self.name} has partitions 0..{self.size - 1}, not {partition}")
+
+    def _encode(self, key: Any, message: Any) -> bytes:
+        if not isinstance(key, str):
+            raise TypeError(f"log keys must be str, got {type(key).__name__}")
         value = message if self.codec is None else self.codec.encode(message)
-        if not isinstance(value, bytes):
-            raise TypeError(f"log values must be bytes, got {type(value).__name__}; pass a codec")
+        if not isinstance(value, bytes | bytearray | memoryview):
+            raise TypeError(
+                f"log values must be bytes, got {type(value).__name__}; pass a codec to the "
+                "appender to encode messages"
+            )
+        return bytes(value)
+
+    def append_to(self, partition: int, key: str, message: Any) -> LogOffset:
+        return self.append_batch([(key, message)], partition=partition)[0]
+
+    def append_batch(
+        self, items: Sequence[tuple[str, Any]], *, partition: int | None = None
+    ) -> list[LogOffset]:
+        """All or nothing, like a local-log batch: every value is encoded before any is added."""
+        targets = [
+            partition if partition is not None else partition_for_key(k, self.size)
+            for k, _ in items
+        ]
+        for p in set(targets) or {0}:
+            self._check(p)
+        values = [self._encode(k, m) for k, m in items]
+        out = []
         with self.manager._lock:
-            records = self._partitions[partition].records
             self._last_ts = max(self._last_ts, time.time_ns() // 1_000_000)
-            offset = len(records)
-            records.append((offset, self._last_ts, key, value))
-        return LogOffset(LogPartition(self.name, partition), offset)
+            for p, (key, _), value in zip(targets, items, values, strict=True):
+                records = self._partitions[p].records
+                offset = len(records)
+                records.append((offset, self._last_ts, key, value))
+                out.append(LogOffset(LogPartition(self.name, p), offset))
+        return out
 
     def wait_for(self, offset: LogOffset, group: str, timeout: float) -> bool:
         deadline = time.monotonic() + timeout

@@ -20,7 +20,7 @@ def java_string_hash(value: str) -> int:
         for c in value.encode("ascii"):
             h = (31 * h + c) & 0xFFFFFFFF
     else:
-        data = value.encode("utf-16-be")
+        data = value.encode("utf-16-be", "surrogatepass")  # a lone surrogate is one unit in Java
         for i in range(0, len(data), 2):
             h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
     return h - 0x100000000 if h & 0x80000000 else h
@@ -49,7 +49,7 @@ def partitions_for_keys(keys: Sequence[str], partitions: int) -> np.ndarray:
         units = np.frombuffer(joined.encode("ascii"), dtype=np.uint8).astype(np.uint32)
         lengths = np.fromiter(map(len, keys), dtype=np.int64, count=count)
     else:
-        encoded = [k.encode("utf-16-le") for k in keys]
+        encoded = [k.encode("utf-16-le", "surrogatepass") for k in keys]
         units = np.frombuffer(b"".join(encoded), dtype="<u2").astype(np.uint32)
         lengths = np.fromiter((len(e) // 2 for e in encoded), dtype=np.int64, count=count)
     total = int(lengths.sum())

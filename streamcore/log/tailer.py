@@ -89,9 +89,11 @@ class CursorTailer(LogTailer[Any]):
                 return True
         return False
 
-    def _wait_fill(self, timeout: float) -> bool:
+    def _check_open(self) -> None:
         if self._closed:
             raise LogClosedError(f"tailer of group {self.group!r} is closed; create a new one")
+
+    def _wait_fill(self, timeout: float) -> bool:
         if self._fill():
             return True
         if timeout <= 0:
@@ -108,6 +110,7 @@ class CursorTailer(LogTailer[Any]):
             pause = min(pause * 2, _POLL_MAX)
 
     def read(self, timeout: float = 0.0) -> LogRecord[Any] | None:
+        self._check_open()
         if self._pending_i >= len(self._pending) and not self._wait_fill(timeout):
             return None
         offset, ts, key, value = self._pending[self._pending_i]
@@ -118,22 +121,32 @@ class CursorTailer(LogTailer[Any]):
         return LogRecord(message, partition, offset, ts, key)
 
     def read_batch(self, max_records: int, timeout: float = 0.0) -> list[LogRecord[Any]]:
+        self._check_open()
+        if max_records < 1:
+            raise ValueError(f"max_records must be at least 1, got {max_records}")
         if self._pending_i >= len(self._pending) and not self._wait_fill(timeout):
             return []
-        chunk = self._pending[self._pending_i : self._pending_i + max_records]
-        self._pending_i += len(chunk)
-        partition = self._pending_partition
-        self._read_pos[partition] = chunk[-1][0] + 1
         decode = self.codec.decode if self.codec is not None else None
-        if decode is None:
-            return [LogRecord(v, partition, o, t, k) for o, t, k, v in chunk]
-        return [LogRecord(decode(v), partition, o, t, k) for o, t, k, v in chunk]
+        out: list[LogRecord[Any]] = []
+        # Take whole fetched chunks (one per partition batch) until full or nothing is available.
+        while True:
+            chunk = self._pending[self._pending_i : self._pending_i + max_records - len(out)]
+            self._pending_i += len(chunk)
+            partition = self._pending_partition
+            self._read_pos[partition] = chunk[-1][0] + 1
+            if decode is None:
+                out += [LogRecord(v, partition, o, t, k) for o, t, k, v in chunk]
+            else:
+                out += [LogRecord(decode(v), partition, o, t, k) for o, t, k, v in chunk]
+            if len(out) >= max_records or not self._fill():
+                return out
 
     def read_arrow(self, max_records: int = 65536, timeout: float = 0.0) -> Any:
         """Raw records as a pyarrow RecordBatch with columns partition, offset, timestamp, key,
         value (no codec applied). Local-log batches are mapped without copying; None on timeout."""
         import pyarrow as pa
 
+        self._check_open()
         deadline = time.monotonic() + timeout
         while True:
             if self._pending_i < len(self._pending):
@@ -148,8 +161,14 @@ class CursorTailer(LogTailer[Any]):
                         "key": [c[2] for c in chunk],
                         "value": [c[3] for c in chunk],
                     },
-                    schema=pa.schema([("offset", pa.int64()), ("timestamp", pa.int64()),
-                                      ("key", pa.string()), ("value", pa.binary())]),
+                    schema=pa.schema(
+                        [
+                            ("offset", pa.int64()),
+                            ("timestamp", pa.int64()),
+                            ("key", pa.string()),
+                            ("value", pa.binary()),
+                        ]
+                    ),
                 )
                 return self._with_partition(batch, partition)
             count = len(self._partitions)
@@ -230,7 +249,9 @@ class CursorTailer(LogTailer[Any]):
 
     def reset(self, partition: LogPartition | None = None) -> None:
         self._drop_pending()
-        targets: Sequence[LogPartition] = [self._check(partition)] if partition else self._partitions
+        targets: Sequence[LogPartition] = (
+            [self._check(partition)] if partition else self._partitions
+        )
         for p in targets:
             self._seek(p, self._cursors[p].start_offset())
             self.commit_partition(p)

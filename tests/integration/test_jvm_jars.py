@@ -73,7 +73,10 @@ def test_local_spark_session_writes_delta_and_loads_kafka_source(tmp_path: Path)
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
     result = subprocess.run(
         [sys.executable, "-c", _SPARK_SCRIPT, ",".join(_jars("spark-jars")), str(tmp_path / "t")],
-        capture_output=True, text=True, timeout=300, env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "RESULT 5" in result.stdout

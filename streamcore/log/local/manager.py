@@ -22,6 +22,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from streamcore.config import FSYNC_MODES, StreamcoreConfig, load_config, parse_duration_ms
 from streamcore.errors import (
     ConfigError,
@@ -34,7 +36,7 @@ from streamcore.log.api import LogAppender, LogInfo, LogManager, LogOffset, LogP
 from streamcore.log.local.positions import PositionStore
 from streamcore.log.local.reader import PartitionCursor
 from streamcore.log.local.segment import list_segments, read_index, segment_name
-from streamcore.log.local.writer import PartitionWriter
+from streamcore.log.local.writer import PartitionWriter, check_types
 from streamcore.log.partitioner import partition_for_key, partitions_for_keys
 from streamcore.log.tailer import CursorTailer
 from streamcore.names import Name
@@ -44,7 +46,9 @@ _METADATA = "metadata.json"
 
 
 class LocalLogManager(LogManager):
-    def __init__(self, root: str | Path | None = None, config: StreamcoreConfig | None = None) -> None:
+    def __init__(
+        self, root: str | Path | None = None, config: StreamcoreConfig | None = None
+    ) -> None:
         self.config = config or load_config()
         self.root = Path(root) if root is not None else self.config.log_dir
         self.root.mkdir(parents=True, exist_ok=True)
@@ -82,7 +86,9 @@ class LocalLogManager(LogManager):
             "partitions": partitions,
             "retention_ms": parse_duration_ms(options.get("retention", defaults.retention_ms)),
             "segment_bytes": int(options.get("segment_bytes", defaults.segment_bytes)),
-            "segment_roll_ms": parse_duration_ms(options.get("segment_roll", defaults.segment_roll_ms)),
+            "segment_roll_ms": parse_duration_ms(
+                options.get("segment_roll", defaults.segment_roll_ms)
+            ),
             "fsync": options.get("fsync", defaults.fsync),
             "created": datetime.now(UTC).isoformat(timespec="seconds"),
             "format": 1,
@@ -134,11 +140,14 @@ class LocalLogManager(LogManager):
             if not self.exists(name):
                 return False
             busy = [k for k in self._tailers if k[1].name == name]
-            if busy or any(k[0] == name for k in self._writers):
+            if busy or any(a.name == name and not a.closed for a in self._appenders):
                 raise LogExistsError(
                     f"log {name} is in use in this process (appender or tailer open); close them "
                     "before deleting it"
                 )
+            # Writers outlive the appenders that opened them; nobody uses these any more.
+            for key in [k for k in self._writers if k[0] == name]:
+                self._writers.pop(key).close()
             shutil.rmtree(self.folder(name))
             self._metadata.pop(name, None)
             return True
@@ -257,6 +266,7 @@ class LocalLogManager(LogManager):
         self._meta(name)
         appender = LocalAppender(self, name, codec)
         with self._lock:
+            self._appenders = [a for a in self._appenders if not a.closed]
             self._appenders.append(appender)
         return appender
 
@@ -361,7 +371,9 @@ class LocalAppender(LogAppender[Any]):
         if not items:
             return []
         keys = [k for k, _ in items]
-        values = [self._encode(m) for _, m in items] if self.codec else [m for _, m in items]
+        values = (
+            [self._encode(m) for _, m in items] if self.codec is not None else [m for _, m in items]
+        )
         if partition is not None:
             self._check(partition)
             base = self.manager._writer(self.name, partition).append(keys, values, timestamps)
@@ -369,6 +381,10 @@ class LocalAppender(LogAppender[Any]):
             return [LogOffset(lp, base + i) for i in range(len(items))]
         self._check(0)
         targets = partitions_for_keys(keys, self._size).tolist()
+        if len(set(targets)) > 1:
+            # One batch per partition: validate everything first so a bad item writes nothing.
+            check_types(keys, values)
+            self.manager._writer(self.name, targets[0]).check_record_sizes(values)
         out: list[LogOffset | None] = [None] * len(items)
         for p in sorted(set(targets)):
             idx = [i for i, t in enumerate(targets) if t == p]
@@ -385,7 +401,6 @@ class LocalAppender(LogAppender[Any]):
         """Append pyarrow string/binary arrays as one batch without per-record Python work;
         returns the first offset. The fast path for bulk loads."""
         import pyarrow as pa
-        import pyarrow.compute as pc
 
         self._check(partition)
         if len(keys) != len(values):
@@ -394,25 +409,26 @@ class LocalAppender(LogAppender[Any]):
             raise ValueError("keys and values must not be null; use '' / b'' instead")
 
         def columns(array: Any) -> tuple[Any, Any]:
+            if isinstance(array, pa.ChunkedArray):
+                array = array.combine_chunks()
             array = array.cast(pa.binary()) if array.type != pa.binary() else array
             _, offsets, data = array.buffers()
-            start = array.offset
-            view = memoryview(offsets).cast("i")[start : start + len(array) + 1]
-            first = view[0] if len(array) else 0
+            count = len(array)
+            if not count:
+                return np.zeros(1, dtype=np.int32), b""
+            # A sliced array starts at `array.offset` and its offsets need not start at 0.
+            view = np.frombuffer(offsets, dtype=np.int32, count=count + 1, offset=array.offset * 4)
+            first, last = int(view[0]), int(view[-1])
             if first:
-                rebased = pc.subtract(
-                    pa.Array.from_buffers(pa.int32(), len(array) + 1, [None, offsets], offset=start),
-                    first,
-                )
-                return rebased.buffers()[1], memoryview(data)[first : view[-1]]
-            return memoryview(offsets)[start * 4 : (start + len(array) + 1) * 4], memoryview(data)[
-                : view[-1] if len(array) else 0
-            ]
+                view = view - np.int32(first)
+            return view, (memoryview(data)[first:last] if data is not None else b"")
 
         key_offsets, key_bytes = columns(keys)
         value_offsets, value_bytes = columns(values)
         writer = self.manager._writer(self.name, partition)
-        return writer.append_columns(len(values), key_offsets, key_bytes, value_offsets, value_bytes)
+        return writer.append_columns(
+            len(values), key_offsets, key_bytes, value_offsets, value_bytes
+        )
 
     def wait_for(self, offset: LogOffset, group: str, timeout: float) -> bool:
         import time

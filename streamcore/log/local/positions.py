@@ -74,6 +74,8 @@ class PositionStore:
 
     def groups(self) -> list[str]:
         try:
-            return sorted(Name.of_id(d).urn for d in os.listdir(self.folder) if not d.startswith("."))
+            return sorted(
+                Name.of_id(d).urn for d in os.listdir(self.folder) if not d.startswith(".")
+            )
         except FileNotFoundError:
             return []

@@ -2,9 +2,10 @@
 
 It serves only batches whose checksum holds. A batch that is incomplete or fails its checksum at the
 very end of the newest segment is a write in progress (or a torn tail awaiting the writer's
-recovery): the cursor waits for it rather than serving it. A bad batch followed by more data is real
-corruption and raises `CorruptLogError`. If retention deleted the records a cursor was about to read,
-it continues from the oldest retained record and counts the skipped records in `lost`.
+recovery): the cursor waits for it rather than serving it. A bad batch followed by a valid one, or
+at the end of a segment that a newer one follows, is real corruption and raises `CorruptLogError`.
+If retention deleted the records a cursor was about to read, it continues from the oldest retained
+record and counts the skipped records in `lost` (each purged offset once).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from streamcore.log.local.segment import (
     INDEX_SUFFIX,
     Batch,
     check_crc,
+    find_valid_batch,
     list_segments,
     parse_header,
     read_index,
@@ -36,8 +38,10 @@ class PartitionCursor:
         self.folder = folder
         self.label = label
         self.lost = 0
+        self._lost_upto = 0
         self._fd = -1
         self._segment_base = -1
+        self._expected = 0
         self._file_pos = 0
         self._buf = b""
         self._buf_pos = 0
@@ -67,19 +71,30 @@ class PartitionCursor:
         offset, pos = entries[-1] if entries else (base, 0)
         try:
             with open(path, "rb") as f:
-                f.seek(pos)
-                data = f.read()
+                data = b""
+                if 0 < pos < os.fstat(f.fileno()).st_size and base <= offset:  # a hint: verify
+                    f.seek(pos)
+                    data = f.read()
+                    header = parse_header(data, 0)
+                    if header is None or header.base_offset != offset:
+                        data = b""
+                if not data:
+                    offset = base
+                    f.seek(0)
+                    data = f.read()
         except FileNotFoundError:
             return base
-        header = parse_header(data, 0)
-        if header is None or header.base_offset != offset:
-            offset, pos = base, 0
-            with open(path, "rb") as f:
-                data = f.read()
+        view = memoryview(data)
         cur = 0
-        while (header := parse_header(data, cur)) is not None and cur + header.size <= len(data):
+        while (header := parse_header(view, cur)) is not None and cur + header.size <= len(data):
+            end = cur + header.size
+            if header.base_offset != offset or not check_crc(
+                header, view[cur : cur + HEADER_SIZE], view[cur + HEADER_SIZE : end]
+            ):
+                break  # a torn tail: never served, truncated by the next writer
             offset = header.next_offset
-            cur += header.size
+            cur = end
+        view.release()
         return offset
 
     def seek(self, offset: int) -> None:
@@ -96,23 +111,32 @@ class PartitionCursor:
         entries = read_index(self.folder / f"{segments[i]:020d}{INDEX_SUFFIX}")
         j = bisect.bisect_right([e[0] for e in entries], offset) - 1
         if j >= 0 and self._header_at(entries[j][1], entries[j][0]):
-            self._file_pos = entries[j][1]
+            self._file_pos, self._expected = entries[j][1], entries[j][0]
         self._batch = None
         self._position = offset
         # Skip whole batches before the target, then position inside the batch that holds it.
         while True:
             header = self._peek_header()
-            if header is None or header.next_offset > offset:
+            if header is None or header.base_offset != self._expected:
+                break  # the end, or bytes that reading will judge
+            if header.next_offset > offset:
                 break
             self._file_pos += header.size
+            self._expected = header.next_offset
             if self._file_pos >= self._file_size() and not self._advance_segment():
                 break
 
     def _report_loss(self, wanted: int, oldest: int) -> None:
-        self.lost += oldest - wanted
+        # Count each purged offset once, however often this cursor is sent back before it.
+        self.lost += max(0, oldest - max(wanted, self._lost_upto))
+        self._lost_upto = max(self._lost_upto, oldest)
         logger.error(
             "%s: records %d..%d were purged by retention before being read; records have been "
-            "lost, continuing from offset %d", self.label, wanted, oldest - 1, oldest,
+            "lost, continuing from offset %d",
+            self.label,
+            wanted,
+            oldest - 1,
+            oldest,
         )
 
     def to_start(self) -> None:
@@ -137,11 +161,13 @@ class PartitionCursor:
         return batch, start
 
     def next_records(self, max_records: int) -> list[tuple[int, int, str, bytes]]:
-        found = self.next_batch()
-        if found is None:
-            return []
-        batch, start = found
-        records = batch.records(start)
+        records: list[tuple[int, int, str, bytes]] = []
+        while not records:  # an empty batch must not look like the end of the partition
+            found = self.next_batch()
+            if found is None:
+                return []
+            batch, start = found
+            records = batch.records(start)
         if len(records) > max_records:
             # Keep the rest for the next call: re-seek inside the same batch.
             self._batch = batch
@@ -170,13 +196,15 @@ class PartitionCursor:
         values = pa.Array.from_buffers(
             pa.binary(), n, [None, offsets_v, body.slice(batch.value_start)], offset=start
         )
-        offsets = pa.array(range(batch.base_offset + start, batch.base_offset + start + n),
-                           type=pa.int64())
+        offsets = pa.array(
+            range(batch.base_offset + start, batch.base_offset + start + n), type=pa.int64()
+        )
         if batch.timestamps is None:
             ts = pa.repeat(pa.scalar(batch.first_ts, pa.int64()), n)
         else:
-            ts = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(batch.timestamps)],
-                                       offset=start)
+            ts = pa.Array.from_buffers(
+                pa.int64(), n, [None, pa.py_buffer(batch.timestamps)], offset=start
+            )
         return pa.RecordBatch.from_arrays(
             [offsets, ts, keys, values], names=["offset", "timestamp", "key", "value"]
         )
@@ -188,14 +216,23 @@ class PartitionCursor:
                 data = (self.folder / segment_name(base)).read_bytes()
             except FileNotFoundError:
                 continue
-            pos = 0
-            while (header := parse_header(data, pos)) is not None and pos + header.size <= len(data):
+            pos, expected = 0, base
+            view = memoryview(data)
+            while (header := parse_header(data, pos)) is not None and pos + header.size <= len(
+                data
+            ):
+                if header.base_offset != expected:
+                    break  # stale bytes of a torn tail
                 if header.last_ts >= timestamp_ms:
-                    batch = Batch(header, memoryview(data)[pos + HEADER_SIZE : pos + header.size])
+                    body = view[pos + HEADER_SIZE : pos + header.size]
+                    if not check_crc(header, view[pos : pos + HEADER_SIZE], body):
+                        break  # torn tail (or corruption, which reading reports)
+                    batch = Batch(header, body)
                     for i in range(batch.count):
                         if batch.timestamp(i) >= timestamp_ms:
                             return batch.base_offset + i
                 pos += header.size
+                expected = header.next_offset
         return None
 
     # -- internals ----------------------------------------------------------------------------
@@ -212,6 +249,7 @@ class PartitionCursor:
             self._fd = os.open(self.folder / segment_name(segments[0]), os.O_RDONLY)
             base = segments[0]
         self._segment_base = base
+        self._expected = base  # base offset of the batch expected at _file_pos
         self._file_pos = 0
         self._buf = b""
         self._buf_pos = 0
@@ -227,6 +265,8 @@ class PartitionCursor:
     def _bytes(self, pos: int, n: int) -> memoryview | None:
         """`n` bytes at file position `pos` through a read-ahead buffer; None if not yet written."""
         if pos < self._buf_pos or pos + n > self._buf_pos + len(self._buf):
+            if pos + n > self._file_size():
+                return None  # not written yet: don't read a partial batch over and over
             self._buf = os.pread(self._fd, max(n, _CHUNK), pos)
             self._buf_pos = pos
             if len(self._buf) < n:
@@ -235,6 +275,8 @@ class PartitionCursor:
         return memoryview(self._buf)[start : start + n]
 
     def _header_at(self, pos: int, expected_base: int) -> bool:
+        if pos < 0:
+            return False  # a damaged index
         raw = self._bytes(pos, HEADER_SIZE)
         header = parse_header(raw) if raw is not None else None
         return header is not None and header.base_offset == expected_base
@@ -256,6 +298,10 @@ class PartitionCursor:
             return False
         if self._file_pos < self._file_size():
             return False  # bytes were appended before the roll: read them first
+        if later[0] > self._position:
+            # Retention purged the segment(s) between this one and the next we can open.
+            self._report_loss(self._position, later[0])
+            self._position = later[0]
         self._open(later[0])
         return True
 
@@ -265,30 +311,80 @@ class PartitionCursor:
                 self.seek(self._position)
                 if self._fd < 0:
                     return None
-            raw = self._bytes(self._file_pos, HEADER_SIZE)
+            pos = self._file_pos
+            raw = self._bytes(pos, HEADER_SIZE)
             if raw is None:
                 if self._advance_segment():
                     continue
+                size = self._file_size()
+                if pos >= size:
+                    return None  # nothing new
+                if self._not_ready(f"{size - pos} stray bytes at byte {pos}", scan=False):
+                    continue
                 return None
             header = parse_header(raw)
-            size = self._file_size()
             if header is None:
-                if self._file_pos + HEADER_SIZE >= size:
-                    return None
-                raise CorruptLogError(self._corrupt(f"no valid batch header at byte {self._file_pos}"))
-            data = self._bytes(self._file_pos, header.size)
+                if self._not_ready(f"no valid batch header at byte {pos}"):
+                    continue
+                return None
+            data = self._bytes(pos, header.size)
             if data is None:
+                if self._not_ready(f"batch at byte {pos} is cut short", scan=False):
+                    continue
                 return None  # the rest of the batch is still being written
             if not check_crc(header, data[:HEADER_SIZE], data[HEADER_SIZE:]):
-                if self._file_pos + header.size >= size:
-                    return None  # write in progress, or a torn tail the writer will truncate
-                raise CorruptLogError(
-                    self._corrupt(f"batch at byte {self._file_pos} fails its checksum")
-                )
+                if self._not_ready(f"batch at byte {pos} fails its checksum"):
+                    continue
+                return None
+            if header.base_offset != self._expected:  # stale bytes, valid in themselves
+                what = f"batch at byte {pos} starts at offset {header.base_offset}, "
+                if self._not_ready(what + f"expected {self._expected}"):
+                    continue
+                return None
             self._file_pos += header.size
-            if header.next_offset <= self._position:
+            self._expected = header.next_offset
+            if header.count == 0 or header.next_offset <= self._position:
                 continue
             return Batch(header, data[HEADER_SIZE:])
+
+    def _not_ready(self, what: str, scan: bool = True) -> bool:
+        """The bytes at the read position are not a complete, valid batch. True: read again;
+        False: this is the unfinished end of the newest segment (a write in progress, or a torn
+        tail that the next writer truncates), so there is nothing to serve yet. Raises
+        `CorruptLogError` when valid data follows the bad bytes."""
+        pos = self._file_pos
+        # Never trust buffered bytes here again: a recovering writer truncates and rewrites them.
+        self._buf, self._buf_pos = b"", 0
+        if self._intact_at(pos):
+            return True
+        if scan:
+            size = self._file_size()
+            rest = os.pread(self._fd, size - pos - 1, pos + 1) if size > pos + 1 else b""
+            if find_valid_batch(rest, 0, self._expected) is not None:
+                raise CorruptLogError(self._corrupt(what))
+        segments = list_segments(self.folder)
+        if not any(b > self._segment_base for b in segments):
+            return False
+        # The writer rolled, so this segment was complete before the next one was created.
+        if self._intact_at(pos) or self._file_size() - pos == 0:
+            return True
+        raise CorruptLogError(self._corrupt(f"{what}, and a newer segment follows"))
+
+    def _intact_at(self, pos: int) -> bool:
+        """Whether the expected batch is on disk at `pos`, complete and valid (bypassing the read
+        buffer)."""
+        raw = os.pread(self._fd, HEADER_SIZE, pos)
+        header = parse_header(raw)
+        if (
+            header is None
+            or header.base_offset != self._expected
+            or pos + header.size > self._file_size()
+        ):
+            return False
+        data = os.pread(self._fd, header.size, pos)
+        return len(data) == header.size and check_crc(
+            header, data[:HEADER_SIZE], data[HEADER_SIZE:]
+        )
 
     def _corrupt(self, what: str) -> str:
         return (

@@ -24,8 +24,8 @@ import os
 import struct
 import zlib
 from array import array
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -91,8 +91,14 @@ def encode_batch(
         raise RecordTooLargeError("a batch holds more than 2 GiB of data; append smaller batches")
     value_bytes = b"".join(values)
     return _assemble(
-        base_offset, len(values), key_offsets.data, value_offsets.data, key_bytes, value_bytes,
-        timestamp, timestamps,
+        base_offset,
+        len(values),
+        key_offsets.data,
+        value_offsets.data,
+        key_bytes,
+        value_bytes,
+        timestamp,
+        timestamps,
     )
 
 
@@ -140,8 +146,9 @@ def _assemble(
             f"a batch of {count} records is {body_len} bytes, over the 1 GiB batch limit; "
             "append it in smaller batches"
         )
-    prefix = struct.pack("<4sBBHqIqqI", MAGIC, VERSION, flags, 0, base_offset, count, first_ts,
-                         last_ts, body_len)
+    prefix = struct.pack(
+        "<4sBBHqIqqI", MAGIC, VERSION, flags, 0, base_offset, count, first_ts, last_ts, body_len
+    )
     crc = zlib.crc32(prefix)
     for p in parts:
         crc = zlib.crc32(p, crc)
@@ -180,15 +187,27 @@ def parse_header(buf: bytes | memoryview, pos: int = 0) -> BatchHeader | None:
     return BatchHeader(base, count, first_ts, last_ts, body_len, crc, flags)
 
 
-def check_crc(header: BatchHeader, header_bytes: bytes | memoryview, body: bytes | memoryview) -> bool:
+def check_crc(
+    header: BatchHeader, header_bytes: bytes | memoryview, body: bytes | memoryview
+) -> bool:
     return zlib.crc32(body, zlib.crc32(header_bytes[:_CRC_SPAN])) == header.crc
 
 
 class Batch:
     """A decoded batch: column views over its body (no copies until a record is materialised)."""
 
-    __slots__ = ("base_offset", "body", "count", "first_ts", "flags", "key_offsets", "key_start",
-                 "timestamps", "value_offsets", "value_start")
+    __slots__ = (
+        "base_offset",
+        "body",
+        "count",
+        "first_ts",
+        "flags",
+        "key_offsets",
+        "key_start",
+        "timestamps",
+        "value_offsets",
+        "value_start",
+    )
 
     def __init__(self, header: BatchHeader, body: memoryview) -> None:
         count = header.count
@@ -226,16 +245,47 @@ class Batch:
         if self.timestamps is None:
             ts = self.first_ts
             return [
-                (base + i, ts, keys[ko[i] - kbase : ko[i + 1] - kbase].decode(),
-                 values[vo[i] - vbase : vo[i + 1] - vbase])
+                (
+                    base + i,
+                    ts,
+                    keys[ko[i] - kbase : ko[i + 1] - kbase].decode(),
+                    values[vo[i] - vbase : vo[i + 1] - vbase],
+                )
                 for i in range(start, self.count)
             ]
         tss = self.timestamps
         return [
-            (base + i, tss[i], keys[ko[i] - kbase : ko[i + 1] - kbase].decode(),
-             values[vo[i] - vbase : vo[i + 1] - vbase])
+            (
+                base + i,
+                tss[i],
+                keys[ko[i] - kbase : ko[i + 1] - kbase].decode(),
+                values[vo[i] - vbase : vo[i + 1] - vbase],
+            )
             for i in range(start, self.count)
         ]
+
+
+def find_valid_batch(data: bytes, start: int, min_offset: int) -> int | None:
+    """Position of the first complete, checksum-valid batch at or after `start` in `data` whose
+    base offset is at least `min_offset`, or None. Bytes before such a batch are not a torn tail
+    (a crash only ever damages the end of a segment): they are corruption in the middle."""
+    view = memoryview(data)
+    try:
+        pos = data.find(MAGIC, start)
+        while pos != -1:
+            header = parse_header(view, pos)
+            end = pos + header.size if header is not None else 0
+            if (
+                header is not None
+                and header.base_offset >= min_offset
+                and end <= len(data)
+                and check_crc(header, view[pos : pos + HEADER_SIZE], view[pos + HEADER_SIZE : end])
+            ):
+                return pos
+            pos = data.find(MAGIC, pos + 1)
+        return None
+    finally:
+        view.release()
 
 
 @dataclass(slots=True)
@@ -246,6 +296,7 @@ class ScanResult:
     batches: int
     index: list[tuple[int, int]]  # sparse (base_offset, position)
     bad_reason: str | None  # why scanning stopped before the end of file, if it did
+    valid_after: int | None = None  # position of a valid batch beyond the bad bytes, if any
 
 
 def scan_segment(path: Path, base_offset: int, index_every: int) -> ScanResult:
@@ -266,7 +317,9 @@ def scan_segment(path: Path, base_offset: int, index_every: int) -> ScanResult:
             reason = f"batch at byte {pos} is cut short ({len(data) - pos} of {header.size} bytes)"
             break
         if header.base_offset != expected:
-            reason = f"batch at byte {pos} starts at offset {header.base_offset}, expected {expected}"
+            reason = (
+                f"batch at byte {pos} starts at offset {header.base_offset}, expected {expected}"
+            )
             break
         if not check_crc(header, view[pos : pos + HEADER_SIZE], view[pos + HEADER_SIZE : end]):
             reason = f"batch at byte {pos} (offset {expected}) fails its checksum"
@@ -280,7 +333,8 @@ def scan_segment(path: Path, base_offset: int, index_every: int) -> ScanResult:
         batches += 1
         pos = end
     view.release()
-    return ScanResult(pos, expected, last_ts, batches, index, reason)
+    valid_after = find_valid_batch(data, pos + 1, expected) if reason else None
+    return ScanResult(pos, expected, last_ts, batches, index, reason, valid_after)
 
 
 def read_index(path: Path) -> list[tuple[int, int]]:

@@ -22,7 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
-from streamcore.errors import LogClosedError, LogLockedError, RecordTooLargeError
+from streamcore.errors import (
+    CorruptLogError,
+    LogClosedError,
+    LogLockedError,
+    RecordTooLargeError,
+)
 from streamcore.log.local.segment import (
     INDEX_SUFFIX,
     encode_batch,
@@ -39,6 +44,19 @@ _BATCH_FSYNC_INTERVAL = 1.0
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def check_types(keys: Sequence[object], values: Sequence[object]) -> None:
+    """TypeError naming the first key that is not a str or value that is not bytes-like."""
+    for k in keys:
+        if not isinstance(k, str):
+            raise TypeError(f"log keys must be str, got {type(k).__name__}")
+    for v in values:
+        if not isinstance(v, bytes | bytearray | memoryview):
+            raise TypeError(
+                f"log values must be bytes, got {type(v).__name__}; pass a codec to the "
+                "appender to encode messages"
+            )
 
 
 def fsync_dir(folder: Path) -> None:
@@ -106,11 +124,22 @@ class PartitionWriter:
         path = self.folder / segment_name(base)
         result = scan_segment(path, base, INDEX_EVERY)
         size = path.stat().st_size
+        if result.valid_after is not None:
+            raise CorruptLogError(
+                f"{self.label}: segment {path.name} is corrupt at byte {result.valid_end} "
+                f"({result.bad_reason}) but valid batches follow at byte {result.valid_after}, so "
+                "this is not a torn tail and the writer will not truncate it; restore the segment "
+                f"from a backup, or drop everything from offset {result.next_offset} on with "
+                f"`truncate -s {result.valid_end} {path}`"
+            )
         if result.valid_end < size:
             logger.warning(
                 "%s: truncating %d bytes at the tail of %s (%s); records after offset %d were "
                 "never acknowledged as durable and are dropped",
-                self.label, size - result.valid_end, path.name, result.bad_reason,
+                self.label,
+                size - result.valid_end,
+                path.name,
+                result.bad_reason,
                 result.next_offset,
             )
             with open(path, "r+b") as f:
@@ -174,24 +203,23 @@ class PartitionWriter:
         """Append one batch; returns the offset of its first record."""
         with self._mutex:
             self._check_open()
+            if not values and not keys:
+                return self._next_offset
             ts = self._timestamp()
             try:
                 parts, size = encode_batch(self._next_offset, keys, values, ts, timestamps)
             except TypeError:
-                bad = next((v for v in values if not isinstance(v, bytes | bytearray | memoryview)), None)
-                raise TypeError(
-                    f"log values must be bytes, got {type(bad).__name__}; pass a codec to the "
-                    "appender to encode messages"
-                ) from None
+                check_types(keys, values)
+                raise
             self._check_sizes(values, size)
             return self._write(parts, size, len(values), ts)
 
-    def append_columns(
-        self, count: int, key_offsets, key_bytes, value_offsets, value_bytes
-    ) -> int:
+    def append_columns(self, count: int, key_offsets, key_bytes, value_offsets, value_bytes) -> int:
         """Append one batch given as Arrow-style columns (no per-record Python work)."""
         with self._mutex:
             self._check_open()
+            if not count:
+                return self._next_offset  # an empty batch would only make readers stop early
             ts = self._timestamp()
             parts, size = encode_columns(
                 self._next_offset, count, key_offsets, key_bytes, value_offsets, value_bytes, ts
@@ -211,6 +239,9 @@ class PartitionWriter:
     def _check_sizes(self, values: Sequence[bytes], size: int) -> None:
         if size <= self.max_record_bytes:
             return
+        self.check_record_sizes(values)
+
+    def check_record_sizes(self, values: Sequence[bytes]) -> None:
         largest = max(map(len, values), default=0)
         if largest > self.max_record_bytes:
             raise RecordTooLargeError(self._too_large(largest))
@@ -278,8 +309,12 @@ class PartitionWriter:
             (self.folder / f"{base:020d}{INDEX_SUFFIX}").unlink(missing_ok=True)
             removed.append(base)
         if removed:
-            logger.info("%s: retention purged %d segment(s) up to offset %d",
-                        self.label, len(removed), self._first_kept())
+            logger.info(
+                "%s: retention purged %d segment(s) up to offset %d",
+                self.label,
+                len(removed),
+                self._first_kept(),
+            )
         return removed
 
     def _first_kept(self) -> int:

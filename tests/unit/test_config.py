@@ -1,0 +1,226 @@
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from streamcore.config import (
+    PROJECT_ROOT,
+    LogDefaults,
+    StreamcoreConfig,
+    load_config,
+    parse_duration_ms,
+)
+from streamcore.errors import ConfigError
+
+DAY = 86_400_000
+
+
+@pytest.fixture
+def toml_file(tmp_path: Path) -> Callable[[str], Path]:
+    """`toml_file(text)` writes a configuration file and returns its path."""
+
+    def write(text: str) -> Path:
+        path = tmp_path / "streamcore.toml"
+        path.write_text(text)
+        return path
+
+    return write
+
+
+@pytest.fixture
+def env(clean_env: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    return clean_env
+
+
+FULL = """
+home = "/srv/streamcore"
+[log]
+partitions = 8
+retention = "2d"
+segment_bytes = 1048576
+segment_roll = "12h"
+fsync = "batch"
+max_record_bytes = 2048
+[codec]
+default = "json"
+schemas_dir = "/opt/schemas"
+schema_registry_url = "http://registry:8081"
+"""
+
+
+class TestDurations:
+    @pytest.mark.parametrize(
+        ("text", "ms"),
+        [
+            ("4d", 4 * DAY),
+            ("12h", 12 * 3_600_000),
+            ("5m", 300_000),
+            ("30s", 30_000),
+            ("500ms", 500),
+            ("30", 30_000),
+            (" 2 s ", 2_000),
+            ("0", 0),
+            (1500, 1500),
+        ],
+    )
+    def test_parse(self, text: str | int, ms: int) -> None:
+        assert parse_duration_ms(text) == ms
+
+    @pytest.mark.parametrize("text", ["4 days", "1.5h", "-1s", "", "d", "10w", "ms500"])
+    def test_invalid_duration_names_the_setting_and_the_fix(self, text: str) -> None:
+        with pytest.raises(
+            ConfigError, match=r"invalid log\.retention .*use a number with a unit ms\|s\|m\|h\|d"
+        ):
+            parse_duration_ms(text, "log.retention")
+
+
+class TestFile:
+    def test_values_from_toml(self, env: pytest.MonkeyPatch, toml_file) -> None:
+        config = load_config(toml_file(FULL))
+        assert config.home == Path("/srv/streamcore")
+        assert config.log == LogDefaults(
+            partitions=8,
+            retention_ms=2 * DAY,
+            segment_bytes=1048576,
+            segment_roll_ms=12 * 3_600_000,
+            fsync="batch",
+            max_record_bytes=2048,
+        )
+        assert config.default_codec == "json"
+        assert config.schemas_dir == Path("/opt/schemas")
+        assert config.schema_registry_url == "http://registry:8081"
+        assert config.log_dir == Path("/srv/streamcore/log")
+        assert config.registry_dir == Path("/srv/streamcore/schema-registry")
+        assert config.source == toml_file(FULL)
+
+    def test_defaults_for_missing_keys(self, env: pytest.MonkeyPatch, toml_file) -> None:
+        config = load_config(toml_file(""))
+        assert config.log == LogDefaults()
+        assert config.log.retention_ms == 4 * DAY
+        assert config.log.fsync == "none"
+        assert config.log.partitions == 4
+        assert config.default_codec == "avro"
+        assert config.schemas_dir == PROJECT_ROOT / "include" / "schemas"
+
+    def test_relative_home_resolves_against_working_directory(
+        self, env: pytest.MonkeyPatch, toml_file, tmp_path: Path
+    ) -> None:
+        env.chdir(tmp_path)
+        assert load_config(toml_file('home = "./somewhere"')).home == tmp_path / "somewhere"
+
+    def test_relative_schemas_dir_resolves_against_project_root(
+        self, env: pytest.MonkeyPatch, toml_file
+    ) -> None:
+        config = load_config(toml_file('[codec]\nschemas_dir = "include/schemas"'))
+        assert config.schemas_dir == PROJECT_ROOT / "include" / "schemas"
+
+    def test_project_file_is_valid(self, env: pytest.MonkeyPatch) -> None:
+        config = load_config(PROJECT_ROOT / "include" / "streamcore.toml")
+        assert config.log.retention_ms == 4 * DAY
+        assert config.log.segment_roll_ms == DAY
+
+    def test_streamcore_config_variable_selects_the_file(
+        self, env: pytest.MonkeyPatch, toml_file
+    ) -> None:
+        env.setenv("STREAMCORE_CONFIG", str(toml_file(FULL)))
+        assert load_config().log.partitions == 8
+
+    def test_streamcore_config_pointing_nowhere(self, env: pytest.MonkeyPatch, tmp_path) -> None:
+        env.setenv("STREAMCORE_CONFIG", str(tmp_path / "missing.toml"))
+        with pytest.raises(ConfigError, match=r"STREAMCORE_CONFIG points to .*missing\.toml"):
+            load_config()
+
+    def test_bad_toml_syntax(self, env: pytest.MonkeyPatch, toml_file) -> None:
+        with pytest.raises(ConfigError, match=r"cannot read config .*fix the TOML syntax"):
+            load_config(toml_file("[log\npartitions = 3"))
+
+    def test_section_that_is_not_a_table(self, env: pytest.MonkeyPatch, toml_file) -> None:
+        with pytest.raises(ConfigError, match=r"\[log\] .* must be a table"):
+            load_config(toml_file('log = "fast"'))
+
+    def test_keyword_overrides_win_over_everything(
+        self, env: pytest.MonkeyPatch, toml_file, tmp_path: Path
+    ) -> None:
+        env.setenv("STREAMCORE_HOME", "/from/env")
+        config = load_config(toml_file(FULL), home=tmp_path / "h", default_codec="avro-json")
+        assert config.home == tmp_path / "h"
+        assert config.default_codec == "avro-json"
+
+
+class TestEnvironment:
+    def test_env_overrides_toml(self, env: pytest.MonkeyPatch, toml_file, tmp_path: Path) -> None:
+        env.setenv("STREAMCORE_LOG_FSYNC", "always")
+        env.setenv("STREAMCORE_HOME", str(tmp_path / "home"))
+        env.setenv("STREAMCORE_LOG_RETENTION", "500ms")
+        env.setenv("STREAMCORE_LOG_SEGMENT_ROLL", "1h")
+        env.setenv("STREAMCORE_LOG_PARTITIONS", "3")
+        env.setenv("STREAMCORE_LOG_SEGMENT_BYTES", "8192")
+        env.setenv("STREAMCORE_LOG_MAX_RECORD_BYTES", "99")
+        env.setenv("STREAMCORE_CODEC_DEFAULT", "avro-binary")
+        config = load_config(toml_file(FULL))
+        assert config.log == LogDefaults(
+            partitions=3,
+            retention_ms=500,
+            segment_bytes=8192,
+            segment_roll_ms=3_600_000,
+            fsync="always",
+            max_record_bytes=99,
+        )
+        assert config.home == tmp_path / "home"
+        assert config.default_codec == "avro-binary"
+
+    def test_env_value_is_case_insensitive_for_fsync(
+        self, env: pytest.MonkeyPatch, toml_file
+    ) -> None:
+        env.setenv("STREAMCORE_LOG_FSYNC", "ALWAYS")
+        assert load_config(toml_file("")).log.fsync == "always"
+
+    def test_env_works_without_file_keys(self, env: pytest.MonkeyPatch, toml_file) -> None:
+        env.setenv("STREAMCORE_LOG_RETENTION", "4d")
+        assert load_config(toml_file("")).log.retention_ms == 4 * DAY
+
+    @pytest.mark.parametrize(
+        ("var", "value", "message"),
+        [
+            ("STREAMCORE_LOG_FSYNC", "sometimes", r"log\.fsync is 'sometimes'; use one of none, "),
+            (
+                "STREAMCORE_LOG_PARTITIONS",
+                "many",
+                r"log\.partitions must be an integer, got 'many'",
+            ),
+            ("STREAMCORE_LOG_PARTITIONS", "0", r"log\.partitions is 0; use 1\.\.1000"),
+            ("STREAMCORE_LOG_PARTITIONS", "1001", r"log\.partitions is 1001; use 1\.\.1000"),
+            (
+                "STREAMCORE_LOG_SEGMENT_BYTES",
+                "100",
+                r"log\.segment_bytes is 100; use at least 4096",
+            ),
+            ("STREAMCORE_LOG_SEGMENT_BYTES", "1MiB", r"log\.segment_bytes must be an integer"),
+            ("STREAMCORE_LOG_RETENTION", "4 days", r"invalid log\.retention '4 days': use a"),
+            ("STREAMCORE_LOG_SEGMENT_ROLL", "1.5h", r"invalid log\.segment_roll '1\.5h': use a"),
+            ("STREAMCORE_LOG_MAX_RECORD_BYTES", "0", r"log\.max_record_bytes is 0; use a positive"),
+        ],
+    )
+    def test_bad_value_names_the_key_and_the_fix(
+        self, env: pytest.MonkeyPatch, toml_file, var: str, value: str, message: str
+    ) -> None:
+        env.setenv(var, value)
+        with pytest.raises(ConfigError, match=message):
+            load_config(toml_file(""))
+
+    def test_bad_value_in_toml_is_reported_too(self, env: pytest.MonkeyPatch, toml_file) -> None:
+        with pytest.raises(ConfigError, match=r"log\.fsync is 'often'"):
+            load_config(toml_file('[log]\nfsync = "often"'))
+
+
+class TestConfigObject:
+    def test_log_defaults_validate_directly(self) -> None:
+        with pytest.raises(ConfigError, match=r"log\.fsync is 'x'"):
+            LogDefaults(fsync="x")
+
+    def test_config_is_immutable(self, tmp_path: Path) -> None:
+        config = StreamcoreConfig(home=tmp_path)
+        with pytest.raises(AttributeError):
+            config.home = Path("/")  # type: ignore[misc]
