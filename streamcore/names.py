@@ -1,9 +1,11 @@
-"""`Name`: the identity of a log (or a consumer group), as a URN `namespace/name` or an id `namespace-name`.
+"""`Name`: the identity of a log (or a consumer group), as a URN `namespace/name` or an id
+`namespace-name`.
 
-The rules are Nuxeo's (`org.nuxeo.lib.stream.log.Name`): the namespace matches `[A-Za-z][A-Za-z0-9_]*`
-and so never holds `-`, which makes the id form reversible (split on the first `-`). A name with a
-namespace matches `[A-Za-z0-9][A-Za-z0-9_-]*`; a name without one, `[A-Za-z0-9][A-Za-z0-9_]*`, and then
-its URN and id are the same string. The id names folders, Kafka topics and consumer groups.
+The rules are Nuxeo's (`org.nuxeo.lib.stream.log.Name`): the namespace matches
+`[A-Za-z][A-Za-z0-9_]*` and so never holds `-`, which makes the id form reversible (split on the
+first `-`). A name with a namespace matches `[A-Za-z0-9][A-Za-z0-9_-]*`; a name without one,
+`[A-Za-z0-9][A-Za-z0-9_]*`, and then its URN and id are the same string. The id names folders,
+Kafka topics and consumer groups.
 """
 
 from __future__ import annotations

@@ -240,9 +240,15 @@ class _MemoryAppender(LogAppender[Any]):
         return self.append_batch([(key, message)], partition=partition)[0]
 
     def append_batch(
-        self, items: Sequence[tuple[str, Any]], *, partition: int | None = None
+        self,
+        items: Sequence[tuple[str, Any]],
+        *,
+        partition: int | None = None,
+        timestamps: Sequence[int] | None = None,
     ) -> list[LogOffset]:
         """All or nothing, like a local-log batch: every value is encoded before any is added."""
+        if timestamps is not None and len(timestamps) != len(items):
+            raise ValueError(f"{len(timestamps)} timestamps for {len(items)} items; give one each")
         targets = [
             partition if partition is not None else partition_for_key(k, self.size)
             for k, _ in items
@@ -253,10 +259,11 @@ class _MemoryAppender(LogAppender[Any]):
         out = []
         with self.manager._lock:
             self._last_ts = max(self._last_ts, time.time_ns() // 1_000_000)
-            for p, (key, _), value in zip(targets, items, values, strict=True):
+            times = timestamps if timestamps is not None else [self._last_ts] * len(items)
+            for p, (key, _), value, ts in zip(targets, items, values, times, strict=True):
                 records = self._partitions[p].records
                 offset = len(records)
-                records.append((offset, self._last_ts, key, value))
+                records.append((offset, int(ts), key, value))
                 out.append(LogOffset(LogPartition(self.name, p), offset))
         return out
 

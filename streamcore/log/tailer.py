@@ -76,7 +76,16 @@ class CursorTailer(LogTailer[Any]):
         return sum(c.lost for c in self._cursors.values())
 
     # -- reading --------------------------------------------------------------------------------
+    def _settle(self) -> None:
+        """Record the position after the last record `read()` returned. `read()` skips this per
+        record (it is the hot path); everything that needs positions or refills calls it first."""
+        if self._pending_i and self._pending_partition is not None:
+            self._read_pos[self._pending_partition] = self._pending[self._pending_i - 1][0] + 1
+            if self._pending_i >= len(self._pending):  # consumed: never re-apply it later
+                self._pending, self._pending_i, self._pending_partition = [], 0, None
+
     def _fill(self) -> bool:
+        self._settle()
         count = len(self._partitions)
         for step in range(count):
             partition = self._partitions[(self._next + step) % count]
@@ -110,15 +119,14 @@ class CursorTailer(LogTailer[Any]):
             pause = min(pause * 2, _POLL_MAX)
 
     def read(self, timeout: float = 0.0) -> LogRecord[Any] | None:
-        self._check_open()
+        if self._closed:
+            self._check_open()
         if self._pending_i >= len(self._pending) and not self._wait_fill(timeout):
             return None
         offset, ts, key, value = self._pending[self._pending_i]
         self._pending_i += 1
-        partition = self._pending_partition
-        self._read_pos[partition] = offset + 1
         message = value if self.codec is None else self.codec.decode(value)
-        return LogRecord(message, partition, offset, ts, key)
+        return LogRecord(message, self._pending_partition, offset, ts, key)
 
     def read_batch(self, max_records: int, timeout: float = 0.0) -> list[LogRecord[Any]]:
         self._check_open()
@@ -147,6 +155,7 @@ class CursorTailer(LogTailer[Any]):
         import pyarrow as pa
 
         self._check_open()
+        self._settle()
         deadline = time.monotonic() + timeout
         while True:
             if self._pending_i < len(self._pending):
@@ -197,6 +206,7 @@ class CursorTailer(LogTailer[Any]):
 
     # -- positions ------------------------------------------------------------------------------
     def position(self, partition: LogPartition) -> int:
+        self._settle()
         return self._read_pos[self._check(partition)]
 
     def _check(self, partition: LogPartition) -> LogPartition:
@@ -208,6 +218,7 @@ class CursorTailer(LogTailer[Any]):
         return partition
 
     def _drop_pending(self) -> None:
+        self._settle()
         if self._pending_i < len(self._pending):
             for partition, cursor in self._cursors.items():
                 if cursor.position != self._read_pos[partition]:
@@ -240,6 +251,7 @@ class CursorTailer(LogTailer[Any]):
             self._seek(partition, cursor.start_offset() if committed is None else committed)
 
     def commit_partition(self, partition: LogPartition) -> LogOffset:
+        self._settle()
         offset = self._read_pos[self._check(partition)]
         self._positions(partition).commit(self.group, partition.partition, offset)
         return LogOffset(partition, offset)

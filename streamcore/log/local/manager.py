@@ -32,7 +32,15 @@ from streamcore.errors import (
     LogNotFoundError,
     TailerConflictError,
 )
-from streamcore.log.api import LogAppender, LogInfo, LogManager, LogOffset, LogPartition, LogTailer
+from streamcore.log.api import (
+    AppendedOffsets,
+    LogAppender,
+    LogInfo,
+    LogManager,
+    LogOffset,
+    LogPartition,
+    LogTailer,
+)
 from streamcore.log.local.positions import PositionStore
 from streamcore.log.local.reader import PartitionCursor
 from streamcore.log.local.segment import list_segments, read_index, segment_name
@@ -331,6 +339,9 @@ class LocalAppender(LogAppender[Any]):
         self.name = name
         self.codec = codec
         self._size = manager.size(name)
+        self._log_partitions = [LogPartition(name, p) for p in range(self._size)]
+        # The manager owns the writers; the appender keeps them at hand for the hot path.
+        self._writers: dict[int, PartitionWriter] = {}
         self._closed = False
 
     @property
@@ -354,10 +365,12 @@ class LocalAppender(LogAppender[Any]):
         return self.append_to(partition_for_key(key, self._size), key, message)
 
     def append_to(self, partition: int, key: str, message: Any) -> LogOffset:
-        self._check(partition)
-        writer = self.manager._writer(self.name, partition)
-        offset = writer.append((key,), (self._encode(message),))
-        return LogOffset(LogPartition(self.name, partition), offset)
+        writer = self._writers.get(partition)
+        if writer is None or writer.closed or self._closed:
+            self._check(partition)
+            writer = self._writers[partition] = self.manager._writer(self.name, partition)
+        value = message if self.codec is None else self.codec.encode(message)
+        return LogOffset(self._log_partitions[partition], writer.append_one(key, value))
 
     def append_batch(
         self,
@@ -365,37 +378,56 @@ class LocalAppender(LogAppender[Any]):
         *,
         partition: int | None = None,
         timestamps: Sequence[int] | None = None,
-    ) -> list[LogOffset]:
-        """Append (key, message) pairs as one batch per partition (one write, one checksum).
-        `timestamps` (ms, one per item) keep original times, e.g. when copying a log."""
-        if not items:
-            return []
+    ) -> AppendedOffsets:
+        """Append (key, message) pairs as one batch per partition (one write, one checksum),
+        all or nothing. `timestamps` (ms, one per item) keep original times, e.g. for copies."""
+        count = len(items)
+        if timestamps is not None and len(timestamps) != count:
+            raise ValueError(f"{len(timestamps)} timestamps for {count} items; give one each")
+        if not count:
+            return AppendedOffsets(self.name, (), ())
         keys = [k for k, _ in items]
-        values = (
-            [self._encode(m) for _, m in items] if self.codec is not None else [m for _, m in items]
-        )
+        encode = self.codec.encode if self.codec is not None else None
+        values = [encode(m) for _, m in items] if encode else [m for _, m in items]
         if partition is not None:
             self._check(partition)
             base = self.manager._writer(self.name, partition).append(keys, values, timestamps)
-            lp = LogPartition(self.name, partition)
-            return [LogOffset(lp, base + i) for i in range(len(items))]
-        self._check(0)
-        targets = partitions_for_keys(keys, self._size).tolist()
-        if len(set(targets)) > 1:
-            # One batch per partition: validate everything first so a bad item writes nothing.
-            check_types(keys, values)
-            self.manager._writer(self.name, targets[0]).check_record_sizes(values)
-        out: list[LogOffset | None] = [None] * len(items)
-        for p in sorted(set(targets)):
-            idx = [i for i, t in enumerate(targets) if t == p]
-            ts = [timestamps[i] for i in idx] if timestamps is not None else None
-            base = self.manager._writer(self.name, p).append(
-                [keys[i] for i in idx], [values[i] for i in idx], ts
+            return AppendedOffsets(
+                self.name, np.full(count, partition), np.arange(base, base + count)
             )
-            lp = LogPartition(self.name, p)
-            for n, i in enumerate(idx):
-                out[i] = LogOffset(lp, base + n)
-        return out  # type: ignore[return-value]
+        self._check(0)
+        targets = partitions_for_keys(keys, self._size)
+        order = np.argsort(targets, kind="stable")
+        counts = np.bincount(targets, minlength=self._size)
+        used = np.flatnonzero(counts)
+        if len(used) > 1:
+            # One batch per partition: validate everything first so a bad item writes nothing.
+            try:  # the joins check every type in C; check_types only words the error
+                "".join(keys)
+                b"".join(values)
+            except TypeError:
+                check_types(keys, values)
+                raise
+            self.manager._writer(self.name, int(used[0])).check_record_sizes(values)
+            keys_by_order = np.array(keys, dtype=object)[order]
+            values_by_order = np.empty(count, dtype=object)
+            values_by_order[:] = values
+            values_by_order = values_by_order[order]
+        offsets = np.empty(count, dtype=np.int64)
+        start = 0
+        for p in used.tolist():
+            n = int(counts[p])
+            if len(used) == 1:
+                part_keys, part_values, part_ts = keys, values, timestamps
+            else:
+                idx = order[start : start + n]
+                part_keys = keys_by_order[start : start + n]
+                part_values = values_by_order[start : start + n]
+                part_ts = [timestamps[i] for i in idx.tolist()] if timestamps is not None else None
+            base = self.manager._writer(self.name, p).append(part_keys, part_values, part_ts)
+            offsets[order[start : start + n]] = np.arange(base, base + n)
+            start += n
+        return AppendedOffsets(self.name, targets, offsets)
 
     def append_arrow(self, partition: int, keys: Any, values: Any) -> int:
         """Append pyarrow string/binary arrays as one batch without per-record Python work;

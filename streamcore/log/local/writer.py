@@ -32,6 +32,7 @@ from streamcore.log.local.segment import (
     INDEX_SUFFIX,
     encode_batch,
     encode_columns,
+    encode_single,
     list_segments,
     scan_segment,
     segment_name,
@@ -184,6 +185,10 @@ class PartitionWriter:
         self._rewrite_index(base, [])
 
     @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
     def next_offset(self) -> int:
         return self._next_offset
 
@@ -203,7 +208,7 @@ class PartitionWriter:
         """Append one batch; returns the offset of its first record."""
         with self._mutex:
             self._check_open()
-            if not values and not keys:
+            if not len(values) and not len(keys):
                 return self._next_offset
             ts = self._timestamp()
             try:
@@ -213,6 +218,45 @@ class PartitionWriter:
                 raise
             self._check_sizes(values, size)
             return self._write(parts, size, len(values), ts)
+
+    def append_one(self, key: str, value: bytes) -> int:
+        """Append a single record; returns its offset. The hot path of `append`: one call, one
+        `write`, no numpy."""
+        if type(value) is not bytes or type(key) is not str:
+            if not isinstance(value, bytes | bytearray) or not isinstance(key, str):
+                check_types((key,), (value,))
+            value = bytes(value)
+        if len(value) > self.max_record_bytes:
+            raise RecordTooLargeError(self._too_large(len(value)))
+        key_bytes = key.encode()
+        with self._mutex:
+            if self._closed:
+                self._check_open()
+            ts = now_ms()
+            if ts < self._last_ts:
+                ts = self._last_ts
+            self._last_ts = ts
+            base = self._next_offset
+            data = encode_single(base, key_bytes, value, ts)
+            size = len(data)
+            if self._size and (
+                self._size + size > self.segment_bytes
+                or ts - self._segment_first_ts >= self.segment_roll_ms > 0
+            ):
+                self._roll()
+            if os.write(self._fd, data) != size:
+                raise OSError(f"short write on {self.label}: the disk may be full")
+            if not self._segment_first_ts:
+                self._segment_first_ts = ts
+            position = self._size
+            self._size = position + size
+            self._next_offset = base + 1
+            if self._since_index >= INDEX_EVERY:
+                self._write_index(base, position)
+            self._since_index += size
+            if self.fsync != "none":
+                self._sync()
+            return base
 
     def append_columns(self, count: int, key_offsets, key_bytes, value_offsets, value_bytes) -> int:
         """Append one batch given as Arrow-style columns (no per-record Python work)."""
@@ -262,11 +306,14 @@ class PartitionWriter:
         self._size += size
         self._next_offset = base + count
         if self._since_index >= INDEX_EVERY:
-            os.write(self._index_fd, base.to_bytes(8, "little") + position.to_bytes(8, "little"))
-            self._since_index = 0
+            self._write_index(base, position)
         self._since_index += size
         self._sync()
         return base
+
+    def _write_index(self, base: int, position: int) -> None:
+        os.write(self._index_fd, base.to_bytes(8, "little") + position.to_bytes(8, "little"))
+        self._since_index = 0
 
     def _finish_partial_write(self, parts: list, written: int) -> None:
         # writev may stop short on huge batches; write what remains, in order.
