@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from streamcore.cli.context import Context, UsageError, global_options
-from streamcore.cli.lag import lag_dict, total_lag
+from streamcore.cli.lag import lag_dict
 from streamcore.cli.table import (
     Column,
     format_time,
@@ -158,7 +158,7 @@ def run_groups(ctx: Context) -> int:
     groups = []
     for group in manager.list_groups(name):
         groups.append(
-            {"group": group, **lag_dict(total_lag(manager.lag_per_partition(name, group)))}
+            {"group": group, **lag_dict(manager.lag(name, group))}
         )
     if ctx.json:
         ctx.emit_json({"log": name.urn, "groups": groups})

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from typing import Any
 
 from streamcore.cli.context import (
@@ -19,18 +18,6 @@ from streamcore.log.api import Latency, LogLag
 from streamcore.names import Name
 
 logger = logging.getLogger(__name__)
-
-
-def total_lag(lags: Iterable[LogLag]) -> LogLag:
-    """Sum over partitions: pos = records committed, end = records appended (offsets are
-    contiguous from 0), lag and lost summed."""
-    items = list(lags)
-    return LogLag(
-        sum(x.pos for x in items),
-        sum(x.end for x in items),
-        sum(x.lag for x in items),
-        sum(x.lost for x in items),
-    )
 
 
 def lag_dict(lag: LogLag) -> dict[str, int]:
@@ -65,7 +52,7 @@ def run_lag(ctx: Context) -> int:
             rows.append([*row, None, sum(ends), None, None])
         for group in groups:
             per = manager.lag_per_partition(name, group)
-            total = total_lag(per)
+            total = LogLag.aggregate(per)
             entry["groups"].append(
                 {
                     "group": group,
@@ -132,7 +119,7 @@ def _latency_dict(lat: Latency) -> dict[str, Any]:
 def _aggregate(per: list[Latency]) -> Latency:
     agg = Latency.aggregate(per)
     key = next((x.key for x in per if x.lower == agg.lower and x.lag.lag > 0), None)
-    return Latency(agg.lower, agg.upper, total_lag(x.lag for x in per), key)
+    return Latency(agg.lower, agg.upper, LogLag.aggregate(x.lag for x in per), key)
 
 
 def run_latency(ctx: Context) -> int:

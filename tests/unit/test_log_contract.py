@@ -808,11 +808,11 @@ class TestLagAndLatency:
             LogLag(0, 5, 5),
             LogLag(0, 0, 0),
         ]
-        assert manager.lag(name, "g") == LogLag(pos=2, end=5, lag=6, lost=0)
+        assert manager.lag(name, "g") == LogLag(pos=2, end=8, lag=6, lost=0)
         with manager.tailer("g", name) as tailer:
             drain(tailer)
             tailer.commit()
-        assert manager.lag(name, "g") == LogLag(3, 5, 0)
+        assert manager.lag(name, "g") == LogLag(8, 8, 0)
         assert [lag.lag for lag in manager.lag_per_partition(name, "g")] == [0, 0, 0]
 
     def test_latency_is_zero_without_lag(self, manager: LogManager, new_log: NewLog) -> None:
