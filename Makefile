@@ -41,6 +41,7 @@ test-unit: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/log_bench.py $(BENCH_ARGS)
+	$(BIN)/python bench/codec_bench.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

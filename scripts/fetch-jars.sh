@@ -16,7 +16,7 @@ for pom in include/jvm/*.pom.xml; do
   fi
   echo "jars: fetching $set_name from Maven Central into $dest ..."
   rm -rf "$dest.tmp" && mkdir -p "$dest.tmp"
-  mvn -B -q -s include/jvm/settings.xml -f "$pom" dependency:copy-dependencies \
+  mvn -B -q -Dstyle.color=never -s include/jvm/settings.xml -f "$pom" dependency:copy-dependencies \
       -DincludeScope=runtime -DoutputDirectory="$dest.tmp" \
     || { echo "jars: Maven could not fetch $set_name (see output above); check network access to Maven Central" >&2; exit 1; }
   # Spark ships its own Jackson, Scala, Hadoop, Parquet, log4j... Two versions of one artifact on a
