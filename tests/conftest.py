@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+pytest_plugins = ("pytester",)
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 

@@ -157,9 +157,7 @@ def run_groups(ctx: Context) -> int:
     manager = ctx.manager
     groups = []
     for group in manager.list_groups(name):
-        groups.append(
-            {"group": group, **lag_dict(manager.lag(name, group))}
-        )
+        groups.append({"group": group, **lag_dict(manager.lag(name, group))})
     if ctx.json:
         ctx.emit_json({"log": name.urn, "groups": groups})
         return 0
