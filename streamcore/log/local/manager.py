@@ -43,7 +43,7 @@ from streamcore.log.api import (
 )
 from streamcore.log.local.positions import PositionStore
 from streamcore.log.local.reader import PartitionCursor
-from streamcore.log.local.segment import list_segments, read_index, segment_name
+from streamcore.log.local.segment import list_segments
 from streamcore.log.local.writer import PartitionWriter, check_types
 from streamcore.log.partitioner import partition_for_key, partitions_for_keys
 from streamcore.log.tailer import CursorTailer
@@ -483,18 +483,3 @@ class LocalAppender(LogAppender[Any]):
 
     def close(self) -> None:
         self._closed = True
-
-
-def describe_partition(folder: Path) -> dict[str, Any]:
-    """Segments and index entries of a partition folder (for `streamcore logs --verbose`)."""
-    segments = list_segments(folder)
-    return {
-        "segments": [
-            {
-                "base": base,
-                "bytes": (folder / segment_name(base)).stat().st_size,
-                "index_entries": len(read_index(folder / f"{base:020d}.index")),
-            }
-            for base in segments
-        ]
-    }
