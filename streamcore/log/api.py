@@ -16,6 +16,7 @@ Contracts (Nuxeo Stream semantics, see README "Logs"):
 from __future__ import annotations
 
 import abc
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, TypeVar
@@ -220,11 +221,75 @@ class LogAppender(abc.ABC, Generic[M]):
         self.close()
 
 
+class RebalanceListener:
+    """Callbacks of a subscribed tailer when its group's members change (Kafka's
+    `ConsumerRebalanceListener`). Both run inside `read()`, on the tailer's thread.
+
+    `on_revoked` runs before the tailer gives partitions up: commit what you processed there (in
+    mark mode the marked positions are committed right after it). Another member starts reading
+    a partition only after the member that held it released it. `on_assigned` runs once the new
+    partitions are readable from their committed positions."""
+
+    def on_revoked(self, tailer: LogTailer[Any], partitions: list[LogPartition]) -> None:
+        """Partitions about to be taken away."""
+
+    def on_assigned(self, tailer: LogTailer[Any], partitions: list[LogPartition]) -> None:
+        """Partitions just given to this tailer."""
+
+
 class LogTailer(abc.ABC, Generic[M]):
-    """Reads the partitions assigned to it for a consumer group. Not thread-safe."""
+    """Reads the partitions assigned to it for a consumer group. Not thread-safe.
+
+    Two ways to commit, usable together: explicit `commit()` of the position after the last record
+    read, or **mark mode** (Nuclio's Kafka model): `mark(record)` once a record is processed, and
+    the marked positions are committed every `commit_interval` seconds (checked on each `read` and
+    `mark`), on `commit_marked()`, on revoke and on `close()`. A crash then re-delivers at most the
+    records marked or read since the last periodic commit; none is skipped."""
 
     group: str
     codec: Any
+    commit_interval: float = 1.0
+    _marked: dict[LogPartition, int]
+    _last_marked_commit: float = 0.0
+
+    @abc.abstractmethod
+    def commit_offset(self, partition: LogPartition, offset: int) -> None:
+        """Commit an explicit position (the offset of the next record to process)."""
+
+    def _marks(self) -> dict[LogPartition, int]:
+        try:
+            return self._marked
+        except AttributeError:
+            self._marked = {}
+            return self._marked
+
+    def mark(self, record: LogRecord[Any] | LogOffset) -> None:
+        """Mark a record as processed; its successor becomes the partition's marked position."""
+        marks = self._marks()
+        offset = record.offset + 1
+        if offset > marks.get(record.partition, -1):
+            marks[record.partition] = offset
+        self.commit_marked_if_due()
+
+    def commit_marked(self) -> dict[LogPartition, int]:
+        """Commit every marked position now; returns what was committed."""
+        marks = self._marks()
+        committed = dict(marks)
+        for partition, offset in committed.items():
+            self.commit_offset(partition, offset)
+        marks.clear()
+        self._last_marked_commit = time.monotonic()
+        return committed
+
+    def commit_marked_if_due(self) -> None:
+        """Commit the marked positions if `commit_interval` passed since the last such commit."""
+        if self._marks() and time.monotonic() - self._last_marked_commit >= self.commit_interval:
+            self.commit_marked()
+
+    def _drop_marks(self, partitions: Iterable[LogPartition]) -> None:
+        marks = self._marks()
+        for partition in partitions:
+            marks.pop(partition, None)
 
     @property
     @abc.abstractmethod
@@ -331,7 +396,20 @@ class LogManager(abc.ABC):
         group: str,
         source: str | Name | LogPartition | Sequence[LogPartition],
         codec: Any = None,
-    ) -> LogTailer[Any]: ...
+    ) -> LogTailer[Any]:
+        """A tailer with a static assignment: the given partitions (all of a log for a name)."""
+
+    def subscribe(
+        self,
+        group: str,
+        names: Sequence[str | Name],
+        listener: RebalanceListener | None = None,
+        codec: Any = None,
+    ) -> LogTailer[Any]:
+        """A tailer whose partitions are shared out among every subscribed member of `group`
+        (in this and other processes) and move when members join or leave. Don't mix with
+        `tailer()` for the same group."""
+        raise NotImplementedError(f"{type(self).__name__} does not support subscribe yet")
 
     @abc.abstractmethod
     def end_offsets(self, name: str | Name) -> list[int]:

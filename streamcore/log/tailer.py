@@ -86,6 +86,7 @@ class CursorTailer(LogTailer[Any]):
 
     def _fill(self) -> bool:
         self._settle()
+        self.commit_marked_if_due()
         count = len(self._partitions)
         for step in range(count):
             partition = self._partitions[(self._next + step) % count]
@@ -250,6 +251,9 @@ class CursorTailer(LogTailer[Any]):
             committed = self._positions(partition).committed(self.group, partition.partition)
             self._seek(partition, cursor.start_offset() if committed is None else committed)
 
+    def commit_offset(self, partition: LogPartition, offset: int) -> None:
+        self._positions(self._check(partition)).commit(self.group, partition.partition, offset)
+
     def commit_partition(self, partition: LogPartition) -> LogOffset:
         self._settle()
         offset = self._read_pos[self._check(partition)]
@@ -275,6 +279,7 @@ class CursorTailer(LogTailer[Any]):
     def close(self) -> None:
         if self._closed:
             return
+        self.commit_marked()
         self._closed = True
         for cursor in self._cursors.values():
             cursor.close()
