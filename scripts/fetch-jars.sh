@@ -16,8 +16,9 @@ for pom in include/jvm/*.pom.xml; do
   fi
   echo "jars: fetching $set_name from Maven Central into $dest ..."
   rm -rf "$dest.tmp" && mkdir -p "$dest.tmp"
-  mvn -B -q -Dstyle.color=never -s include/jvm/settings.xml -f "$pom" dependency:copy-dependencies \
-      -DincludeScope=runtime -DoutputDirectory="$dest.tmp" \
+  # Maven 3.8 prints ANSI resets even in batch mode; strip them (pipefail keeps its status).
+  mvn -B -q -s include/jvm/settings.xml -f "$pom" dependency:copy-dependencies \
+      -DincludeScope=runtime -DoutputDirectory="$dest.tmp" 2>&1 | sed 's/\x1b\[[0-9;]*m//g' \
     || { echo "jars: Maven could not fetch $set_name (see output above); check network access to Maven Central" >&2; exit 1; }
   # Spark ships its own Jackson, Scala, Hadoop, Parquet, log4j... Two versions of one artifact on a
   # classpath break at run time, so drop every jar whose artifact the pyspark wheel already has.
