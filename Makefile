@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-16)
 JARS_STAMP := .cache/jars/.fetched-$(shell cat include/jvm/*.pom.xml | sha256sum | cut -c1-16)
 export STREAMCORE_HOME ?= $(CURDIR)/data
 
-.PHONY: help venv jars demo test test-unit bench lint format airflow clean
+.PHONY: help venv jars demo test test-unit bench lint format airflow clean kafka kafka-stop kafka-status
 
 help:
 	@echo "make demo   - set everything up and run the demo on the embedded local log"
@@ -18,6 +18,7 @@ help:
 	@echo "make bench  - run the benchmarks in bench/ and print their ratios"
 	@echo "make lint   - ruff lint and format check"
 	@echo "make jars   - fetch the JVM jars (Delta, Spark Kafka source, Kafka broker) from Maven Central"
+	@echo "make kafka  - start the local single-node Kafka broker on 127.0.0.1:9092 (kafka-stop, kafka-status)"
 
 $(STAMP): pyproject.toml
 	PYTHON=$(PYTHON) scripts/bootstrap.sh $(STAMP)
@@ -37,11 +38,12 @@ test: $(STAMP) $(JARS_STAMP)
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 test-unit: $(STAMP)
-	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+	$(BIN)/pytest tests/unit -m "not kafka and not slow" $(PYTEST_ARGS)
 
-bench: $(STAMP)
+bench: $(STAMP) $(JARS_STAMP)
 	$(BIN)/python bench/log_bench.py $(BENCH_ARGS)
 	$(BIN)/python bench/codec_bench.py
+	$(BIN)/python bench/backend_bench.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -50,6 +52,17 @@ lint: $(STAMP)
 format: $(STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
+
+# A single-node Kafka 4.x (KRaft) on 127.0.0.1 from the fetched jars; data under .cache/kafka/.
+# Ports: STREAMCORE_KAFKA_PORT (9092), STREAMCORE_KAFKA_CONTROLLER_PORT (9093).
+kafka: $(STAMP) $(JARS_STAMP)
+	@scripts/kafka.sh start
+
+kafka-stop:
+	@scripts/kafka.sh stop
+
+kafka-status:
+	@scripts/kafka.sh status || true
 
 airflow: $(STAMP)
 	@echo "make airflow: the Airflow set-up (airflow standalone on 127.0.0.1:8080) arrives with issue 6;" >&2

@@ -66,6 +66,9 @@ class StreamcoreConfig:
     schemas_dir: Path = PROJECT_ROOT / "include" / "schemas"
     schema_registry_url: str = ""
     source: Path | None = None
+    # The parsed TOML document (read-only by convention): sections that have their own parser,
+    # such as the log routing tables `[log.configs.*]` / `[[log.match]]` (streamcore.log.config).
+    table: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def log_dir(self) -> Path:
@@ -146,6 +149,7 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> StreamcoreC
         "schemas_dir": schemas if schemas.is_absolute() else PROJECT_ROOT / schemas,
         "schema_registry_url": str(_lookup(table, "codec", "schema_registry_url", "")),
         "source": source,
+        "table": table,
     }
     values.update(overrides)
     values["home"] = Path(values["home"]).expanduser().resolve()

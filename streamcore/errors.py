@@ -58,3 +58,8 @@ class RecordTooLargeError(LogError):
 
 class LogClosedError(LogError):
     """The appender, tailer or manager was used after close()."""
+
+
+class BrokerUnavailableError(LogError):
+    """A Kafka broker did not answer within the configured timeout (down, wrong address, or
+    refused the credentials)."""

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-pytest_plugins = ("pytester",)
+pytest_plugins = ("pytester", "kafka_broker")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 

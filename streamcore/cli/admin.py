@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamcore.cli.context import Context, UsageError, global_options
+from streamcore.cli.context import (
+    Context,
+    UsageError,
+    backend_feature,
+    global_options,
+    group_name,
+    require_feature,
+)
 from streamcore.cli.lag import lag_dict
 from streamcore.cli.table import (
     Column,
@@ -23,7 +30,8 @@ from streamcore.names import Name
 def log_summary(manager: LogManager, name: Name) -> dict[str, Any]:
     """Partitions, records, bytes, retention and oldest/newest append time of a log, from
     `info()` when the backend has it, else from the offsets."""
-    info = manager.info(name) if hasattr(manager, "info") else None
+    info_of = backend_feature(manager, name, "info")
+    info = info_of(name) if info_of is not None else None
     starts = list(info.first_offsets) if info else manager.start_offsets(name)
     ends = list(info.end_offsets) if info else manager.end_offsets(name)
     oldest: int | None = None
@@ -50,13 +58,41 @@ def log_summary(manager: LogManager, name: Name) -> dict[str, Any]:
     }
 
 
+def _located_logs(manager: LogManager) -> list[tuple[Name, LogManager, dict[str, Any]]]:
+    """Every log with the backend manager holding it and its backend fields for the output. A
+    log found in a backend its name does not route to (e.g. after a routing change) is listed
+    with a note: commands on that name go to the routed backend, not there."""
+    locations = getattr(manager, "locations", None)
+    if locations is None:
+        label = type(manager).__name__
+        return [(name, manager, {"backend": label}) for name in manager.list_logs()]
+    out = []
+    for name, backend in locations():
+        fields: dict[str, Any] = {"backend": backend.label, "config": backend.name}
+        routed = manager.backend_of(name)
+        if routed != backend.name:
+            fields["note"] = f"the name routes to config {routed!r}; commands don't reach this copy"
+        out.append((name, manager.backend_manager(backend.name), fields))
+    return out
+
+
+def _searched(ctx: Context) -> str:
+    used = getattr(getattr(ctx.manager, "log_config", None), "used", None)
+    if used is None:
+        return f"under {ctx.config.log_dir}"
+    places = [
+        f"{b.label} under {b.local_root(ctx.config.home)}" if b.type == "local" else b.label
+        for b in used()
+    ]
+    return "in " + ", ".join(places)
+
+
 def run_logs(ctx: Context) -> int:
-    manager = ctx.manager
     summaries = []
-    for name in manager.list_logs():
-        summary = log_summary(manager, name)
-        summary["groups"] = manager.list_groups(name)
-        summaries.append(summary)
+    for name, backend, fields in _located_logs(ctx.manager):
+        summary = log_summary(backend, name)
+        summary["groups"] = backend.list_groups(name)
+        summaries.append({**fields, **summary})
     if ctx.json:
         for s in summaries:
             s["oldest"] = iso_time(s["oldest_ms"])
@@ -64,11 +100,12 @@ def run_logs(ctx: Context) -> int:
         ctx.emit_json({"home": str(ctx.config.home), "logs": summaries})
         return 0
     if not summaries:
-        ctx.out(f"no logs under {ctx.config.log_dir} (create one with `streamcore create -l NAME`)")
+        ctx.out(f"no logs {_searched(ctx)} (create one with `streamcore create -l NAME`)")
         return 0
     rows = [
         [
             s["log"],
+            s["backend"] + (" *" if "note" in s else ""),
             s["partitions"],
             s["records"],
             human_bytes(s["size_bytes"]),
@@ -81,6 +118,7 @@ def run_logs(ctx: Context) -> int:
     ]
     columns = [
         "log",
+        "backend",
         "partitions",
         "records",
         Column("size", "right"),
@@ -90,6 +128,9 @@ def run_logs(ctx: Context) -> int:
         "newest (UTC)",
     ]
     ctx.out(render_table(columns, rows))
+    for s in summaries:
+        if "note" in s:
+            ctx.out(f"* {s['log']} in {s['backend']}: {s['note']}")
     return 0
 
 
@@ -172,11 +213,7 @@ def run_groups(ctx: Context) -> int:
 def run_purge(ctx: Context) -> int:
     name = ctx.log(ctx.args.log)
     manager = ctx.manager
-    purge = getattr(manager, "purge", None)
-    if purge is None:
-        raise StreamcoreError(
-            f"the {type(manager).__name__} backend has no purge; its broker applies retention"
-        )
+    purge = require_feature(manager, name, "purge", "purge command (a broker applies retention)")
     before = manager.start_offsets(name)
     removed: dict[int, list[int]] = purge(name)
     after = manager.start_offsets(name)
@@ -221,19 +258,103 @@ def run_purge(ctx: Context) -> int:
     return 0
 
 
+def _backend_where(ctx: Context, backend: Any) -> str:
+    if backend.type == "local":
+        return str(backend.local_root(ctx.config.home))
+    if backend.type == "kafka":
+        options = backend.options
+        return f"{options['bootstrap_servers']} topics {options['topic_prefix']}<log-id>"
+    return "this process"
+
+
+def run_route(ctx: Context) -> int:
+    """Where a log (read by a group) goes and why; without -l, the whole routing table."""
+    args = ctx.args
+    manager = ctx.manager
+    log_config = getattr(manager, "log_config", None)
+    if log_config is None:
+        raise StreamcoreError(f"the {type(manager).__name__} manager does not route logs")
+    if args.log:
+        name = Name.of(args.log)
+        group = group_name(args.group) if args.group else None
+        route = log_config.route(name, group)
+        backend = log_config.configs[route.config]
+        doc = {
+            "log": name.urn,
+            "group": group,
+            "config": route.config,
+            "type": backend.type,
+            "reason": route.reason,
+            "by_group": route.by_group,
+            "where": _backend_where(ctx, backend),
+        }
+        if ctx.json:
+            ctx.emit_json(doc)
+        else:
+            reader = f" read by {group}" if group else ""
+            ctx.out(f"{name}{reader} -> config {route.config!r} ({backend.type}): {route.reason}")
+            ctx.out(f"  {doc['where']}")
+        return 0
+    used = {b.name for b in log_config.used()}
+    configs = [
+        {
+            "config": b.name,
+            "type": b.type,
+            "used": b.name in used,
+            "builtin": b.builtin,
+            "where": _backend_where(ctx, b),
+        }
+        for b in log_config.configs.values()
+    ]
+    rules = [
+        {
+            "rule": r.position,
+            "namespace": list(r.namespaces),
+            "group": list(r.groups),
+            "config": r.config,
+        }
+        for r in log_config.rules
+    ]
+    forced = log_config.forced.reason if log_config.forced else None
+    if ctx.json:
+        ctx.emit_json({"configs": configs, "rules": rules, "forced": forced})
+        return 0
+    rows = [[c["config"], c["type"], "yes" if c["used"] else "no", c["where"]] for c in configs]
+    ctx.out(render_table(["config", "type", "used", "where"], rows))
+    if rules:
+        ctx.out("")
+        rows = [
+            [
+                f"#{r['rule']}",
+                "namespace" if r["namespace"] else "group",
+                ", ".join(r["namespace"] or r["group"]),
+                r["config"],
+            ]
+            for r in rules
+        ]
+        ctx.out(render_table(["rule", "matches", "prefix", "config"], rows))
+    ctx.out("")
+    ctx.out(forced or "no rule matched: config 'default'")
+    return 0
+
+
 def register(sub: Any) -> None:
     parent = global_options()
     p = sub.add_parser(
         "logs",
         parents=[parent],
         help="list logs",
-        description="Every log: partitions, retained records, size on disk, retention, number of "
-        "consumer groups, oldest and newest append time (UTC).",
+        description="Every log of every backend in use: its backend, partitions, retained "
+        "records, size on disk, retention, number of consumer groups, oldest and newest append "
+        "time (UTC).",
     )
     p.set_defaults(func=run_logs)
 
     p = sub.add_parser(
-        "create", parents=[parent], help="create a log", description="Create a local log."
+        "create",
+        parents=[parent],
+        help="create a log",
+        description="Create a log in the backend its name routes to (see `streamcore route`).",
     )
     p.add_argument("-l", "--log", required=True, help="log name, e.g. import/docs")
     p.add_argument(
@@ -277,6 +398,18 @@ def register(sub: Any) -> None:
     )
     p.add_argument("-l", "--log", required=True, help="log name")
     p.set_defaults(func=run_purge)
+
+    p = sub.add_parser(
+        "route",
+        parents=[parent],
+        help="show which backend a log goes to",
+        description="With -l: the config (backend) a log routes to and the rule that decided it "
+        "(with -g: for calls of that consumer group). Without: the configs and [[log.match]] "
+        "rules of the configuration, in the order they are tried.",
+    )
+    p.add_argument("-l", "--log", help="log name")
+    p.add_argument("-g", "--group", help="consumer group reading it")
+    p.set_defaults(func=run_route)
 
 
 __all__ = ["log_summary", "register"]

@@ -1,5 +1,9 @@
 """What every command needs: the parsed arguments, the configuration, the log manager, codecs
-and output helpers. `open_manager` is the one place that chooses the log backend."""
+and output helpers. `open_manager` is the one place that chooses the log backend: a
+`UnifiedLogManager` routing each log by the `[log.configs.*]` / `[[log.match]]` tables of the
+configuration (`--config`), so every command works on every backend. Features only some backends
+have (the local log's `info`, `purge`, `commit_position`, ...) are reached per log through
+`backend_feature`."""
 
 from __future__ import annotations
 
@@ -37,11 +41,53 @@ def load_cli_config(args: argparse.Namespace) -> StreamcoreConfig:
 
 
 def open_manager(args: argparse.Namespace, config: StreamcoreConfig | None = None) -> LogManager:
-    """The log manager the command works on. Today: the local log under the configured home.
-    Routing names to other backends (LogConfig) plugs in here."""
-    from streamcore.log.local.manager import LocalLogManager
+    """The log manager the command works on: every log in the backend the configuration routes
+    it to (LogConfig; `STREAMCORE_LOG_BACKEND` forces one)."""
+    from streamcore.log.unified import UnifiedLogManager
 
-    return LocalLogManager(config=config or load_cli_config(args))
+    return UnifiedLogManager(config or load_cli_config(args))
+
+
+def backend_for(manager: LogManager, name: str | Name, group: str | None = None) -> LogManager:
+    """The backend manager holding log `name` (the one `group`'s calls on it use, if given);
+    the manager itself when it does not route."""
+    manager_for = getattr(manager, "manager_for", None)
+    return manager_for(name, group) if manager_for is not None else manager
+
+
+def backend_feature(
+    manager: LogManager, name: str | Name, feature: str, group: str | None = None
+) -> Any:
+    """The bound method `feature` of the backend holding `name`, or None if it has none."""
+    return getattr(backend_for(manager, name, group), feature, None)
+
+
+def backend_label(manager: LogManager, name: str | Name) -> str:
+    """How tools name the backend of `name`: `local`, `kafka`, `memory:scratch`, ..."""
+    backend_config = getattr(manager, "backend_config", None)
+    if backend_config is not None:
+        return str(backend_config(name).label)
+    return type(manager).__name__
+
+
+def where(manager: LogManager, name: str | Name) -> str:
+    """Where a log would live, for messages: a folder for a local log, else the backend."""
+    backend = backend_for(manager, name)
+    root = getattr(backend, "root", None)
+    if root is not None:
+        return f"under {root}"
+    return f"in the {backend_label(manager, name)} backend"
+
+
+def require_feature(manager: LogManager, name: Name, feature: str, what: str) -> Any:
+    """`backend_feature`, or a clear error naming the backend that lacks it."""
+    found = backend_feature(manager, name, feature)
+    if found is None:
+        raise StreamcoreError(
+            f"log {name} lives in the {backend_label(manager, name)} backend, which has no "
+            f"{what}; this command works on local logs only"
+        )
+    return found
 
 
 def codec_names() -> tuple[str, ...]:
@@ -115,7 +161,7 @@ class Context:
         name = Name.of(value)
         if must_exist and not self.manager.exists(name):
             raise LogNotFoundError(
-                f"log {name} does not exist under {self.config.log_dir}; "
+                f"log {name} does not exist {where(self.manager, name)}; "
                 "list the logs with `streamcore logs` or create it with `streamcore create`"
             )
         return name

@@ -11,6 +11,7 @@ from streamcore.cli.context import (
     TOOLS_GROUP,
     Context,
     UsageError,
+    backend_feature,
     global_options,
     group_name,
     resolve_codec,
@@ -66,9 +67,9 @@ def run_copy(ctx: Context) -> int:
             transcode = (src_codec, dest_codec)
     partitions = manager.size(src)
     options: dict[str, Any] = {}
-    retention = getattr(manager, "retention_ms", None)
-    if retention is not None:
-        options["retention"] = retention(src)
+    retention = backend_feature(manager, src, "retention_ms")
+    if retention is not None and backend_feature(manager, dest, "retention_ms") is not None:
+        options["retention"] = retention(src)  # both local: keep the source's retention
     manager.create(dest, partitions, **options)
     group = group_name(args.group) if args.group else TOOLS_GROUP
     ends = manager.end_offsets(src)

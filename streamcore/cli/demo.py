@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamcore.cli.context import Context, UsageError, global_options, resolve_codec
+from streamcore.cli.context import (
+    Context,
+    UsageError,
+    backend_for,
+    backend_label,
+    global_options,
+    resolve_codec,
+)
 from streamcore.cli.table import Column, human_bytes, render_table
 
 
@@ -71,8 +78,12 @@ def render_summary(s: dict[str, Any]) -> str:
             ],
         ),
         "",
-        f"log {s['log']}: {s['encoded_bytes']:,} bytes of encoded records, "
-        f"{human_bytes(s['disk_bytes'])} on disk in {s['path']}",
+        f"log {s['log']}: {s['encoded_bytes']:,} bytes of encoded records"
+        + (
+            f", {human_bytes(s['disk_bytes'])} on disk in {s['path']}"
+            if s.get("path")
+            else f" in the {s.get('backend', 'log')} backend"
+        ),
     ]
     if s.get("key_mismatches"):
         lines.append(f"warning: {s['key_mismatches']} decoded keys differed from the log keys")
@@ -93,14 +104,18 @@ def run_demo_command(ctx: Context) -> int:
     if args.batch < 1:
         raise UsageError(f"--batch {args.batch}: give a batch size >= 1")
     resolve_codec(args.codec, ctx.config, allow_raw=False)  # validates the name
+    from streamcore.demo import DEMO_LOG
+
     summary = run_demo(
         args.count,
         args.partitions,
         batch=args.batch,
         codec=args.codec,
-        manager=ctx.manager,
+        manager=backend_for(ctx.manager, DEMO_LOG),  # its own backend: path and size on disk
+        config=ctx.config,
         progress=_progress(ctx),
     )
+    summary["backend"] = backend_label(ctx.manager, DEMO_LOG)
     if ctx.json:
         ctx.emit_json(summary)
     else:
@@ -113,10 +128,10 @@ def register(sub: Any) -> None:
         "demo",
         parents=[global_options()],
         help="write and consume records, report rates and lag",
-        description="(Re)create the local log demo/records, append --count Records (key doc-<i>, "
-        "100 bytes of data, watermark now) encoded with --codec in batches, then consume them with "
-        "group demo/consumer (read, decode, commit per batch). Prints progress on stderr and a "
-        "summary: rates, lag before/after, where the data is.",
+        description="(Re)create the log demo/records (local unless routed elsewhere), append "
+        "--count Records (key doc-<i>, 100 bytes of data, watermark now) encoded with --codec in "
+        "batches, then consume them with group demo/consumer (read, decode, commit per batch). "
+        "Prints progress on stderr and a summary: rates, lag before/after, where the data is.",
     )
     p.add_argument("--count", type=int, default=1_000_000, help="records (default 1000000)")
     p.add_argument("--partitions", type=int, default=4, help="partitions (default 4)")

@@ -6,7 +6,13 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from streamcore.cli.context import Context, UsageError, global_options, group_name
+from streamcore.cli.context import (
+    Context,
+    UsageError,
+    backend_feature,
+    global_options,
+    group_name,
+)
 from streamcore.cli.table import iso_time, render_table
 from streamcore.log.api import LogManager, LogOffset, LogPartition
 
@@ -48,7 +54,7 @@ def parse_date_ms(value: str) -> int:
 
 def commit_position(manager: LogManager, partition: LogPartition, group: str, offset: int) -> None:
     """Set the committed position: directly when the backend can, else through a tailer."""
-    direct = getattr(manager, "commit_position", None)
+    direct = backend_feature(manager, partition.name, "commit_position", group)
     if direct is not None:
         direct(partition, group, offset)
         return

@@ -249,7 +249,8 @@ class LogTailer(abc.ABC, Generic[M]):
     group: str
     codec: Any
     commit_interval: float = 1.0
-    _marked: dict[LogPartition, int]
+    _marked: dict[LogPartition, int]  # marks not committed yet
+    _mark_high: dict[LogPartition, int]  # highest mark per partition, committed or not
     _last_marked_commit: float = 0.0
 
     @abc.abstractmethod
@@ -263,12 +264,21 @@ class LogTailer(abc.ABC, Generic[M]):
             self._marked = {}
             return self._marked
 
+    def _mark_highs(self) -> dict[LogPartition, int]:
+        try:
+            return self._mark_high
+        except AttributeError:
+            self._mark_high = {}
+            return self._mark_high
+
     def mark(self, record: LogRecord[Any] | LogOffset) -> None:
-        """Mark a record as processed; its successor becomes the partition's marked position."""
-        marks = self._marks()
+        """Mark a record as processed; its successor becomes the partition's marked position.
+        Marks only move forward, also across commits: marking an older record is a no-op."""
+        high = self._mark_highs()
         offset = record.offset + 1
-        if offset > marks.get(record.partition, -1):
-            marks[record.partition] = offset
+        if offset > high.get(record.partition, -1):
+            high[record.partition] = offset
+            self._marks()[record.partition] = offset
         self.commit_marked_if_due()
 
     def commit_marked(self) -> dict[LogPartition, int]:
@@ -282,14 +292,20 @@ class LogTailer(abc.ABC, Generic[M]):
         return committed
 
     def commit_marked_if_due(self) -> None:
-        """Commit the marked positions if `commit_interval` passed since the last such commit."""
-        if self._marks() and time.monotonic() - self._last_marked_commit >= self.commit_interval:
+        """Commit the marked positions if `commit_interval` passed since the last such commit
+        (or, before the first one, since the first mark)."""
+        if not self._marks():
+            return
+        if not self._last_marked_commit:
+            self._last_marked_commit = time.monotonic()
+        elif time.monotonic() - self._last_marked_commit >= self.commit_interval:
             self.commit_marked()
 
     def _drop_marks(self, partitions: Iterable[LogPartition]) -> None:
-        marks = self._marks()
+        marks, high = self._marks(), self._mark_highs()
         for partition in partitions:
             marks.pop(partition, None)
+            high.pop(partition, None)
 
     @property
     @abc.abstractmethod

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,8 +20,22 @@ from streamcore.errors import (
     LogNotFoundError,
     TailerConflictError,
 )
-from streamcore.log.api import LogAppender, LogManager, LogOffset, LogPartition, LogTailer
+from streamcore.log.api import (
+    LogAppender,
+    LogManager,
+    LogOffset,
+    LogPartition,
+    LogTailer,
+    RebalanceListener,
+)
 from streamcore.log.partitioner import partition_for_key
+from streamcore.log.subscription import (
+    DEFAULT_HEARTBEAT_INTERVAL,
+    DEFAULT_SESSION_TIMEOUT,
+    GroupMember,
+    MemoryGroupStore,
+    SubscribedTailer,
+)
 from streamcore.log.tailer import CursorTailer
 from streamcore.names import Name
 
@@ -79,6 +94,11 @@ class MemoryLogManager(LogManager):
         self._logs: dict[Name, list[_Partition]] = {}
         self._positions: dict[Name, _Positions] = {}
         self._tailers: dict[tuple[str, LogPartition], CursorTailer] = {}
+        self._group_stores: dict[tuple[str, tuple[str, ...]], MemoryGroupStore] = {}
+        self._subscriptions: weakref.WeakSet[SubscribedTailer] = weakref.WeakSet()
+        # Defaults of subscribe(); tests shorten them.
+        self.heartbeat_interval = DEFAULT_HEARTBEAT_INTERVAL
+        self.session_timeout = DEFAULT_SESSION_TIMEOUT
         self._lock = threading.RLock()
         self._closed = False
 
@@ -187,6 +207,49 @@ class MemoryLogManager(LogManager):
                 self._tailers[(group, p)] = tailer
             return tailer
 
+    def subscribe(
+        self,
+        group: str,
+        names: Sequence[str | Name],
+        listener: RebalanceListener | None = None,
+        codec: Any = None,
+        *,
+        heartbeat_interval: float | None = None,
+        session_timeout: float | None = None,
+    ) -> SubscribedTailer:
+        """Join `group` as a member sharing the partitions of `names` with the other subscribed
+        tailers of this manager: the same protocol as the local log (see
+        `streamcore.log.subscription`), with the group state in memory instead of a file."""
+        logs = list(dict.fromkeys(Name.of(n) for n in names))
+        if not logs:
+            raise ValueError("subscribe needs at least one log name")
+        partitions = [LogPartition(n, p) for n in logs for p in range(self.size(n))]
+        with self._lock:
+            if self._closed:
+                raise LogClosedError("the memory log manager is closed")
+            urns = tuple(sorted(n.urn for n in logs))
+            store = self._group_stores.get((Name.of(group).urn, urns))
+            if store is None:
+                store = MemoryGroupStore(Name.of(group).urn, urns)
+                self._group_stores[(Name.of(group).urn, urns)] = store
+            member = GroupMember(
+                store,
+                [str(p) for p in partitions],
+                heartbeat_interval=heartbeat_interval or self.heartbeat_interval,
+                session_timeout=session_timeout or self.session_timeout,
+            )
+            tailer = SubscribedTailer(
+                group,
+                member,
+                partitions,
+                lambda p: _MemoryCursor(self._log(p.name)[p.partition]),
+                lambda p: self._positions[p.name],
+                codec,
+                listener,
+            )
+            self._subscriptions.add(tailer)
+        return tailer
+
     def _closed_tailer(self, tailer: CursorTailer) -> None:
         with self._lock:
             for key in [k for k, v in self._tailers.items() if v is tailer]:
@@ -194,7 +257,7 @@ class MemoryLogManager(LogManager):
 
     def close(self) -> None:
         with self._lock:
-            for tailer in list(self._tailers.values()):
+            for tailer in list(self._tailers.values()) + list(self._subscriptions):
                 tailer.close()
             self._closed = True
 

@@ -36,11 +36,35 @@ def _local_manager(tmp_path: Path) -> LogManager:
     return LocalLogManager(tmp_path / "log", config=make_config(tmp_path))
 
 
+# Kafka clients tuned for a fast suite on the loopback broker: short waits, quick group moves.
+KAFKA_TEST_CONFIG = {
+    "session.timeout.ms": 3000,
+    "heartbeat.interval.ms": 250,
+    "fetch.wait.max.ms": 50,
+}
+
+
+def _kafka_manager(tmp_path: Path) -> LogManager:
+    """A KafkaLogManager on the local test broker (started if needed), on topics and groups of
+    a prefix unique to the test; the session deletes them at its end (tests/kafka_broker.py)."""
+    from kafka_broker import ensure_broker, scratch_prefix
+
+    from streamcore.log.kafka import KafkaLogManager
+
+    return KafkaLogManager(
+        ensure_broker(), topic_prefix=scratch_prefix(), config=KAFKA_TEST_CONFIG, timeout=10.0
+    )
+
+
 MANAGER_FACTORIES: dict[str, Callable[[Path], LogManager]] = {
     "memory": _memory_manager,
     "local": _local_manager,
+    "kafka": _kafka_manager,
 }
-BACKEND_PARAMS = [pytest.param(name, id=name) for name in MANAGER_FACTORIES]
+BACKEND_PARAMS = [
+    pytest.param(name, id=name, marks=pytest.mark.kafka if name == "kafka" else ())
+    for name in MANAGER_FACTORIES
+]
 
 
 @pytest.fixture(params=BACKEND_PARAMS)

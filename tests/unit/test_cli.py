@@ -237,6 +237,7 @@ def test_create_then_logs(cli: Callable[..., Result], open_manager, home: Path) 
     lines = res.out.splitlines()
     assert lines[0].split() == [
         "log",
+        "backend",
         "partitions",
         "records",
         "size",
@@ -248,11 +249,11 @@ def test_create_then_logs(cli: Callable[..., Result], open_manager, home: Path) 
         "(UTC)",
     ]
     row_a = next(line for line in lines if line.startswith("test/a "))
-    assert row_a.split()[:3] == ["test/a", "2", "10"]
+    assert row_a.split()[:4] == ["test/a", "local", "2", "10"]
     assert "2020-09-13 12:26:40.000" in row_a and "2020-09-13 12:26:49.000" in row_a
     assert "4d" in row_a
     row_new = next(line for line in lines if line.startswith("test/new "))
-    assert row_new.split()[:5] == ["test/new", "3", "0", "0", "B"]
+    assert row_new.split()[:6] == ["test/new", "local", "3", "0", "0", "B"]
     assert "12h" in row_new
 
     doc = cli("logs", "--json").json()

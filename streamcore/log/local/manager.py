@@ -6,6 +6,7 @@ Layout under `STREAMCORE_HOME/log/` (the root is configurable):
     <log-id>/P-NN/<offset>.log       segments (see segment.py) and their sparse .index files
     <log-id>/P-NN/.lock              single-writer lock (flock) holding the writer's pid
     <log-id>/groups/<group-id>/p-NN  committed positions (see positions.py)
+    _subscriptions/<group>@<logs>.json  state of a dynamic consumer group (see membership.py)
 
 Any number of processes may read; one process at a time may write a partition.
 """
@@ -17,6 +18,7 @@ import logging
 import os
 import shutil
 import threading
+import weakref
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,12 +42,20 @@ from streamcore.log.api import (
     LogOffset,
     LogPartition,
     LogTailer,
+    RebalanceListener,
 )
+from streamcore.log.local.membership import FileGroupStore
 from streamcore.log.local.positions import PositionStore
 from streamcore.log.local.reader import PartitionCursor
 from streamcore.log.local.segment import list_segments
 from streamcore.log.local.writer import PartitionWriter, check_types
 from streamcore.log.partitioner import partition_for_key, partitions_for_keys
+from streamcore.log.subscription import (
+    DEFAULT_HEARTBEAT_INTERVAL,
+    DEFAULT_SESSION_TIMEOUT,
+    GroupMember,
+    SubscribedTailer,
+)
 from streamcore.log.tailer import CursorTailer
 from streamcore.names import Name
 
@@ -63,6 +73,10 @@ class LocalLogManager(LogManager):
         self._writers: dict[tuple[Name, int], PartitionWriter] = {}
         self._tailers: dict[tuple[str, LogPartition], CursorTailer] = {}
         self._appenders: list[LocalAppender] = []
+        self._subscriptions: weakref.WeakSet[SubscribedTailer] = weakref.WeakSet()
+        # Defaults of subscribe(); tests shorten them.
+        self.heartbeat_interval = DEFAULT_HEARTBEAT_INTERVAL
+        self.session_timeout = DEFAULT_SESSION_TIMEOUT
         self._metadata: dict[Name, dict[str, Any]] = {}
         self._lock = threading.RLock()
         self._closed = False
@@ -148,6 +162,7 @@ class LocalLogManager(LogManager):
             if not self.exists(name):
                 return False
             busy = [k for k in self._tailers if k[1].name == name]
+            busy += [t for t in self._subscriptions if not t.closed and name in t.names]
             if busy or any(a.name == name and not a.closed for a in self._appenders):
                 raise LogExistsError(
                     f"log {name} is in use in this process (appender or tailer open); close them "
@@ -303,6 +318,47 @@ class LocalLogManager(LogManager):
                 self._tailers[(group, p)] = tailer
         return tailer
 
+    def subscribe(
+        self,
+        group: str,
+        names: Sequence[str | Name],
+        listener: RebalanceListener | None = None,
+        codec: Any = None,
+        *,
+        heartbeat_interval: float | None = None,
+        session_timeout: float | None = None,
+    ) -> SubscribedTailer:
+        """Join `group` as a member sharing the partitions of `names` with the other members,
+        in this process and others (see `streamcore.log.subscription`). Partitions are assigned
+        by the first `read()`. The heartbeat interval and session timeout default to the
+        manager's `heartbeat_interval` (3 s) and `session_timeout` (10 s)."""
+        logs = list(dict.fromkeys(Name.of(n) for n in names))
+        if not logs:
+            raise ValueError("subscribe needs at least one log name")
+        partitions = [LogPartition(n, p) for n in logs for p in range(self.size(n))]
+        with self._lock:
+            if self._closed:
+                raise LogClosedError("the log manager is closed")
+            store = FileGroupStore(self.root, group, logs)
+            member = GroupMember(
+                store,
+                [str(p) for p in partitions],
+                heartbeat_interval=heartbeat_interval or self.heartbeat_interval,
+                session_timeout=session_timeout or self.session_timeout,
+            )
+            stores = {name: self._positions(name) for name in logs}
+            tailer = SubscribedTailer(
+                group,
+                member,
+                partitions,
+                lambda p: PartitionCursor(self.partition_folder(p), str(p)),
+                lambda p: stores[p.name],
+                codec,
+                listener,
+            )
+            self._subscriptions.add(tailer)
+        return tailer
+
     def _resolve(self, source: Any) -> list[LogPartition]:
         if isinstance(source, LogPartition):
             partitions = [source]
@@ -325,7 +381,7 @@ class LocalLogManager(LogManager):
         with self._lock:
             if self._closed:
                 return
-            for tailer in list(self._tailers.values()):
+            for tailer in list(self._tailers.values()) + list(self._subscriptions):
                 tailer.close()
             for writer in self._writers.values():
                 writer.close()

@@ -1,0 +1,248 @@
+#!/usr/bin/env bash
+# A single-node Kafka 4.x broker (KRaft, combined broker + controller) on 127.0.0.1, run from the
+# jars `make jars` put in .cache/jars/kafka-broker/. Config, data and logs live in .cache/kafka/.
+#
+#   scripts/kafka.sh start    start it detached (no-op when it runs), wait until it answers metadata
+#   scripts/kafka.sh stop     stop the broker this script started (TERM, then KILL after 20 s)
+#   scripts/kafka.sh status   running (pid, address) or stopped; exit code 0 = running, 3 = stopped
+#
+# Environment: STREAMCORE_KAFKA_PORT (default 9092), STREAMCORE_KAFKA_CONTROLLER_PORT (9093),
+# STREAMCORE_KAFKA_HOME (default .cache/kafka), STREAMCORE_JARS (default .cache/jars),
+# STREAMCORE_KAFKA_HEAP (default 512m), STREAMCORE_KAFKA_START_TIMEOUT (seconds, default 30).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root="$PWD"
+
+port="${STREAMCORE_KAFKA_PORT:-9092}"
+controller_port="${STREAMCORE_KAFKA_CONTROLLER_PORT:-9093}"
+home="${STREAMCORE_KAFKA_HOME:-$root/.cache/kafka}"
+jars="${STREAMCORE_JARS:-$root/.cache/jars}/kafka-broker"
+heap="${STREAMCORE_KAFKA_HEAP:-512m}"
+start_timeout="${STREAMCORE_KAFKA_START_TIMEOUT:-30}"
+address="127.0.0.1:$port"
+pid_file="$home/kafka.pid"
+config="$home/server.properties"
+log_file="$home/logs/server.log"
+data="$home/data"
+
+say() { echo "kafka: $*"; }
+fail() { echo "kafka: $*" >&2; exit 1; }
+
+python_bin() {
+  if [[ -x "$root/.venv/bin/python" ]]; then echo "$root/.venv/bin/python"; else echo python3; fi
+}
+
+# The pid of our broker if it runs: the pid file names a live java process started on our config.
+running_pid() {
+  [[ -f "$pid_file" ]] || return 1
+  local pid
+  pid="$(cat "$pid_file" 2>/dev/null || true)"
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  [[ -r "/proc/$pid/cmdline" ]] || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "kafka.Kafka $config" || return 1
+  echo "$pid"
+}
+
+# Exit 0 once the broker at $address answers a metadata request listing at least one broker.
+probe() {
+  "$(python_bin)" - "$address" "$1" <<'EOF'
+import socket, sys
+address, timeout = sys.argv[1], float(sys.argv[2])
+try:
+    from confluent_kafka.admin import AdminClient
+except ImportError:  # no venv yet: a TCP connect is the best we can do
+    host, port = address.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError:
+        sys.exit(1)
+    sys.exit(0)
+admin = AdminClient({"bootstrap.servers": address, "socket.timeout.ms": int(timeout * 1000),
+                     "log_level": 0, "logger": lambda *a: None})
+try:
+    md = admin.list_topics(timeout=timeout)
+except Exception:
+    sys.exit(1)
+sys.exit(0 if md.brokers else 1)
+EOF
+}
+
+port_busy() {
+  "$(python_bin)" - "$1" <<'EOF'
+import socket, sys
+try:
+    socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=0.5).close()
+except OSError:
+    sys.exit(1)
+EOF
+}
+
+write_config() {
+  mkdir -p "$home/logs" "$data"
+  cat >"$config" <<EOF
+# Written by scripts/kafka.sh on each start; edit the script, not this file.
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$controller_port
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller_port
+advertised.listeners=PLAINTEXT://127.0.0.1:$port
+inter.broker.listener.name=PLAINTEXT
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs=$data
+num.partitions=1
+default.replication.factor=1
+auto.create.topics.enable=false
+delete.topic.enable=true
+log.retention.hours=168
+offsets.retention.minutes=20160
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=4
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=4
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+group.min.session.timeout.ms=500
+group.consumer.min.session.timeout.ms=500
+group.consumer.min.heartbeat.interval.ms=100
+num.network.threads=2
+num.io.threads=2
+num.recovery.threads.per.data.dir=1
+EOF
+  cat >"$home/log4j2.properties" <<EOF
+status = warn
+appender.console.type = Console
+appender.console.name = STDOUT
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.console.ref = STDOUT
+logger.kafka.name = kafka
+logger.kafka.level = WARN
+logger.apache.name = org.apache.kafka
+logger.apache.level = WARN
+logger.server.name = kafka.server.KafkaRaftServer
+logger.server.level = INFO
+logger.broker.name = kafka.server.BrokerServer
+logger.broker.level = INFO
+EOF
+}
+
+start() {
+  local pid
+  if pid="$(running_pid)"; then
+    local until=$((SECONDS + start_timeout))
+    until probe 1; do
+      ((SECONDS < until)) || fail "running (pid $pid) but not answering on $address after $start_timeout s; see $log_file or \`$0 stop\`"
+      sleep 0.5
+    done
+    say "already running (pid $pid) on $address"
+    echo "$address"
+    return 0
+  fi
+  command -v java >/dev/null || fail "java is not on PATH; install a JDK 17+ (e.g. apt-get install openjdk-17-jre-headless)"
+  compgen -G "$jars/kafka_2.13-*.jar" >/dev/null \
+    || fail "no Kafka broker jars in $jars; run \`make jars\` first"
+  if port_busy "$port"; then
+    fail "port $port on 127.0.0.1 is used by another process (not the broker of $home); stop it or set STREAMCORE_KAFKA_PORT"
+  fi
+  if port_busy "$controller_port"; then
+    fail "controller port $controller_port is used by another process; stop it or set STREAMCORE_KAFKA_CONTROLLER_PORT"
+  fi
+  write_config
+  local cp="$jars/*"
+  if [[ ! -f "$data/meta.properties" ]]; then
+    local cluster_id
+    # Kafka's own Uuid.randomUuid() never starts with '-' (it would read as an option): same here.
+    cluster_id="$("$(python_bin)" -c '
+import base64, uuid
+while (u := base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")).startswith("-"):
+    pass
+print(u)')"
+    say "formatting storage in $data (cluster id $cluster_id)"
+    java -Xmx256m -Dlog4j2.configurationFile="$home/log4j2.properties" -cp "$cp" \
+      kafka.tools.StorageTool format -t "$cluster_id" -c "$config" >"$home/logs/format.log" 2>&1 \
+      || { cat "$home/logs/format.log" >&2; fail "storage format failed (see above)"; }
+  fi
+  say "starting on $address (log: $log_file)"
+  echo "=== start $(date -Is) ===" >>"$log_file"
+  # setsid: own session, so the broker survives the shell (and make, and pytest) that started it.
+  # The inner bash writes its own pid, then becomes java with exec: the pid file names the broker.
+  setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$pid_file" \
+    java -Xms128m -Xmx"$heap" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -Djava.awt.headless=true \
+    -Dlog4j2.configurationFile="$home/log4j2.properties" -cp "$cp" kafka.Kafka "$config" \
+    </dev/null >>"$log_file" 2>&1 9>&- &
+  local waited=0 deadline=$((SECONDS + start_timeout))
+  while ((SECONDS < deadline)); do
+    sleep 0.5
+    if ! pid="$(running_pid)"; then
+      if ((waited++ > 4)); then
+        echo "--- last lines of $log_file ---" >&2
+        tail -n 40 "$log_file" >&2
+        fail "the broker exited during start-up (see the log above)"
+      fi
+      continue
+    fi
+    if probe 1; then
+      say "ready on $address (pid $pid, $((SECONDS - deadline + start_timeout)) s)"
+      echo "$address"
+      return 0
+    fi
+  done
+  echo "--- last lines of $log_file ---" >&2
+  tail -n 40 "$log_file" >&2
+  if pid="$(running_pid)"; then kill -TERM "$pid" 2>/dev/null || true; fi
+  fail "the broker did not answer on $address within $start_timeout s (log above); stopped it"
+}
+
+stop() {
+  local pid
+  if ! pid="$(running_pid)"; then
+    say "not running"
+    rm -f "$pid_file"
+    return 0
+  fi
+  say "stopping pid $pid"
+  kill -TERM "$pid" 2>/dev/null || true
+  local deadline=$((SECONDS + 20))
+  while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
+  if kill -0 "$pid" 2>/dev/null; then
+    say "still running after 20 s: KILL"
+    kill -KILL "$pid" 2>/dev/null || true
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+  fi
+  rm -f "$pid_file"
+  say "stopped"
+}
+
+status() {
+  local pid
+  if pid="$(running_pid)"; then
+    if probe 2; then
+      say "running (pid $pid) on $address"
+    else
+      say "running (pid $pid) but not answering on $address yet"
+    fi
+    return 0
+  fi
+  say "stopped ($address)"
+  return 3
+}
+
+case "${1:-}" in
+  start)
+    mkdir -p "$home"
+    # One start at a time (parallel test sessions, make -j): the lock serialises them.
+    exec 9>"$home/.lock"
+    flock -w 60 9 || fail "another start holds $home/.lock"
+    start
+    ;;
+  stop) stop ;;
+  status) status ;;
+  *)
+    echo "usage: $0 start|stop|status" >&2
+    exit 2
+    ;;
+esac

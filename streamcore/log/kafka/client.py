@@ -1,0 +1,329 @@
+"""confluent-kafka plumbing shared by the Kafka manager, appender and tailer: client settings,
+error translation into the streamcore hierarchy, retries of transient coordinator errors, and the
+per-process pool of producers and admin clients."""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient
+
+from streamcore.errors import (
+    BrokerUnavailableError,
+    ConfigError,
+    LogError,
+    LogNotFoundError,
+    StreamcoreError,
+)
+
+logger = logging.getLogger("streamcore.log.kafka")
+librdkafka_logger = logging.getLogger("streamcore.log.kafka.librdkafka")
+T = TypeVar("T")
+
+# The broker could not be reached, or did not answer in time.
+UNAVAILABLE = {
+    KafkaError._TRANSPORT,
+    KafkaError._ALL_BROKERS_DOWN,
+    KafkaError._WAIT_COORD,
+    KafkaError._TIMED_OUT,
+    KafkaError._MSG_TIMED_OUT,
+    KafkaError._RESOLVE,
+    KafkaError._AUTHENTICATION,
+    KafkaError._SSL,
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.SASL_AUTHENTICATION_FAILED,
+    KafkaError.BROKER_NOT_AVAILABLE,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.NETWORK_EXCEPTION,
+}
+# Worth another try within the timeout: coordinators moving or loading, leaders electing.
+TRANSIENT = {
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+}
+
+
+# librdkafka warns when a client gets a property of the other kind; `config` is shared, so each
+# client gets the general properties plus those of its kind.
+_CONSUMER_ONLY = (
+    "group.",
+    "session.timeout.ms",
+    "heartbeat.interval.ms",
+    "partition.assignment.strategy",
+    "max.poll.interval.ms",
+    "enable.auto.commit",
+    "auto.commit.interval.ms",
+    "enable.auto.offset.store",
+    "queued.",
+    "fetch.",
+    "auto.offset.reset",
+    "isolation.level",
+    "enable.partition.eof",
+    "check.crcs",
+    "consume.callback.max.messages",
+    "coordinator.query.interval.ms",
+    "allow.auto.create.topics",
+    "max.partition.fetch.bytes",
+)
+_PRODUCER_ONLY = (
+    "transactional.id",
+    "transaction.timeout.ms",
+    "enable.idempotence",
+    "enable.gapless.guarantee",
+    "queue.buffering.",
+    "queuing.strategy",
+    "linger.ms",
+    "message.send.max.retries",
+    "retries",
+    "compression.",
+    "batch.",
+    "delivery.report.only.error",
+    "dr_cb",
+    "dr_msg_cb",
+    "sticky.partitioning.linger.ms",
+    "request.required.acks",
+    "acks",
+    "request.timeout.ms",
+    "message.timeout.ms",
+    "delivery.timeout.ms",
+    "partitioner",
+    "compression.type",
+    "compression.codec",
+    "compression.level",
+)
+
+
+def _kind(prop: str) -> str:
+    if prop.startswith(_CONSUMER_ONLY):
+        return "consumer"
+    if prop.startswith(_PRODUCER_ONLY):
+        return "producer"
+    return "any"
+
+
+class KafkaClients:
+    """Settings and helpers of one `KafkaLogManager`: address, properties, timeout."""
+
+    def __init__(self, bootstrap_servers: str, config: Mapping[str, Any], timeout: float) -> None:
+        if timeout <= 0:
+            raise ValueError(f"timeout must be positive, got {timeout}")
+        self.timeout = float(timeout)
+        props = {str(k): v for k, v in (config or {}).items()}
+        self.bootstrap = str(props.pop("bootstrap.servers", bootstrap_servers))
+        timeout_ms = max(1, int(self.timeout * 1000))
+        self.common: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap,
+            "socket.connection.setup.timeout.ms": max(1000, min(timeout_ms, 30_000)),
+            "socket.timeout.ms": min(max(timeout_ms, 10), 60_000),
+            "logger": librdkafka_logger,
+        }
+        self.user = props
+        self.common.update({k: v for k, v in props.items() if _kind(k) == "any"})
+        self._only = {
+            kind: {k: v for k, v in props.items() if _kind(k) == kind}
+            for kind in ("consumer", "producer")
+        }
+
+    # -- settings per client ----------------------------------------------------------------
+    def producer_config(self) -> dict[str, Any]:
+        conf = {
+            "enable.idempotence": True,  # per-key order and no duplicates across retries
+            "partitioner": "murmur2_random",  # the Java client's partitioner
+            "message.timeout.ms": max(1, int(self.timeout * 1000)),
+            "request.timeout.ms": min(max(1, int(self.timeout * 1000)), 30_000),
+            "error_cb": _log_error("producer"),
+        }
+        conf.update(self.common)
+        conf.update(self._only["producer"])
+        return conf
+
+    def consumer_config(self, group_id: str, client_id: str, static: bool = True) -> dict[str, Any]:
+        """A consumer's settings. A synchronous commit waits up to `session.timeout.ms` for the
+        group coordinator: a static tailer (not a group member, so the session means nothing
+        else) gets min(session, timeout) to keep commits within the timeout."""
+        conf = self._consumer_config(group_id, client_id)
+        if static:
+            session = min(int(conf["session.timeout.ms"]), max(100, int(self.timeout * 1000)))
+            conf["session.timeout.ms"] = session
+            conf["heartbeat.interval.ms"] = min(int(conf["heartbeat.interval.ms"]), session // 3)
+        return conf
+
+    def _consumer_config(self, group_id: str, client_id: str) -> dict[str, Any]:
+        conf = {
+            "group.id": group_id,
+            "client.id": client_id,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": False,
+            "fetch.wait.max.ms": 100,
+            "session.timeout.ms": 10_000,
+            "heartbeat.interval.ms": 3_000,
+            "error_cb": _log_error(client_id),
+        }
+        conf.update(self.common)
+        conf.update(self._only["consumer"])
+        return conf
+
+    def admin_config(self) -> dict[str, Any]:
+        return dict(self.common)
+
+    # -- errors ---------------------------------------------------------------------------------
+    def unavailable(self, what: str, detail: str) -> BrokerUnavailableError:
+        return BrokerUnavailableError(
+            f"{what}: Kafka at {self.bootstrap} did not answer within {self.timeout:g} s "
+            f"({detail}); check that the broker runs (`make kafka` starts the local one, "
+            "`make kafka-status` tells) and the bootstrap.servers / security settings"
+        )
+
+    def translate(self, error: Any, what: str, topic: str | None = None) -> StreamcoreError:
+        """A streamcore error for a KafkaError / KafkaException / timeout."""
+        if isinstance(error, KafkaException):
+            error = error.args[0] if error.args else error
+        if isinstance(error, concurrent.futures.TimeoutError | TimeoutError):
+            return self.unavailable(what, "timed out")
+        if isinstance(error, KafkaError):
+            code = error.code()
+            if code in UNAVAILABLE or (code == KafkaError._NOENT and "leader" in error.str()):
+                return self.unavailable(what, error.str())
+            if code in (KafkaError._INVALID_ARG, KafkaError._INVALID_TYPE):
+                return ConfigError(
+                    f"{what}: invalid Kafka client setting: {error.str()}; check the librdkafka "
+                    "properties given in `config` (the kafka config's properties table)"
+                )
+            if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.UNKNOWN_TOPIC_ID):
+                return LogNotFoundError(
+                    f"{what}: topic {topic or '?'} does not exist in Kafka at {self.bootstrap}; "
+                    "create the log first"
+                )
+            return LogError(f"{what}: Kafka error {error.name()}: {error.str()}")
+        return LogError(f"{what}: {error}")
+
+    @contextmanager
+    def errors(self, what: str, topic: str | None = None) -> Iterator[None]:
+        try:
+            yield
+        except (KafkaException, concurrent.futures.TimeoutError, TimeoutError) as exc:
+            raise self.translate(exc, what, topic) from exc
+
+    def retry(self, what: str, call: Callable[[], T], topic: str | None = None) -> T:
+        """`call()` again while it fails with a transient error, until the timeout."""
+        deadline = time.monotonic() + self.timeout
+        pause = 0.01
+        while True:
+            try:
+                return call()
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                code = error.code() if isinstance(error, KafkaError) else None
+                if code not in TRANSIENT:
+                    raise self.translate(exc, what, topic) from exc
+                if time.monotonic() + pause > deadline:
+                    if code == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                        raise self.translate(exc, what, topic) from exc
+                    # a coordinator or leader that stays away for the whole timeout
+                    raise self.unavailable(what, error.str()) from exc
+            except (concurrent.futures.TimeoutError, TimeoutError) as exc:
+                raise self.translate(exc, what, topic) from exc
+            time.sleep(pause)
+            pause = min(pause * 2, 0.2)
+
+    def result(
+        self, what: str, future: concurrent.futures.Future[T], topic: str | None = None
+    ) -> T:
+        remaining = self.timeout
+        with self.errors(what, topic):
+            return future.result(timeout=remaining)
+
+    # -- pooled clients -------------------------------------------------------------------------
+    def producer(self) -> Producer:
+        with self.errors("cannot create a Kafka producer"):
+            return _POOL.producer(self.producer_config())
+
+    def admin(self) -> AdminClient:
+        with self.errors("cannot create a Kafka admin client"):
+            return _POOL.admin(self.admin_config())
+
+
+def _log_error(who: str) -> Callable[[KafkaError], None]:
+    def on_error(error: KafkaError) -> None:
+        # librdkafka logs transient errors itself and retries; operations that need the broker
+        # raise on their timeout. Only fatal errors (the client is unusable) are worth a line.
+        if error.fatal():
+            logger.error("%s: fatal Kafka error: %s", who, error.str())
+
+    return on_error
+
+
+def _key(conf: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (os.getpid(), *sorted((k, repr(v)) for k, v in conf.items() if k != "error_cb"))
+
+
+class _Pool:
+    """One producer and one admin client per distinct configuration and process, shared by every
+    manager that uses it (Kafka's advice: a producer per process). An idempotent producer needs
+    about half a second to get its producer id; sharing pays that once. Never shared across a
+    fork: the key holds the pid."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._producers: dict[tuple[Any, ...], Producer] = {}
+        self._admins: dict[tuple[Any, ...], AdminClient] = {}
+
+    def producer(self, conf: dict[str, Any]) -> Producer:
+        key = _key(conf)
+        with self._lock:
+            found = self._producers.get(key)
+            if found is None:
+                found = self._producers[key] = Producer(conf)
+            return found
+
+    def discard_producer(self, producer: Producer) -> None:
+        """Forget a producer in a fatal state so the next appender gets a new one."""
+        with self._lock:
+            for key, value in list(self._producers.items()):
+                if value is producer:
+                    del self._producers[key]
+
+    def admin(self, conf: dict[str, Any]) -> AdminClient:
+        key = _key(conf)
+        with self._lock:
+            found = self._admins.get(key)
+            if found is None:
+                found = self._admins[key] = AdminClient(conf)
+            return found
+
+    def flush_all(self) -> None:
+        """At exit: deliver what is queued and drop every client, librdkafka's log lines muted
+        (reconnect attempts to a broker long gone...); undelivered records are counted."""
+        pid = os.getpid()
+        librdkafka_logger.disabled = True
+        for key, producer in list(self._producers.items()):
+            if key[0] == pid and len(producer):  # records still queued
+                try:
+                    left = producer.flush(5)
+                except Exception:  # pragma: no cover - shutdown path
+                    continue
+                if left:
+                    logger.warning("%d Kafka records were not delivered at exit", left)
+        with self._lock:
+            self._producers.clear()
+            self._admins.clear()
+
+
+_POOL = _Pool()
+atexit.register(_POOL.flush_all)

@@ -1,0 +1,571 @@
+"""`KafkaTailer`: a confluent-kafka Consumer behind the LogTailer API.
+
+Positions are tracked here, per partition, as the offset after the last record `read()` returned
+(what `commit()` commits), so `position()` answers without the broker and a record fetched before
+a seek is never returned after it. librdkafka fetches ahead in the background; `read()` takes one
+polled record plus whatever else is already fetched, and hands them out one by one.
+
+`read(0)` returns None only when the broker says no record is waiting at the tailer's positions
+(one ListOffsets request when the fetched queue is empty): a record appended before the call is
+returned even if its fetch takes a moment, like on the local log. `read(timeout > 0)` trusts the
+watermarks of the last fetch instead (no request per idle read of a polling loop), and waits on
+(up to the manager's timeout) only when they show records not fetched yet.
+
+A seek past the end positions the consumer at the end and drops the records below the target as
+they come (a fetch past the end would make Kafka reset the partition).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from streamcore.errors import LogClosedError, LogError, LogNotFoundError
+from streamcore.log.api import LogOffset, LogPartition, LogRecord, LogTailer, RebalanceListener
+from streamcore.names import Name
+
+if TYPE_CHECKING:
+    from streamcore.log.kafka.manager import KafkaLogManager
+
+logger = logging.getLogger("streamcore.log.kafka")
+_BATCH = 1000
+_SLICE = 0.05
+_IGNORED = {
+    KafkaError._PARTITION_EOF,
+    KafkaError._TRANSPORT,
+    KafkaError._ALL_BROKERS_DOWN,
+    KafkaError._RESOLVE,
+    KafkaError._TIMED_OUT,
+}
+
+
+class KafkaTailer(LogTailer[Any]):
+    """A static-assignment tailer (`partitions`) or a subscribed group member (`names`)."""
+
+    def __init__(
+        self,
+        manager: KafkaLogManager,
+        group: str,
+        codec: Any = None,
+        *,
+        partitions: Sequence[LogPartition] | None = None,
+        names: Sequence[Name] | None = None,
+        listener: RebalanceListener | None = None,
+    ) -> None:
+        self.group = group
+        self.codec = codec
+        self.manager = manager
+        self.listener = listener or RebalanceListener()
+        self.group_id = manager.group_id(group)
+        self._clients = manager.clients
+        self._static = names is None
+        self._assigned: list[LogPartition] = []
+        self._by_key: dict[tuple[str, int], LogPartition] = {}
+        self._pos: dict[LogPartition, int] = {}
+        self._buffer: list[Any] = []
+        self._buf_i = 0
+        self._lost = 0
+        self._closed = False
+        conf = self._clients.consumer_config(
+            self.group_id, manager.client_id(group), static=names is None
+        )
+        strategy = str(conf.get("partition.assignment.strategy", "")).lower()
+        protocol = str(conf.get("group.protocol", "classic")).lower()
+        self._incremental = "cooperative" in strategy or protocol == "consumer"
+        with self._clients.errors(f"cannot create a consumer for group {group!r}"):
+            self._consumer = Consumer(conf)
+        try:
+            if partitions is not None:
+                self._start_static(list(partitions))
+            else:
+                self.names = list(names or ())
+                self._consumer.subscribe(
+                    [manager.topic(n) for n in self.names],
+                    on_assign=self._on_assign,
+                    on_revoke=self._on_revoke,
+                    on_lost=self._on_lost,
+                )
+        except BaseException:
+            self._consumer.close()
+            raise
+
+    def __repr__(self) -> str:
+        kind = "static" if self._static else "subscribed"
+        return (
+            f"KafkaTailer(group={self.group!r}, {kind}, "
+            f"assignments=[{', '.join(map(str, self._assigned))}])"
+        )
+
+    # -- helpers --------------------------------------------------------------------------------
+    def _tp(self, partition: LogPartition, offset: int | None = None) -> TopicPartition:
+        topic = self.manager.topic(partition.name)
+        if offset is None:
+            return TopicPartition(topic, partition.partition)
+        return TopicPartition(topic, partition.partition, offset)
+
+    def _log_partition(self, topic: str, partition: int) -> LogPartition:
+        found = self._by_key.get((topic, partition))
+        if found is not None:
+            return found
+        name = self.manager._name_of(topic)
+        if name is None:
+            raise LogError(f"topic {topic} is not a log of prefix {self.manager.topic_prefix!r}")
+        return LogPartition(name, partition)
+
+    def _check(self, partition: LogPartition) -> LogPartition:
+        if partition not in self._pos:
+            raise ValueError(
+                f"partition {partition} is not assigned to this tailer (assigned: "
+                f"{', '.join(map(str, self._assigned))})"
+            )
+        return partition
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"tailer of group {self.group!r} is closed; create a new one")
+
+    def _committed(self, partitions: Sequence[LogPartition]) -> list[int | None]:
+        if not partitions:
+            return []
+        tps = [self._tp(p) for p in partitions]
+        timeout = self._clients.timeout
+        got = self._clients.retry(
+            f"cannot read the committed offsets of group {self.group!r}",
+            lambda: self._consumer.committed(tps, timeout=timeout),
+            tps[0].topic,
+        )
+        return [tp.offset if tp.offset >= 0 else None for tp in got]
+
+    def _targets(
+        self, targets: dict[LogPartition, int | None]
+    ) -> tuple[dict[LogPartition, int], dict[LogPartition, int]]:
+        """Positions (None = the first retained record) and where librdkafka should fetch from:
+        clamped into [low, high] (records below a target past the end are dropped on read)."""
+        parts = list(targets)
+        marks = self.manager.watermarks([self._tp(p) for p in parts])
+        positions, fetch = {}, {}
+        for p, (low, high) in zip(parts, marks, strict=True):
+            target = targets[p]
+            position = low if target is None else target
+            positions[p] = position
+            fetch[p] = min(max(position, low), high)
+        return positions, fetch
+
+    def _start_static(self, partitions: list[LogPartition]) -> None:
+        # Warm the consumer's metadata cache: else librdkafka looks the topics up on its next
+        # one-second scan, and the first fetch waits for it.
+        for topic in dict.fromkeys(self.manager.topic(p.name) for p in partitions):
+            with self._clients.errors(f"cannot read the metadata of {topic}", topic):
+                self._consumer.list_topics(topic, timeout=self._clients.timeout)
+        committed = self._committed(partitions)
+        positions, fetch = self._targets(dict(zip(partitions, committed, strict=True)))
+        self._add(partitions, positions)
+        with self._clients.errors(f"cannot assign partitions to group {self.group!r}"):
+            self._consumer.assign([self._tp(p, fetch[p]) for p in partitions])
+
+    def _add(self, partitions: list[LogPartition], positions: dict[LogPartition, int]) -> None:
+        for p in partitions:
+            if p not in self._pos:
+                self._assigned.append(p)
+            self._by_key[(self.manager.topic(p.name), p.partition)] = p
+            self._pos[p] = positions[p]
+
+    def _remove(self, partitions: list[LogPartition]) -> None:
+        gone = set(partitions)
+        self._assigned = [p for p in self._assigned if p not in gone]
+        for p in gone:
+            self._pos.pop(p, None)
+            self._by_key.pop((self.manager.topic(p.name), p.partition), None)
+
+    def _place(self, targets: dict[LogPartition, int | None]) -> None:
+        """Move the read positions (None = first retained record) and the consumer with them."""
+        if not targets:
+            return
+        positions, fetch = self._targets(targets)
+        for p, position in positions.items():
+            self._pos[p] = position
+        tps = [self._tp(p, fetch[p]) for p in targets]
+        try:
+            for tp in tps:
+                self._consumer.seek(tp)
+        except KafkaException as exc:
+            if not self._static:
+                raise self._clients.translate(exc, f"cannot seek in group {self.group!r}") from exc
+            # The fetcher of a just-assigned partition may not take a seek yet: re-assign it.
+            with self._clients.errors(f"cannot seek in group {self.group!r}"):
+                self._consumer.incremental_unassign([self._tp(p) for p in targets])
+                self._consumer.incremental_assign(tps)
+
+    # -- rebalance callbacks (run inside poll, on the tailer's thread) ---------------------------
+    def _call_listener(self, what: str, partitions: list[LogPartition]) -> None:
+        if not partitions:
+            return
+        try:
+            getattr(self.listener, what)(self, list(partitions))
+        except Exception:  # the handover must go on: at-least-once holds either way
+            logger.exception("%s listener of group %s failed", what, self.group)
+
+    def _on_assign(self, consumer: Any, tps: list[TopicPartition]) -> None:
+        partitions = [self._log_partition(tp.topic, tp.partition) for tp in tps]
+        if partitions:
+            committed = self._committed(partitions)
+            positions, fetch = self._targets(dict(zip(partitions, committed, strict=True)))
+            self._add(partitions, positions)
+            assigned = [self._tp(p, fetch[p]) for p in partitions]
+        else:
+            assigned = []
+        if self._incremental:
+            consumer.incremental_assign(assigned)
+        else:
+            consumer.assign(assigned)
+        self._call_listener("on_assigned", partitions)
+
+    def _on_revoke(self, consumer: Any, tps: list[TopicPartition]) -> None:
+        partitions = [self._log_partition(tp.topic, tp.partition) for tp in tps]
+        partitions = [p for p in partitions if p in self._pos]
+        try:
+            self._call_listener("on_revoked", partitions)
+            marks = self._marks()
+            revoked = {p: marks[p] for p in partitions if p in marks}
+            if revoked:
+                try:
+                    self._commit(revoked)
+                except LogError:
+                    logger.exception("group %s: marked positions not committed", self.group)
+        finally:
+            self._drop_marks(partitions)
+            self._remove(partitions)
+            self._purge(partitions)
+            if self._incremental:
+                consumer.incremental_unassign(tps)
+            else:
+                consumer.unassign()
+
+    def _on_lost(self, consumer: Any, tps: list[TopicPartition]) -> None:
+        partitions = [self._log_partition(tp.topic, tp.partition) for tp in tps]
+        partitions = [p for p in partitions if p in self._pos]
+        logger.warning(
+            "group %s lost %s (session expired): dropped without commit",
+            self.group,
+            ", ".join(map(str, partitions)),
+        )
+        try:
+            self._drop_marks(partitions)
+            self._call_listener("on_revoked", partitions)
+        finally:
+            self._remove(partitions)
+            self._purge(partitions)
+            if self._incremental:
+                consumer.incremental_unassign(tps)
+            else:
+                consumer.unassign()
+
+    # -- reading --------------------------------------------------------------------------------
+    @property
+    def assignments(self) -> list[LogPartition]:
+        return list(self._assigned)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def lost(self) -> int:
+        """Records skipped because retention deleted them before this tailer read them."""
+        return self._lost
+
+    def _purge(self, partitions: Sequence[LogPartition]) -> None:
+        """Forget fetched records of these partitions (after a seek or a revoke)."""
+        if self._buf_i >= len(self._buffer):
+            return
+        keys = {(self.manager.topic(p.name), p.partition) for p in partitions}
+        rest = self._buffer[self._buf_i :]
+        self._buffer = [m for m in rest if (m.topic(), m.partition()) not in keys]
+        self._buf_i = 0
+
+    def _take(self) -> tuple[LogPartition, Any] | None:
+        buffer, pos = self._buffer, self._pos
+        while self._buf_i < len(buffer):
+            msg = buffer[self._buf_i]
+            self._buf_i += 1
+            partition = self._by_key.get((msg.topic(), msg.partition()))
+            if partition is None:
+                continue  # revoked or unassigned since it was fetched
+            offset = msg.offset()
+            expected = pos[partition]
+            if offset < expected:
+                continue  # below a seek target
+            if offset > expected:
+                self._lost += offset - expected
+            pos[partition] = offset + 1
+            return partition, msg
+        return None
+
+    def _poll(self, timeout: float) -> bool:
+        """Poll librdkafka; True if records were buffered."""
+        consumer = self._consumer
+        try:
+            first = consumer.poll(max(0.0, timeout))
+            if first is None:
+                return False
+            msgs = [first, *consumer.consume(_BATCH, 0)]
+        except KafkaException as exc:
+            raise self._clients.translate(exc, f"cannot read group {self.group!r}") from exc
+        good = []
+        for msg in msgs:
+            error = msg.error()
+            if error is None:
+                good.append(msg)
+                continue
+            code = error.code()
+            if code in _IGNORED:
+                logger.debug("group %s: %s", self.group, error.str())
+            elif code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.UNKNOWN_TOPIC_ID):
+                raise LogNotFoundError(
+                    f"group {self.group!r}: topic {msg.topic()} does not exist (any more) in "
+                    f"Kafka at {self._clients.bootstrap}; create the log first"
+                )
+            elif error.fatal():
+                raise self._clients.translate(error, f"group {self.group!r} cannot read")
+            else:
+                logger.warning("group %s: %s", self.group, error.str())
+        if not good:
+            return False
+        self._buffer = good
+        self._buf_i = 0
+        return True
+
+    def _waiting(self, exact: bool) -> bool:
+        """Does the broker hold a record at or after a read position (fetched or not)? The
+        watermarks of the last fetch answer when they show one, or when not `exact` and they
+        are known for every partition; else one ListOffsets request asks the broker."""
+        parts = list(self._assigned)
+        if not parts:
+            return False
+        known = True
+        for p in parts:
+            low, high = self._consumer.get_watermark_offsets(self._tp(p), cached=True)
+            if low < 0 or high < 0:
+                known = False
+            elif max(self._pos[p], low) < high:
+                return True
+        if known and not exact:
+            return False
+        tps = [self._tp(p) for p in parts]
+        from confluent_kafka.admin import OffsetSpec
+
+        highs = self.manager._list_offsets(tps, OffsetSpec.latest())
+        candidates = [
+            (p, tp, high)
+            for p, tp, high in zip(parts, tps, highs, strict=True)
+            if self._pos.get(p, high) < high
+        ]
+        if not candidates:
+            return False
+        lows = self.manager._list_offsets([c[1] for c in candidates], OffsetSpec.earliest())
+        return any(
+            max(self._pos.get(p, high), low) < high
+            for (p, _, high), low in zip(candidates, lows, strict=True)
+        )
+
+    def _next(self, timeout: float) -> tuple[LogPartition, Any] | None:
+        self.commit_marked_if_due()  # mark mode: on every read, busy or idle
+        found = self._take()
+        if found is not None:
+            return found
+        deadline = time.monotonic() + timeout
+        hard: float | None = None
+        while True:
+            remaining = deadline - time.monotonic()
+            if self._poll(remaining):
+                found = self._take()
+                if found is not None:
+                    return found
+                continue
+            now = time.monotonic()
+            if now < deadline:
+                continue
+            if not self._waiting(exact=timeout <= 0):
+                return None
+            if hard is None:
+                hard = now + self._clients.timeout
+            elif now >= hard:
+                logger.warning(
+                    "group %s: records are waiting at %s but none was fetched in %g s",
+                    self.group,
+                    self._clients.bootstrap,
+                    self._clients.timeout,
+                )
+                return None
+            deadline = min(now + _SLICE, hard)
+
+    def _record(self, partition: LogPartition, msg: Any) -> LogRecord[Any]:
+        value = msg.value()
+        if value is None:
+            value = b""
+        key = msg.key()
+        return LogRecord(
+            value if self.codec is None else self.codec.decode(value),
+            partition,
+            msg.offset(),
+            msg.timestamp()[1],
+            key.decode("utf-8") if key else "",
+        )
+
+    def read(self, timeout: float = 0.0) -> LogRecord[Any] | None:
+        self._check_open()
+        found = self._next(timeout)
+        if found is None:
+            return None
+        return self._record(*found)
+
+    def read_batch(self, max_records: int, timeout: float = 0.0) -> list[LogRecord[Any]]:
+        self._check_open()
+        if max_records < 1:
+            raise ValueError(f"max_records must be at least 1, got {max_records}")
+        found = self._next(timeout)
+        out = []
+        while found is not None:
+            out.append(self._record(*found))
+            if len(out) >= max_records:
+                break
+            found = self._next(0)
+        return out
+
+    def read_arrow(self, max_records: int = 65536, timeout: float = 0.0) -> Any:
+        """Raw records (no codec) as a pyarrow RecordBatch with columns partition, offset,
+        timestamp, key, value; None on timeout."""
+        import pyarrow as pa
+
+        self._check_open()
+        found = self._next(timeout)
+        if found is None:
+            return None
+        rows = [found]
+        while len(rows) < max_records and (nxt := self._take()) is not None:
+            rows.append(nxt)
+        msgs = [m for _, m in rows]
+        return pa.RecordBatch.from_pydict(
+            {
+                "partition": pa.array([p.partition for p, _ in rows], pa.int32()),
+                "offset": pa.array([m.offset() for m in msgs], pa.int64()),
+                "timestamp": pa.array([m.timestamp()[1] for m in msgs], pa.int64()),
+                "key": pa.array([(m.key() or b"").decode("utf-8") for m in msgs], pa.string()),
+                "value": pa.array([m.value() or b"" for m in msgs], pa.binary()),
+            }
+        )
+
+    # -- positions and commits ------------------------------------------------------------------
+    def position(self, partition: LogPartition) -> int:
+        return self._pos[self._check(partition)]
+
+    def seek(self, offset: LogOffset) -> None:
+        self._check_open()
+        partition = self._check(offset.partition)
+        self._purge([partition])
+        self._place({partition: offset.offset})
+
+    def to_start(self) -> None:
+        self._check_open()
+        self._purge(self._assigned)
+        self._place(dict.fromkeys(self._assigned))
+
+    def to_end(self) -> None:
+        self._check_open()
+        parts = list(self._assigned)
+        self._purge(parts)
+        from confluent_kafka.admin import OffsetSpec
+
+        highs = self.manager._list_offsets([self._tp(p) for p in parts], OffsetSpec.latest())
+        self._place(dict(zip(parts, highs, strict=True)))
+
+    def to_last_committed(self) -> None:
+        self._check_open()
+        parts = list(self._assigned)
+        self._purge(parts)
+        self._place(dict(zip(parts, self._committed(parts), strict=True)))
+
+    def _commit(self, offsets: dict[LogPartition, int]) -> None:
+        if not offsets:
+            return
+        tps = [self._tp(p, o) for p, o in offsets.items()]
+
+        def call() -> Any:
+            return self._consumer.commit(offsets=tps, asynchronous=False)
+
+        result = self._clients.retry(f"group {self.group!r} cannot commit", call, tps[0].topic)
+        for tp in result or ():
+            if tp.error is not None:
+                raise self._clients.translate(tp.error, f"group {self.group!r} cannot commit")
+
+    def commit_offset(self, partition: LogPartition, offset: int) -> None:
+        self._check_open()
+        self._commit({self._check(partition): offset})
+
+    def commit_marked(self) -> dict[LogPartition, int]:
+        """Commit every marked position now, in one request; returns what was committed."""
+        marks = self._marks()
+        committed = {p: o for p, o in marks.items() if p in self._pos}
+        self._commit(committed)
+        marks.clear()
+        self._last_marked_commit = time.monotonic()
+        return committed
+
+    def mark(self, record: LogRecord[Any] | LogOffset) -> None:
+        if record.partition not in self._pos:
+            return  # revoked since it was read: its new owner reads it again from the commit
+        super().mark(record)
+
+    def commit_partition(self, partition: LogPartition) -> LogOffset:
+        self._check_open()
+        offset = self._pos[self._check(partition)]
+        self._commit({partition: offset})
+        return LogOffset(partition, offset)
+
+    def commit(self) -> dict[LogPartition, int]:
+        self._check_open()
+        offsets = {p: self._pos[p] for p in self._assigned}
+        self._commit(offsets)
+        return offsets
+
+    def reset(self, partition: LogPartition | None = None) -> None:
+        self._check_open()
+        targets = [self._check(partition)] if partition else list(self._assigned)
+        self._purge(targets)
+        self._place(dict.fromkeys(targets))
+        self._commit({p: self._pos[p] for p in targets})
+
+    def offset_for_timestamp(self, partition: LogPartition, timestamp_ms: int) -> LogOffset | None:
+        self._check_open()
+        tp = self._tp(self._check(partition), timestamp_ms)
+        timeout = self._clients.timeout
+        (found,) = self._clients.retry(
+            f"cannot look up a timestamp in {partition}",
+            lambda: self._consumer.offsets_for_times([tp], timeout=timeout),
+            tp.topic,
+        )
+        if found.error is not None:
+            raise self._clients.translate(found.error, f"offset for timestamp in {partition}")
+        return None if found.offset < 0 else LogOffset(partition, found.offset)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        try:
+            if self._static:
+                try:
+                    self.commit_marked()
+                except LogError:
+                    logger.exception("group %s: marked positions not committed", self.group)
+            # A subscribed member revokes (listener, marks) inside close() and leaves the group.
+            self._consumer.close()
+        except KafkaException as exc:
+            logger.warning("group %s: consumer close: %s", self.group, exc)
+        finally:
+            self._closed = True
+            self._buffer, self._buf_i = [], 0
+            self.manager._tailer_closed(self)

@@ -1,0 +1,496 @@
+"""Dynamic consumer groups for the cursor backends (local and memory): Nuclio's v3io model.
+
+Members of a group subscribed to a set of logs share the partitions of those logs through a small
+**group state** with a version (a JSON file for the local log, see `local/membership.py`; a dict
+for the memory log). Every change is a compare-and-swap on that version, retried with random
+exponential backoff when another member changed the state first.
+
+- **Membership.** A member (id `<host>-<pid>-<random>`) registers with a heartbeat timestamp that a
+  daemon thread refreshes every `heartbeat_interval` (default 3 s). Any member removes members
+  whose heartbeat is older than their `session_timeout` (default 10 s), which frees their
+  partitions. The thread also watches the state (a `stat` every `watch_interval`) so changes made
+  by others are seen within a fraction of a second. It only touches the state: assignment changes
+  are applied by the tailer's own thread, inside `read()`, between batches.
+- **Fair share.** With P partitions and N members (in join order), the P mod N longest-standing
+  members target ceil(P / N) partitions and the others floor(P / N), so targets add up to P and
+  every member has work while N <= P. A member claims free partitions up to its target; a member
+  holding more than its target gives the extra ones up.
+- **Handover.** A member that gives a partition up stops reading it, calls
+  `listener.on_revoked`, commits the marked positions of that partition (and nothing else
+  implicitly: delivery stays at-least-once), and only then removes itself as the owner in the
+  state. Another member claims a partition only once it has no owner, and reads it from its
+  committed position, after which `listener.on_assigned` runs. So no two live members read one
+  partition at once. `close()` revokes everything the same way and deregisters.
+- **Expiry.** A member that missed its session (killed, or paused) loses its partitions to the
+  others without committing. If it comes back, it notices on its next heartbeat or read: it drops
+  the lost partitions *without* committing them (after `on_revoked`, where a `commit()` no longer
+  touches them), skips commits of partitions it no longer owns, and joins again as a new member.
+  Timestamps are wall-clock seconds: members of one group must share a clock (one host).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import random
+import socket
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from streamcore.errors import LogError
+from streamcore.log.api import LogOffset, LogPartition, LogRecord, RebalanceListener
+from streamcore.log.tailer import Cursor, CursorTailer, PositionStore
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_HEARTBEAT_INTERVAL = 3.0
+DEFAULT_SESSION_TIMEOUT = 10.0
+_SWAP_TIMEOUT = 30.0
+_BACKOFF_FIRST, _BACKOFF_MAX = 0.002, 0.25
+
+
+class GroupStore(Protocol):
+    """Versioned storage of one group state."""
+
+    def load(self) -> dict[str, Any]:
+        """The current state (a fresh copy the caller may change), with its `version`."""
+
+    def swap(self, state: dict[str, Any], expected_version: int) -> bool:
+        """Store `state` as `expected_version + 1` if the stored version is still
+        `expected_version`; False otherwise."""
+
+    def signature(self) -> Any:
+        """A value that changes whenever the state changes (cheap)."""
+
+
+class MemoryGroupStore:
+    """A group state shared by the members of one process (the memory backend)."""
+
+    def __init__(self, group: str, logs: Sequence[str]) -> None:
+        self._lock = threading.Lock()
+        self._state: dict[str, Any] = {
+            "format": 1,
+            "group": group,
+            "logs": sorted(logs),
+            "version": 0,
+            "next_seq": 1,
+            "members": {},
+            "owners": {},
+        }
+
+    def load(self) -> dict[str, Any]:
+        with self._lock:
+            return copy.deepcopy(self._state)
+
+    def swap(self, state: dict[str, Any], expected_version: int) -> bool:
+        with self._lock:
+            if self._state["version"] != expected_version:
+                return False
+            state["version"] = expected_version + 1
+            self._state = copy.deepcopy(state)
+            return True
+
+    def signature(self) -> Any:
+        return self._state["version"]
+
+
+def new_member_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{os.urandom(3).hex()}"
+
+
+def targets(state: dict[str, Any], partitions: int) -> dict[str, int]:
+    """How many partitions each member should hold: ceil(P/N) for the P mod N oldest members,
+    floor(P/N) for the others."""
+    members = sorted(state["members"].items(), key=lambda kv: (kv[1]["seq"], kv[0]))
+    if not members:
+        return {}
+    base, extra = divmod(partitions, len(members))
+    return {mid: base + (1 if i < extra else 0) for i, (mid, _) in enumerate(members)}
+
+
+def expired(state: dict[str, Any], now: float, keep: str | None = None) -> list[str]:
+    """Members whose last heartbeat is older than their session timeout (never `keep`)."""
+    return [
+        mid
+        for mid, info in state["members"].items()
+        if mid != keep and now - info["heartbeat"] > info["session_timeout"]
+    ]
+
+
+def owned_by(state: dict[str, Any], member: str) -> set[str]:
+    return {key for key, owner in state["owners"].items() if owner == member}
+
+
+class GroupMember:
+    """One member of a group: its registration, heartbeat thread and state changes. The tailer's
+    thread calls `refresh`, `release`, `claim` and `leave`; the heartbeat thread only refreshes
+    and watches, setting `due` when this member's assignment should change."""
+
+    def __init__(
+        self,
+        store: GroupStore,
+        partitions: Sequence[str],
+        *,
+        member_id: str | None = None,
+        heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL,
+        session_timeout: float = DEFAULT_SESSION_TIMEOUT,
+        watch_interval: float | None = None,
+    ) -> None:
+        if heartbeat_interval <= 0 or session_timeout <= heartbeat_interval:
+            raise ValueError(
+                f"need 0 < heartbeat_interval < session_timeout, got {heartbeat_interval} and "
+                f"{session_timeout}"
+            )
+        self.store = store
+        self.partitions = list(partitions)  # every partition key of the subscribed logs, in order
+        self._known = set(self.partitions)
+        self.id = member_id or new_member_id()
+        self.heartbeat_interval = heartbeat_interval
+        self.session_timeout = session_timeout
+        self.watch_interval = (
+            watch_interval if watch_interval is not None else min(0.1, heartbeat_interval / 2)
+        )
+        self.due = True  # the tailer should (re)compute its assignment at its next read
+        self.local: frozenset[str] = frozenset()  # what the tailer reads now (set by the tailer)
+        self.owned: frozenset[str] = frozenset()  # what the newest state seen says this owns
+        self._seen_version = -2
+        self._lock = threading.Lock()
+        self._last_ok = time.monotonic()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- state changes --------------------------------------------------------------------------
+    def update(self, change: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+        """Apply `change` (which edits the state in place and says whether it changed anything)
+        by compare-and-swap, retrying with random exponential backoff; the resulting state."""
+        deadline = time.monotonic() + _SWAP_TIMEOUT
+        attempt = 0
+        while True:
+            state = self.store.load()
+            version = state["version"]
+            if not change(state):
+                return state
+            if self.store.swap(state, version):
+                return state
+            attempt += 1
+            if time.monotonic() > deadline:
+                raise LogError(
+                    f"could not update the group state {self.store!r} in {_SWAP_TIMEOUT:.0f} s "
+                    f"({attempt} conflicts); too many members changing it at once?"
+                )
+            time.sleep(random.uniform(0, min(_BACKOFF_MAX, _BACKOFF_FIRST * 2**attempt)))
+
+    def _tidy(self, state: dict[str, Any], now: float) -> None:
+        """Remove expired members (not this one) and owners that are no longer members;
+        register this member or refresh its heartbeat."""
+        members = state["members"]
+        for mid in expired(state, now, keep=self.id):
+            logger.warning(
+                "group %s: member %s missed its session (%.1f s without heartbeat); its "
+                "partitions are free again",
+                state["group"],
+                mid,
+                now - members[mid]["heartbeat"],
+            )
+            del members[mid]
+        if self.id in members:
+            members[self.id]["heartbeat"] = now
+        else:
+            members[self.id] = {
+                "seq": state["next_seq"],
+                "heartbeat": now,
+                "session_timeout": self.session_timeout,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+            }
+            state["next_seq"] += 1
+        state["owners"] = {k: m for k, m in state["owners"].items() if m in members}
+
+    def _write(self, change: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+        started = time.monotonic()
+        state = self.update(change)
+        self._last_ok = started
+        self.observe(state)
+        return state
+
+    def refresh(self) -> dict[str, Any]:
+        """Heartbeat: register or refresh this member and expire dead ones."""
+
+        def change(state: dict[str, Any]) -> bool:
+            self._tidy(state, time.time())
+            return True
+
+        return self._write(change)
+
+    def claim(self) -> dict[str, Any]:
+        """Refresh, then take free partitions up to this member's target."""
+
+        def change(state: dict[str, Any]) -> bool:
+            self._tidy(state, time.time())
+            want = targets(state, len(self.partitions))[self.id] - len(owned_by(state, self.id))
+            owners = state["owners"]
+            for key in self.partitions:
+                if want <= 0:
+                    break
+                if key not in owners:
+                    owners[key] = self.id
+                    want -= 1
+            return True
+
+        return self._write(change)
+
+    def release(self, keys: Sequence[str]) -> dict[str, Any]:
+        """Give partitions up (the caller stopped reading them and committed)."""
+
+        def change(state: dict[str, Any]) -> bool:
+            self._tidy(state, time.time())
+            for key in keys:
+                if state["owners"].get(key) == self.id:
+                    del state["owners"][key]
+            return True
+
+        return self._write(change)
+
+    def leave(self) -> None:
+        """Deregister, freeing every partition this member owns."""
+
+        def change(state: dict[str, Any]) -> bool:
+            if self.id not in state["members"]:
+                return False
+            del state["members"][self.id]
+            state["owners"] = {k: m for k, m in state["owners"].items() if m != self.id}
+            return True
+
+        self.update(change)
+        self.owned = frozenset()
+
+    # -- what this member should do -------------------------------------------------------------
+    def target(self, state: dict[str, Any]) -> int:
+        return targets(state, len(self.partitions)).get(self.id, 0)
+
+    def observe(self, state: dict[str, Any]) -> None:
+        """Take note of a state: what this member owns in it, and whether the tailer should
+        change its assignment."""
+        with self._lock:
+            if state["version"] < self._seen_version:
+                return  # an older state than one already seen
+            self._seen_version = state["version"]
+            owned = owned_by(state, self.id)
+            self.owned = frozenset(owned)
+            if self.id not in state["members"] or owned != self.local:
+                self.due = True
+                return
+            target = self.target(state)
+            free = any(k not in state["owners"] for k in self.partitions)
+            self.due = len(owned) > target or (len(owned) < target and free)
+
+    def stale(self) -> bool:
+        """True when the heartbeat has not been written for long enough that others may soon
+        expire this member; the tailer then refreshes on its own thread before reading on."""
+        limit = (self.heartbeat_interval + self.session_timeout) / 2
+        return time.monotonic() - self._last_ok > limit
+
+    # -- heartbeat thread -----------------------------------------------------------------------
+    def start(self) -> None:
+        self.refresh()
+        self._thread = threading.Thread(
+            target=self._run, name=f"streamcore-heartbeat-{self.id}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=max(1.0, 2 * self.watch_interval))
+
+    def _run(self) -> None:
+        last_beat = time.monotonic()
+        signature = None
+        while not self._stop.wait(self.watch_interval):
+            try:
+                if time.monotonic() - last_beat >= self.heartbeat_interval:
+                    last_beat = time.monotonic()
+                    self.refresh()
+                    continue
+                current = self.store.signature()
+                if current == signature:
+                    continue
+                signature = current
+                state = self.store.load()
+                if expired(state, time.time(), keep=self.id):
+                    last_beat = time.monotonic()
+                    self.refresh()
+                else:
+                    self.observe(state)
+            except Exception:  # keep beating: a transient I/O error must not end the membership
+                logger.exception("heartbeat of group member %s failed; retrying", self.id)
+
+
+class SubscribedTailer(CursorTailer):
+    """A CursorTailer whose partitions come and go with its group's membership (see module doc)."""
+
+    def __init__(
+        self,
+        group: str,
+        member: GroupMember,
+        partitions: Sequence[LogPartition],
+        open_cursor: Callable[[LogPartition], Cursor],
+        positions: Callable[[LogPartition], PositionStore],
+        codec: Any = None,
+        listener: RebalanceListener | None = None,
+        on_close: Callable[[CursorTailer], None] | None = None,
+    ) -> None:
+        super().__init__(group, {}, positions, codec, on_close)
+        self.listener = listener or RebalanceListener()
+        self.member = member
+        self._by_key = {str(p): p for p in partitions}
+        self._order = {str(p): i for i, p in enumerate(partitions)}
+        self.names = list(dict.fromkeys(p.name for p in partitions))  # the subscribed logs
+        self._open_cursor = open_cursor
+        member.start()
+        # A tailer dropped without close() stops beating, so the others take its partitions.
+        self._finalizer = weakref.finalize(self, member.stop)
+
+    # -- assignment -----------------------------------------------------------------------------
+    def _before_fill(self) -> None:
+        if self.member.due or self.member.stale():
+            self._rebalance()
+
+    def read_arrow(self, max_records: int = 65536, timeout: float = 0.0) -> Any:
+        self._check_open()
+        if self._pending_i >= len(self._pending):
+            self._before_fill()
+        return super().read_arrow(max_records, timeout)
+
+    def _keys(self, partitions: Sequence[LogPartition]) -> list[str]:
+        return [str(p) for p in partitions]
+
+    def _set_local(self) -> None:
+        self.member.local = frozenset(self._keys(self._partitions))
+
+    def _call(self, what: str, partitions: list[LogPartition]) -> None:
+        if not partitions:
+            return
+        try:
+            getattr(self.listener, what)(self, list(partitions))
+        except Exception:  # the handover must go on: at-least-once holds either way
+            logger.exception("%s listener of group %s failed", what, self.group)
+
+    def _lose(self, state: dict[str, Any]) -> None:
+        """Drop partitions the state says this member no longer owns (it was expired):
+        nothing of them is committed, another member may be reading them."""
+        mine = owned_by(state, self.member.id)
+        lost = [p for p in self._partitions if str(p) not in mine]
+        if not lost:
+            return
+        logger.warning(
+            "group %s: member %s lost %s (its session expired); dropping them without commit",
+            self.group,
+            self.member.id,
+            ", ".join(map(str, lost)),
+        )
+        self._unassign(lost)
+        self._set_local()
+        self._call("on_revoked", lost)
+
+    def _revoke(self, partitions: list[LogPartition]) -> None:
+        """Stop reading partitions this member gives up: listener, commit marks, unassign."""
+        self._call("on_revoked", partitions)
+        marks = self._marks()
+        for partition in partitions:
+            if partition in marks:
+                self.commit_offset(partition, marks.pop(partition))
+        self._unassign(partitions)
+        self._set_local()
+
+    def _rebalance(self) -> None:
+        self.member.due = False
+        try:
+            self._apply_assignment()
+        except BaseException:
+            self.member.due = True  # try again at the next read
+            raise
+
+    def _apply_assignment(self) -> None:
+        member = self.member
+        state = member.refresh()
+        self._lose(state)
+        mine = owned_by(state, member.id)
+        extra = len(mine) - member.target(state)
+        if extra > 0:
+            unread = [k for k in mine if k not in member.local]
+            give = unread[:extra]
+            read = [p for p in reversed(self._partitions) if str(p) in mine]
+            revoked = sorted(read[: extra - len(give)], key=lambda p: self._order[str(p)])
+            self._revoke(revoked)
+            state = member.release(give + self._keys(revoked))
+        state = member.claim()
+        self._lose(state)
+        new = [self._by_key[k] for k in member.partitions if k in owned_by(state, member.id)]
+        new = [p for p in new if p not in self._cursors]
+        if new:
+            self._assign({p: self._open_cursor(p) for p in new})
+            self._set_local()
+            member.observe(state)
+            self._call("on_assigned", new)
+        else:
+            member.observe(state)
+
+    # -- commits are fenced by ownership --------------------------------------------------------
+    def _owns(self, partition: LogPartition) -> bool:
+        if self.member.stale():  # e.g. the process was paused: others may have taken over
+            self.member.refresh()
+        if str(partition) in self.member.owned:
+            return True
+        logger.warning(
+            "group %s: not committing %s, which member %s no longer owns (session expired)",
+            self.group,
+            partition,
+            self.member.id,
+        )
+        return False
+
+    def mark(self, record: LogRecord[Any] | LogOffset) -> None:
+        if record.partition not in self._cursors:
+            return  # revoked since it was read: its new owner reads it again from the commit
+        super().mark(record)
+
+    def commit_offset(self, partition: LogPartition, offset: int) -> None:
+        self._check(partition)
+        if self._owns(partition):
+            super().commit_offset(partition, offset)
+
+    def commit_partition(self, partition: LogPartition) -> LogOffset:
+        self._settle()
+        offset = self._read_pos[self._check(partition)]
+        if self._owns(partition):
+            self._positions(partition).commit(self.group, partition.partition, offset)
+        return LogOffset(partition, offset)
+
+    # -- closing --------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Revoke every partition (listener, commit marks), deregister, close."""
+        if self._closed:
+            return
+        self.member.stop()
+        try:
+            self._lose(self.member.store.load())
+            self._revoke(list(self._partitions))
+            self.member.leave()
+        except Exception:
+            logger.exception(
+                "group %s: member %s could not leave cleanly", self.group, self.member.id
+            )
+        self._finalizer.detach()
+        super().close()
+
+    def __repr__(self) -> str:
+        return (
+            f"SubscribedTailer(group={self.group!r}, member={self.member.id!r}, "
+            f"assignments=[{', '.join(map(str, self._partitions))}])"
+        )

@@ -1,0 +1,467 @@
+"""LogConfig: parsing `[log.configs.*]` / `[[log.match]]`, every invalid case and its message, the
+environment overrides, and the routing rules (namespace prefix, group prefix, default, forced)."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from streamcore.config import PROJECT_ROOT, load_config
+from streamcore.errors import ConfigError
+from streamcore.log.config import KAFKA_DEFAULTS, LogConfig
+
+FULL = """
+[log]
+partitions = 4
+
+[log.configs.default]
+type = "local"
+
+[log.configs.archive]
+type = "local"
+root = "/srv/archive"
+partitions = 2
+retention = "30d"
+segment_bytes = 8192
+segment_roll = "1h"
+fsync = "always"
+max_record_bytes = 4096
+
+[log.configs.kafka]
+type = "kafka"
+bootstrap_servers = "broker:9093"
+topic_prefix = "sc-"
+timeout = "5s"
+replication_factor = 3
+partitions = 12
+[log.configs.kafka.properties]
+"security.protocol" = "SASL_SSL"
+"enable.idempotence" = true
+"linger.ms" = 5
+
+[log.configs.scratch]
+type = "memory"
+
+[[log.match]]
+namespace = "bulk"
+config = "kafka"
+[[log.match]]
+namespace = ["arch", "bulk/dlq-"]
+config = "archive"
+[[log.match]]
+group = "audit/"
+config = "kafka"
+[[log.match]]
+group = ["tmp", "test/scratch-"]
+config = "scratch"
+"""
+
+
+def parse(text: str, **env: str) -> LogConfig:
+    return LogConfig.parse(tomllib.loads(text), environ=env)
+
+
+def route(config: LogConfig, name: str, group: str | None = None) -> str:
+    return config.route(name, group).config
+
+
+# -- parsing ----------------------------------------------------------------------------------
+class TestParse:
+    def test_full_schema(self) -> None:
+        config = parse(FULL)
+        assert sorted(config.configs) == ["archive", "default", "kafka", "scratch"]
+        archive = config.configs["archive"]
+        assert archive.type == "local"
+        assert archive.options == {
+            "root": "/srv/archive",
+            "partitions": 2,
+            "retention_ms": 30 * 86_400_000,
+            "segment_bytes": 8192,
+            "segment_roll_ms": 3_600_000,
+            "fsync": "always",
+            "max_record_bytes": 4096,
+        }
+        assert archive.local_root(Path("/home")) == Path("/srv/archive")
+        kafka = config.configs["kafka"]
+        assert kafka.options == {
+            "bootstrap_servers": "broker:9093",
+            "topic_prefix": "sc-",
+            "timeout": 5.0,
+            "replication_factor": 3,
+            "partitions": 12,
+            "properties": {
+                "security.protocol": "SASL_SSL",
+                "enable.idempotence": True,
+                "linger.ms": 5,
+            },
+        }
+        assert config.configs["scratch"].options == {}
+        assert [(r.position, r.config, r.namespaces, r.groups) for r in config.rules] == [
+            (1, "kafka", ("bulk",), ()),
+            (2, "archive", ("arch", "bulk/dlq-"), ()),
+            (3, "kafka", (), ("audit/",)),
+            (4, "scratch", (), ("tmp", "test/scratch-")),
+        ]
+        assert config.rules[1].label == "[[log.match]] #2 (namespace = [arch, bulk/dlq-])"
+        assert config.rules[2].label == '[[log.match]] #3 (group = "audit/")'
+        assert [b.name for b in config.used()] == ["default", "kafka", "archive", "scratch"]
+
+    def test_nothing_configured_means_one_builtin_local_default(self) -> None:
+        config = parse("")
+        assert list(config.configs) == ["default"]
+        default = config.configs["default"]
+        assert (default.type, default.builtin, default.options) == ("local", True, {})
+        assert default.local_root(Path("/h")) == Path("/h/log")
+        assert route(config, "bulk/command") == "default"
+        assert [b.name for b in config.used()] == ["default"]
+
+    def test_kafka_defaults_and_numeric_timeout(self) -> None:
+        config = parse('[log.configs.k]\ntype = "kafka"\ntimeout = 2.5\n')
+        assert config.configs["k"].options == {**KAFKA_DEFAULTS, "timeout": 2.5}
+
+    def test_relative_local_root_is_under_home(self) -> None:
+        config = parse('[log.configs.default]\ntype = "local"\nroot = "other"\n')
+        assert config.configs["default"].local_root(Path("/h")) == Path("/h/other")
+
+    def test_a_single_match_table_is_accepted(self) -> None:
+        config = parse(
+            '[log.configs.m]\ntype = "memory"\n[log.match]\nnamespace = "a"\nconfig = "m"'
+        )
+        assert route(config, "a/b") == "m"
+
+    def test_labels(self) -> None:
+        config = parse(FULL)
+        labels = {name: b.label for name, b in config.configs.items()}
+        assert labels == {
+            "default": "local",
+            "archive": "local:archive",
+            "kafka": "kafka",
+            "scratch": "memory:scratch",
+        }
+
+    def test_shipped_file_routes_everything_to_local(self) -> None:
+        config = LogConfig.load(PROJECT_ROOT / "include" / "streamcore.toml", environ={})
+        assert config.configs["default"].type == "local"
+        assert config.configs["kafka"].type == "kafka"
+        assert config.rules == ()
+        assert [b.name for b in config.used()] == ["default"]
+
+    def test_from_settings_uses_the_loaded_toml_table(self, tmp_path: Path) -> None:
+        path = tmp_path / "streamcore.toml"
+        path.write_text(FULL)
+        settings = load_config(path)
+        assert settings.table["log"]["partitions"] == 4
+        config = LogConfig.from_settings(settings, environ={})
+        assert route(config, "bulk/command") == "kafka"
+
+    def test_unreadable_file(self, tmp_path: Path) -> None:
+        path = tmp_path / "bad.toml"
+        path.write_text("[log\n")
+        with pytest.raises(ConfigError, match=r"cannot read config .*fix the TOML syntax"):
+            LogConfig.load(path)
+
+
+BAD_CASES = [
+    pytest.param(
+        '[log.configs.x]\ntype = "redis"\n',
+        "log.configs.x.type = 'redis' is not a backend type; use one of local, kafka, memory",
+        id="unknown-type",
+    ),
+    pytest.param(
+        "[log.configs.x]\nroot = 'a'\n",
+        "log.configs.x.type is missing; set type = one of local, kafka, memory",
+        id="missing-type",
+    ),
+    pytest.param(
+        '[[log.match]]\nnamespace = "bulk"\nconfig = "kafak"\n',
+        "[[log.match]] #1 (namespace = \"bulk\"): config = 'kafak' is not defined; add a "
+        "[log.configs.kafak] table with a type, or use one of: default",
+        id="unknown-config-in-rule",
+    ),
+    pytest.param(
+        '[[log.match]]\nconfig = "default"\n',
+        '[[log.match]] #1 has neither namespace nor group; add namespace = "bulk"',
+        id="rule-without-namespace-or-group",
+    ),
+    pytest.param(
+        '[[log.match]]\nnamespace = "a"\ngroup = "b"\nconfig = "default"\n',
+        "[[log.match]] #1 has both namespace and group; split it into two [[log.match]] rules",
+        id="rule-with-both",
+    ),
+    pytest.param(
+        '[[log.match]]\nnamespace = "a"\n',
+        '[[log.match]] #1.config is missing; name the config to use, e.g. config = "kafka"',
+        id="rule-without-config",
+    ),
+    pytest.param(
+        '[[log.match]]\nname = "a"\nconfig = "default"\n',
+        "[[log.match]] #1: unknown key(s) name; a rule has namespace or group, and config",
+        id="rule-unknown-key",
+    ),
+    pytest.param(
+        '[[log.match]]\nnamespace = "bulk-x"\nconfig = "default"\n',
+        "[[log.match]] #1.namespace = 'bulk-x' is not a name prefix: use a namespace such as",
+        id="bad-prefix",
+    ),
+    pytest.param(
+        '[[log.match]]\ngroup = "9x/a"\nconfig = "default"\n',
+        "[[log.match]] #1.group = '9x/a' is not a name prefix",
+        id="bad-group-namespace",
+    ),
+    pytest.param(
+        '[[log.match]]\nnamespace = []\nconfig = "default"\n',
+        "[[log.match]] #1.namespace is an empty list; give at least one prefix",
+        id="empty-prefix-list",
+    ),
+    pytest.param(
+        '[[log.match]]\nnamespace = 3\nconfig = "default"\n',
+        "[[log.match]] #1.namespace must be a string or a list of strings, got 3",
+        id="prefix-not-a-string",
+    ),
+    pytest.param(
+        '[log.configs.default]\ntype = "local"\nbootstrap_servers = "x"\n',
+        "log.configs.default: unknown option(s) bootstrap_servers for type local; use root, "
+        "partitions, retention",
+        id="kafka-option-on-local",
+    ),
+    pytest.param(
+        '[log.configs.m]\ntype = "memory"\npartitions = 2\n',
+        "log.configs.m: unknown option(s) partitions for type memory; a memory config takes no",
+        id="option-on-memory",
+    ),
+    pytest.param(
+        '[log.configs.default]\ntype = "local"\nfsync = "sometimes"\n',
+        "log.configs.default.fsync = 'sometimes'; use one of none, batch, always",
+        id="bad-fsync",
+    ),
+    pytest.param(
+        '[log.configs.default]\ntype = "local"\nretention = "4 weeks"\n',
+        "invalid log.configs.default.retention '4 weeks': use a number with a unit",
+        id="bad-retention",
+    ),
+    pytest.param(
+        '[log.configs.default]\ntype = "local"\npartitions = 0\n',
+        "log.configs.default.partitions is 0; use 1..1000",
+        id="partitions-out-of-range",
+    ),
+    pytest.param(
+        '[log.configs.default]\ntype = "local"\nsegment_bytes = true\n',
+        "log.configs.default.segment_bytes must be an integer, got True",
+        id="bool-is-not-an-int",
+    ),
+    pytest.param(
+        '[log.configs.k]\ntype = "kafka"\nreplication_factor = "three"\n',
+        "log.configs.k.replication_factor must be an integer, got 'three'",
+        id="kafka-bad-int",
+    ),
+    pytest.param(
+        '[log.configs.k]\ntype = "kafka"\nbootstrap_servers = ""\n',
+        "log.configs.k.bootstrap_servers must be a non-empty string, got ''",
+        id="kafka-empty-bootstrap",
+    ),
+    pytest.param(
+        '[log.configs.k]\ntype = "kafka"\ntimeout = 0\n',
+        "log.configs.k.timeout is 0; use a positive duration such as '30s'",
+        id="kafka-zero-timeout",
+    ),
+    pytest.param(
+        '[log.configs.k]\ntype = "kafka"\nproperties = "acks=all"\n',
+        "log.configs.k.properties must be a table of librdkafka properties",
+        id="kafka-properties-not-a-table",
+    ),
+    pytest.param(
+        '[log.configs.k]\ntype = "kafka"\n[log.configs.k.properties]\n"a.b" = [1]\n',
+        'log.configs.k.properties."a.b" = [1]: a librdkafka property is a string, number or',
+        id="kafka-property-not-a-scalar",
+    ),
+    pytest.param(
+        '[log.configs.k]\ntype = "kafka"\n[log.configs.k.properties]\n"bootstrap.servers" = "x"\n',
+        'log.configs.k.properties."bootstrap.servers": set log.configs.k.bootstrap_servers instead',
+        id="kafka-bootstrap-in-properties",
+    ),
+    pytest.param(
+        '[log.configs."a b"]\ntype = "local"\n',
+        "log.configs.a b: a config name uses letters, digits, '_' and '-' only",
+        id="bad-config-name",
+    ),
+    pytest.param(
+        "[log.configs]\nx = 3\n",
+        'log.configs.x must be a table, e.g. [log.configs.x] with type = "local"',
+        id="config-not-a-table",
+    ),
+    pytest.param(
+        "[log]\nconfigs = 3\n",
+        "log.configs must be a table of named configs",
+        id="configs-not-a-table",
+    ),
+    pytest.param(
+        "[log]\nmatch = 3\n",
+        "log.match must be an array of tables: write each rule as [[log.match]]",
+        id="match-not-an-array",
+    ),
+    pytest.param(
+        '[log]\nbackend = "redis"\n',
+        "log.backend = 'redis' is neither a config nor a backend type; use one of default, "
+        "kafka, local, memory",
+        id="unknown-forced-backend",
+    ),
+    pytest.param(
+        "[log]\nbackend = 3\n",
+        "log.backend = 3: use a config name or one of local, kafka, memory",
+        id="forced-backend-not-a-string",
+    ),
+    pytest.param("log = 3\n", "[log] in the config file must be a table", id="log-not-a-table"),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), BAD_CASES)
+def test_invalid_configs_name_the_key_and_the_fix(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse(text)
+    assert message in str(info.value)
+
+
+# -- environment overrides --------------------------------------------------------------------
+class TestEnvironment:
+    def test_bootstrap_and_prefix_override_every_kafka_config(self) -> None:
+        text = FULL + '[log.configs.k2]\ntype = "kafka"\n'
+        config = parse(
+            text,
+            STREAMCORE_KAFKA_BOOTSTRAP_SERVERS=" 10.0.0.1:9092,10.0.0.2:9092 ",
+            STREAMCORE_KAFKA_TOPIC_PREFIX="ci-42-",
+        )
+        for name in ("kafka", "k2"):
+            options = config.configs[name].options
+            assert options["bootstrap_servers"] == "10.0.0.1:9092,10.0.0.2:9092"
+            assert options["topic_prefix"] == "ci-42-"
+        assert config.configs["kafka"].options["properties"]["linger.ms"] == 5
+        assert "bootstrap_servers" not in config.configs["archive"].options
+
+    def test_empty_bootstrap_variable_is_an_error(self) -> None:
+        with pytest.raises(ConfigError, match="STREAMCORE_KAFKA_BOOTSTRAP_SERVERS is empty"):
+            parse(FULL, STREAMCORE_KAFKA_BOOTSTRAP_SERVERS=" ")
+
+    def test_backend_memory_forces_every_name_to_a_builtin_memory_config(self) -> None:
+        config = parse(
+            '[[log.match]]\nnamespace = "bulk"\nconfig = "default"\n',
+            STREAMCORE_LOG_BACKEND="memory",
+        )
+        assert config.configs["memory"].type == "memory"
+        assert config.configs["memory"].builtin
+        for name, group in [("bulk/a", None), ("x/y", "audit/w"), ("plain", None)]:
+            found = config.route(name, group)
+            assert found.config == "memory"
+            assert found.reason == (
+                "STREAMCORE_LOG_BACKEND=memory forces every log to a built-in memory config"
+            )
+        assert [b.name for b in config.used()] == ["memory"]
+        assert config.default.name == "memory"
+
+    def test_backend_type_picks_the_first_config_of_that_type(self) -> None:
+        config = parse(FULL, STREAMCORE_LOG_BACKEND="kafka")
+        assert route(config, "anything/x") == "kafka"
+        assert config.configs["kafka"].options["bootstrap_servers"] == "broker:9093"
+        config = parse(FULL, STREAMCORE_LOG_BACKEND="memory")
+        assert route(config, "bulk/command") == "scratch"
+
+    def test_backend_can_name_a_config(self) -> None:
+        assert route(parse(FULL, STREAMCORE_LOG_BACKEND="archive"), "bulk/command") == "archive"
+        assert route(parse(FULL, STREAMCORE_LOG_BACKEND="default"), "bulk/command") == "default"
+        assert route(parse("", STREAMCORE_LOG_BACKEND="default"), "bulk/command") == "default"
+
+    def test_builtin_kafka_gets_the_env_bootstrap(self) -> None:
+        config = parse("", STREAMCORE_LOG_BACKEND="kafka", STREAMCORE_KAFKA_BOOTSTRAP_SERVERS="b:1")
+        assert config.configs["kafka"].options == {**KAFKA_DEFAULTS, "bootstrap_servers": "b:1"}
+
+    def test_toml_backend_key_and_env_precedence(self) -> None:
+        text = FULL.replace("partitions = 4\n", 'partitions = 4\nbackend = "scratch"\n', 1)
+        assert route(parse(text), "bulk/command") == "scratch"
+        assert route(parse(text, STREAMCORE_LOG_BACKEND="archive"), "bulk/command") == "archive"
+        assert route(parse(text, STREAMCORE_LOG_BACKEND=" "), "bulk/command") == "scratch"
+
+    def test_unknown_env_backend(self) -> None:
+        with pytest.raises(ConfigError) as info:
+            parse(FULL, STREAMCORE_LOG_BACKEND="postgres")
+        assert str(info.value) == (
+            "STREAMCORE_LOG_BACKEND=postgres is neither a config nor a backend type; use one of "
+            "archive, default, kafka, local, memory, scratch"
+        )
+
+    def test_from_settings_reads_the_process_environment(
+        self, tmp_path: Path, clean_env: pytest.MonkeyPatch
+    ) -> None:
+        path = tmp_path / "streamcore.toml"
+        path.write_text(FULL)
+        clean_env.setenv("STREAMCORE_LOG_BACKEND", "memory")
+        config = LogConfig.from_settings(load_config(path, home=tmp_path))
+        assert route(config, "bulk/command") == "scratch"
+
+
+# -- routing ----------------------------------------------------------------------------------
+class TestRouting:
+    @pytest.fixture
+    def config(self) -> LogConfig:
+        return parse(FULL)
+
+    @pytest.mark.parametrize(
+        ("name", "expected"),
+        [
+            ("bulk/command", "kafka"),  # namespace rule
+            ("bulk/dlq-indexer", "kafka"),  # the first matching rule wins over #2's "bulk/dlq-"
+            ("bulk", "kafka"),  # a bare word matches the namespace-less name too
+            ("bulkier/x", "default"),  # a namespace is matched whole
+            ("arch/2024", "archive"),
+            ("import/docs", "default"),  # unmatched → default
+            ("audit/entries", "default"),  # group rules never route by the log name
+        ],
+    )
+    def test_logs_route_by_namespace_prefix(
+        self, config: LogConfig, name: str, expected: str
+    ) -> None:
+        assert route(config, name) == expected
+
+    def test_urn_prefix_rules(self) -> None:
+        config = parse(
+            '[log.configs.m]\ntype = "memory"\n[[log.match]]\nnamespace = "bulk/dlq-"\nconfig = "m"'
+        )
+        assert route(config, "bulk/dlq-indexer") == "m"
+        assert route(config, "bulk/dlq") == "default"
+        assert route(config, "bulk/command") == "default"
+
+    def test_groups_route_logs_no_namespace_rule_matches(self, config: LogConfig) -> None:
+        found = config.route("import/docs", "audit/writer")
+        assert (found.config, found.by_group) == ("kafka", True)
+        assert found.reason == '[[log.match]] #3 (group = "audit/")'
+        assert route(config, "import/docs", "tmp") == "scratch"  # bare word: the global group
+        assert route(config, "import/docs", "tmp/x") == "scratch"
+        assert route(config, "import/docs", "test/scratch-1") == "scratch"
+        assert route(config, "import/docs", "test/other") == "default"
+        assert route(config, "import/docs", "auditor/x") == "default"
+
+    def test_a_namespace_rule_wins_over_a_group_rule(self, config: LogConfig) -> None:
+        found = config.route("arch/2024", "audit/writer")
+        assert (found.config, found.by_group) == ("archive", False)
+        assert route(config, "bulk/command", "tmp/x") == "kafka"
+
+    def test_default_route_reason(self, config: LogConfig) -> None:
+        found = config.route("import/docs", "app/g")
+        assert found == config.route("import/docs", "app/g")  # cached, same answer
+        assert (found.config, found.by_group) == ("default", False)
+        assert "no [[log.match]] rule matches" in found.reason
+
+    def test_rule_order_is_file_order(self) -> None:
+        text = (
+            '[log.configs.a]\ntype = "memory"\n[log.configs.b]\ntype = "memory"\n'
+            '[[log.match]]\nnamespace = "x/special"\nconfig = "a"\n'
+            '[[log.match]]\nnamespace = "x"\nconfig = "b"\n'
+        )
+        config = parse(text)
+        assert route(config, "x/special-1") == "a"
+        assert route(config, "x/other") == "b"
+
+    def test_config_for_and_default(self, config: LogConfig) -> None:
+        assert config.config_for("bulk/a").name == "kafka"
+        assert config.config_for("x/a", "audit/w").name == "kafka"
+        assert config.default.name == "default"

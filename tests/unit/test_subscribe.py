@@ -1,0 +1,352 @@
+"""`LogManager.subscribe`: dynamic consumer groups with rebalance callbacks.
+
+The first part runs on every backend of the `manager` fixture (members are tailers of one manager,
+polled in turn from the test's thread). The second part covers what only the cursor backends
+(memory, local) have: the group state, its compare-and-swap, session expiry. Real processes are in
+tests/integration/test_local_groups.py."""
+
+from __future__ import annotations
+
+import gc
+import json
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streamcore.config import LogDefaults, StreamcoreConfig
+from streamcore.errors import LogNotFoundError
+from streamcore.log.api import LogManager, LogPartition, LogRecord, LogTailer, RebalanceListener
+from streamcore.log.local.manager import LocalLogManager
+from streamcore.log.local.membership import FileGroupStore, state_stem
+from streamcore.log.memory import MemoryLogManager
+from streamcore.log.subscription import GroupMember, MemoryGroupStore, targets
+from streamcore.names import Name
+
+NewLog = Callable[..., str]
+GROUP = "test/members"
+WAIT = 30.0  # generous: a broker's rebalance takes seconds, the cursor backends milliseconds
+
+
+class Recorder(RebalanceListener):
+    """Keeps every callback; optionally runs `on_revoke(tailer, partitions)` inside on_revoked."""
+
+    def __init__(self, on_revoke: Callable[[LogTailer, list[LogPartition]], None] | None = None):
+        self.events: list[tuple[str, list[LogPartition]]] = []
+        self._on_revoke = on_revoke
+
+    def on_revoked(self, tailer: LogTailer, partitions: list[LogPartition]) -> None:
+        self.events.append(("revoked", list(partitions)))
+        if self._on_revoke is not None:
+            self._on_revoke(tailer, partitions)
+
+    def on_assigned(self, tailer: LogTailer, partitions: list[LogPartition]) -> None:
+        self.events.append(("assigned", list(partitions)))
+
+    def held(self) -> set[LogPartition]:
+        out: set[LogPartition] = set()
+        for kind, parts in self.events:
+            out = out | set(parts) if kind == "assigned" else out - set(parts)
+        return out
+
+
+class Member:
+    """A subscribed tailer in mark mode and what it processed."""
+
+    def __init__(self, manager: LogManager, names: list[str], **listener: Any) -> None:
+        self.listener = Recorder(**listener)
+        if hasattr(manager, "heartbeat_interval"):  # shorter sessions where the backend has them
+            manager.heartbeat_interval, manager.session_timeout = 0.1, 0.8
+        self.tailer = manager.subscribe(GROUP, names, self.listener)
+        self.tailer.commit_interval = 3600  # commits happen on revoke and close only
+        self.records: list[LogRecord] = []
+
+    def poll(self, timeout: float = 0.01) -> None:
+        rec = self.tailer.read(timeout)
+        while rec is not None:
+            self.records.append(rec)
+            self.tailer.mark(rec)
+            rec = self.tailer.read(0)
+
+    def sizes(self) -> int:
+        return len(self.tailer.assignments)
+
+
+def poll_until(members: list[Member], done: Callable[[], bool], timeout: float = WAIT) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, "condition not reached in time: " + ", ".join(
+            f"{[str(p) for p in m.tailer.assignments]}" for m in members
+        )
+        for m in members:
+            m.poll()
+
+
+def fill(manager: LogManager, name: str, partitions: int, per_partition: int, start: int = 0):
+    app = manager.appender(name)
+    for p in range(partitions):
+        items = [(f"k{i}", f"{p}-{i}".encode()) for i in range(start, start + per_partition)]
+        app.append_batch(items, partition=p)
+
+
+def processed(members: list[Member]) -> Counter:
+    return Counter((r.partition, r.offset) for m in members for r in m.records)
+
+
+# -- every backend ------------------------------------------------------------------------------
+def test_a_single_member_gets_every_partition_of_every_log(
+    manager: LogManager, new_log: NewLog
+) -> None:
+    a, b = new_log(2), new_log(1)
+    fill(manager, a, 2, 5)
+    fill(manager, b, 1, 5)
+    member = Member(manager, [a, b])
+    everything = {LogPartition.of(a, 0), LogPartition.of(a, 1), LogPartition.of(b, 0)}
+    poll_until([member], lambda: len(member.records) == 15)
+    assert set(member.tailer.assignments) == everything
+    assert member.listener.held() == everything
+    assert member.listener.events[0][0] == "assigned"
+    member.tailer.close()
+    assert member.listener.events[-1] == ("revoked", member.listener.events[-1][1])
+    assert member.listener.held() == set()
+    assert manager.committed(a, GROUP) == [5, 5]
+    assert manager.committed(b, GROUP) == [5]
+
+
+def test_a_second_member_takes_half_of_the_partitions(manager: LogManager, new_log: NewLog) -> None:
+    name = new_log(4)
+    fill(manager, name, 4, 10)
+    first = Member(manager, [name])
+    poll_until([first], lambda: len(first.records) == 40)
+    second = Member(manager, [name])
+    poll_until([first, second], lambda: first.sizes() == 2 and second.sizes() == 2)
+    assert not set(first.tailer.assignments) & set(second.tailer.assignments)
+    # The partitions that moved were revoked from the first member, with its marks committed.
+    # (The cursor backends revoke only those; a broker's eager rebalance may revoke all.)
+    revoked = {p for kind, parts in first.listener.events if kind == "revoked" for p in parts}
+    assert set(second.tailer.assignments) <= revoked
+    for p in second.tailer.assignments:
+        assert manager.committed(name, GROUP)[p.partition] == 10
+    fill(manager, name, 4, 10, start=10)
+    poll_until([first, second], lambda: len(first.records) + len(second.records) == 80)
+    counts = processed([first, second])
+    assert set(counts.values()) == {1}, "a record was processed twice"
+    for r in second.records:
+        assert r.partition in second.tailer.assignments and r.offset >= 10
+    first.tailer.close()
+    second.tailer.close()
+
+
+def test_revoke_runs_the_listener_then_commits_the_marks(
+    manager: LogManager, new_log: NewLog
+) -> None:
+    name = new_log(2)
+    fill(manager, name, 2, 6)
+    seen_in_callback: list[list[int | None]] = []
+
+    def on_revoke(tailer: LogTailer, partitions: list[LogPartition]) -> None:
+        seen_in_callback.append(manager.committed(name, GROUP))
+        assert set(partitions) <= set(tailer.assignments)  # still assigned during the callback
+
+    first = Member(manager, [name], on_revoke=on_revoke)
+    poll_until([first], lambda: len(first.records) == 12)
+    second = Member(manager, [name])
+    poll_until([first, second], lambda: first.sizes() == 1 and second.sizes() == 1)
+    moved = second.tailer.assignments[0].partition
+    assert seen_in_callback[0][moved] is None  # marks are committed after the callback
+    assert manager.committed(name, GROUP)[moved] == 6
+    revoked = {p for kind, parts in first.listener.events if kind == "revoked" for p in parts}
+    for p in set(first.tailer.assignments) - revoked:
+        assert manager.committed(name, GROUP)[p.partition] is None  # no implicit commit
+    first.tailer.close()
+    second.tailer.close()
+
+
+def test_a_closed_member_hands_its_partitions_over(manager: LogManager, new_log: NewLog) -> None:
+    name = new_log(4)
+    first, second = Member(manager, [name]), Member(manager, [name])
+    poll_until([first, second], lambda: first.sizes() == 2 and second.sizes() == 2)
+    fill(manager, name, 4, 8)
+    poll_until([first, second], lambda: len(first.records) + len(second.records) == 32)
+    first.tailer.close()
+    assert first.listener.held() == set()
+    fill(manager, name, 4, 8, start=8)
+    poll_until([second], lambda: second.sizes() == 4 and len(second.records) == 16 + 32)
+    counts = processed([first, second])
+    assert len(counts) == 64 and set(counts.values()) == {1}
+    second.tailer.close()
+    assert manager.committed(name, GROUP) == [16, 16, 16, 16]
+
+
+def test_three_members_share_four_partitions(manager: LogManager, new_log: NewLog) -> None:
+    name = new_log(4)
+    members = [Member(manager, [name]) for _ in range(3)]
+    poll_until(members, lambda: sorted(m.sizes() for m in members) == [1, 1, 2])
+    assigned = [p for m in members for p in m.tailer.assignments]
+    assert sorted(assigned) == [LogPartition.of(name, p) for p in range(4)]
+    for m in members:
+        m.tailer.close()
+
+
+def test_members_beyond_the_partition_count_stay_idle(manager: LogManager, new_log: NewLog) -> None:
+    name = new_log(2)
+    members = [Member(manager, [name]) for _ in range(3)]
+    poll_until(members, lambda: sorted(m.sizes() for m in members) == [0, 1, 1])
+    idle = next(m for m in members if m.sizes() == 0)
+    busy = [m for m in members if m is not idle]
+    busy[0].tailer.close()  # the idle member takes over
+    poll_until([idle, busy[1]], lambda: idle.sizes() == 1 and busy[1].sizes() == 1)
+    idle.tailer.close()
+    busy[1].tailer.close()
+
+
+# -- the cursor backends (memory, local) ----------------------------------------------------------
+def _local(tmp_path: Path) -> LocalLogManager:
+    return LocalLogManager(tmp_path / "log", StreamcoreConfig(home=tmp_path, log=LogDefaults()))
+
+
+@pytest.fixture(params=["memory", "local"])
+def cursor_manager(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LogManager]:
+    m = MemoryLogManager() if request.param == "memory" else _local(tmp_path)
+    m.heartbeat_interval, m.session_timeout = 0.1, 0.8
+    yield m
+    m.close()
+
+
+def test_an_expired_member_loses_its_partitions_without_committing(
+    cursor_manager: LogManager,
+) -> None:
+    manager = cursor_manager
+    manager.create("test/expiry", 4)
+    first, second = Member(manager, ["test/expiry"]), Member(manager, ["test/expiry"])
+    poll_until([first, second], lambda: first.sizes() == 2 and second.sizes() == 2)
+    fill(manager, "test/expiry", 4, 5)
+    poll_until([first, second], lambda: len(first.records) + len(second.records) == 20)
+    # The second member stalls: no heartbeat, no read. Its session ends, the first takes over.
+    second.tailer.member.stop()
+    stalled = time.monotonic()
+    poll_until([first], lambda: first.sizes() == 4, timeout=5.0)
+    assert 0.5 < time.monotonic() - stalled < 3.0
+    # It re-reads what the second processed but did not commit (at-least-once).
+    redelivered = {(r.partition, r.offset) for r in second.records}
+    poll_until([first], lambda: len(first.records) == 20, timeout=5.0)
+    assert {(r.partition, r.offset) for r in first.records[10:]} == redelivered
+    fill(manager, "test/expiry", 4, 5, start=5)
+    poll_until([first], lambda: len(first.records) == 40, timeout=5.0)
+    first.tailer.commit_marked()
+    assert manager.committed("test/expiry", GROUP) == [10] * 4
+    # When it wakes up, it must not commit the partitions it lost (that would move their
+    # positions back to 5), and it drops them at its next read.
+    lost = list(second.tailer.assignments)
+    assert len(lost) == 2
+    second.tailer.commit()
+    second.tailer.commit_marked()
+    assert manager.committed("test/expiry", GROUP) == [10] * 4
+    second.poll()
+    assert not set(second.tailer.assignments) & set(lost)
+    assert ("revoked", lost) in second.listener.events
+    second.tailer.close()
+    first.tailer.close()
+    assert manager.committed("test/expiry", GROUP) == [10] * 4
+
+
+def test_the_group_state_file(tmp_path: Path) -> None:
+    manager = _local(tmp_path)
+    manager.create("test/state", 3)
+    member = Member(manager, ["test/state"])
+    member.poll()
+    path = manager.root / "_subscriptions" / f"{state_stem(GROUP, [Name.of('test/state')])}.json"
+    assert path.name == "test-members@test-state.json"
+    state = json.loads(path.read_text())
+    me = member.tailer.member.id
+    assert state["group"] == GROUP and state["logs"] == ["test/state"]
+    assert list(state["members"]) == [me]
+    assert state["members"][me]["session_timeout"] == 0.8
+    assert state["owners"] == {f"test-state-0{p}": me for p in range(3)}
+    version = state["version"]
+    time.sleep(0.35)  # heartbeats bump the version
+    assert json.loads(path.read_text())["version"] > version
+    member.tailer.close()
+    state = json.loads(path.read_text())
+    assert state["members"] == {} and state["owners"] == {}
+    assert manager.list_logs() == [Name.of("test/state")]
+    manager.close()
+
+
+def test_subscribe_to_a_missing_log_raises(cursor_manager: LogManager) -> None:
+    with pytest.raises(LogNotFoundError):
+        cursor_manager.subscribe(GROUP, ["test/missing"])
+
+
+def test_a_dropped_tailer_stops_its_heartbeat(cursor_manager: LogManager) -> None:
+    cursor_manager.create("test/dropped", 1)
+    tailer = cursor_manager.subscribe(GROUP, ["test/dropped"])
+    member = tailer.member
+    del tailer
+    gc.collect()
+    assert member._stop.is_set()
+
+
+@pytest.mark.parametrize("store_kind", ["file", "memory"])
+def test_compare_and_swap_loses_no_update(store_kind: str, tmp_path: Path) -> None:
+    names = [Name.of("test/cas")]
+    if store_kind == "file":
+        store: Any = FileGroupStore(tmp_path, GROUP, names)
+    else:
+        store = MemoryGroupStore(GROUP, ["test/cas"])
+    threads, increments = 6, 40
+
+    def work() -> None:
+        member = GroupMember(store, ["test-cas-00"], heartbeat_interval=1, session_timeout=5)
+
+        def bump(state: dict[str, Any]) -> bool:
+            state["counter"] = state.get("counter", 0) + 1
+            return True
+
+        for _ in range(increments):
+            member.update(bump)
+
+    pool = [threading.Thread(target=work) for _ in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    state = store.load()
+    assert state["counter"] == threads * increments
+    assert state["version"] == threads * increments
+
+
+def test_fair_share_targets() -> None:
+    def state(n: int) -> dict[str, Any]:
+        members = {f"m{i}": {"seq": n - i} for i in range(n)}  # m{n-1} joined first
+        return {"members": members}
+
+    assert targets(state(1), 4) == {"m0": 4}
+    assert targets(state(2), 4) == {"m1": 2, "m0": 2}
+    assert targets(state(3), 4) == {"m2": 2, "m1": 1, "m0": 1}  # the oldest gets the ceiling
+    assert targets(state(3), 2) == {"m2": 1, "m1": 1, "m0": 0}
+    assert targets({"members": {}}, 4) == {}
+    assert sum(targets(state(7), 30).values()) == 30
+
+
+def test_assignments_are_spread_over_logs_in_order(cursor_manager: LogManager) -> None:
+    manager = cursor_manager
+    manager.create("test/x", 2)
+    manager.create("test/y", 2)
+    members = [Member(manager, ["test/x", "test/y"]) for _ in range(2)]
+    poll_until(members, lambda: [m.sizes() for m in members] == [2, 2])
+    # Names in any order make the same group state: a member of ["y", "x"] joins the same group.
+    third = Member(manager, ["test/y", "test/x"])
+    members.append(third)
+    poll_until(members, lambda: sorted(m.sizes() for m in members) == [1, 1, 2])
+    owners: dict[LogPartition, int] = defaultdict(int)
+    for m in members:
+        for p in m.tailer.assignments:
+            owners[p] += 1
+    assert len(owners) == 4 and set(owners.values()) == {1}
+    for m in members:
+        m.tailer.close()
