@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, NamedTuple, TypeVar
 
+from streamcore.errors import TailerConflictError
 from streamcore.log.partitioner import java_string_hash, partition_for_key
 from streamcore.names import Name
 
@@ -414,6 +415,44 @@ class LogManager(abc.ABC):
         codec: Any = None,
     ) -> LogTailer[Any]:
         """A tailer with a static assignment: the given partitions (all of a log for a name)."""
+
+    def resolve_partitions(
+        self, source: str | Name | LogPartition | Sequence[LogPartition]
+    ) -> list[LogPartition]:
+        """The partitions a tailer `source` names (every partition for a log name), checked to
+        exist."""
+        if isinstance(source, LogPartition):
+            partitions = [source]
+        elif isinstance(source, str | Name):
+            name = Name.of(source)
+            partitions = [LogPartition(name, p) for p in range(self.size(name))]
+        else:
+            partitions = list(source)
+        sizes: dict[Name, int] = {}
+        for p in partitions:
+            if p.name not in sizes:
+                sizes[p.name] = self.size(p.name)
+            if not 0 <= p.partition < sizes[p.name]:
+                raise ValueError(f"{p.name} has no partition {p.partition}")
+        return partitions
+
+    @staticmethod
+    def _ensure_no_live_tailer(
+        tailers: dict[tuple[str, LogPartition], Any], group: str, partitions: list[LogPartition]
+    ) -> None:
+        """One live tailer per (group, partition) in a process (call under the manager's lock)."""
+        for p in partitions:
+            if (group, p) in tailers:
+                raise TailerConflictError(
+                    f"a tailer of group {group!r} already reads {p} in this process; close it "
+                    "first (one live tailer per group and partition)"
+                )
+
+    @staticmethod
+    def _forget_tailer(tailers: dict[tuple[str, LogPartition], Any], tailer: Any) -> None:
+        """Drop a closed tailer from the registry (call under the manager's lock)."""
+        for key in [k for k, v in tailers.items() if v is tailer]:
+            del tailers[key]
 
     def subscribe(
         self,

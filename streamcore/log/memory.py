@@ -18,7 +18,6 @@ from streamcore.errors import (
     LogClosedError,
     LogExistsError,
     LogNotFoundError,
-    TailerConflictError,
 )
 from streamcore.log.api import (
     LogAppender,
@@ -177,24 +176,11 @@ class MemoryLogManager(LogManager):
         source: str | Name | LogPartition | Sequence[LogPartition],
         codec: Any = None,
     ) -> LogTailer[Any]:
-        if isinstance(source, LogPartition):
-            partitions = [source]
-        elif isinstance(source, str | Name):
-            name = Name.of(source)
-            partitions = [LogPartition(name, p) for p in range(self.size(name))]
-        else:
-            partitions = list(source)
-        for p in partitions:
-            if not 0 <= p.partition < self.size(p.name):
-                raise ValueError(f"{p.name} has no partition {p.partition}")
+        partitions = self.resolve_partitions(source)
         with self._lock:
             if self._closed:
                 raise LogClosedError("the memory log manager is closed")
-            for p in partitions:
-                if (group, p) in self._tailers:
-                    raise TailerConflictError(
-                        f"a tailer of group {group!r} already reads {p}; close it first"
-                    )
+            self._ensure_no_live_tailer(self._tailers, group, partitions)
             cursors = {p: _MemoryCursor(self._log(p.name)[p.partition]) for p in partitions}
             tailer = CursorTailer(
                 group,
@@ -252,8 +238,7 @@ class MemoryLogManager(LogManager):
 
     def _closed_tailer(self, tailer: CursorTailer) -> None:
         with self._lock:
-            for key in [k for k, v in self._tailers.items() if v is tailer]:
-                del self._tailers[key]
+            self._forget_tailer(self._tailers, tailer)
 
     def close(self) -> None:
         with self._lock:

@@ -29,7 +29,6 @@ from streamcore.errors import (
     LogExistsError,
     LogNotFoundError,
     RecordTooLargeError,
-    TailerConflictError,
 )
 from streamcore.log.api import (
     AppendedOffsets,
@@ -447,22 +446,6 @@ class KafkaLogManager(LogManager):
             self._appenders.append(appender)
         return appender
 
-    def _resolve(self, source: Any) -> list[LogPartition]:
-        if isinstance(source, LogPartition):
-            partitions = [source]
-        elif isinstance(source, str | Name):
-            name = Name.of(source)
-            partitions = [LogPartition(name, p) for p in range(self.size(name))]
-        else:
-            partitions = list(source)
-        sizes: dict[Name, int] = {}
-        for p in partitions:
-            if p.name not in sizes:
-                sizes[p.name] = self.size(p.name)
-            if not 0 <= p.partition < sizes[p.name]:
-                raise ValueError(f"{p.name} has no partition {p.partition}")
-        return partitions
-
     def tailer(
         self,
         group: str,
@@ -472,16 +455,11 @@ class KafkaLogManager(LogManager):
         from streamcore.log.kafka.tailer import KafkaTailer
 
         self._check_open()
-        partitions = self._resolve(source)
+        partitions = self.resolve_partitions(source)
         claim = object()  # holds the partitions while the consumer starts (outside the lock)
         with self._lock:
             self._check_open()
-            for p in partitions:
-                if (group, p) in self._tailers:
-                    raise TailerConflictError(
-                        f"a tailer of group {group!r} already reads {p} in this process; close it "
-                        "first (one live tailer per group and partition)"
-                    )
+            self._ensure_no_live_tailer(self._tailers, group, partitions)
             for p in partitions:
                 self._tailers[(group, p)] = claim
         try:
@@ -528,8 +506,7 @@ class KafkaLogManager(LogManager):
 
     def _tailer_closed(self, tailer: LogTailer[Any]) -> None:
         with self._lock:
-            for key in [k for k, v in self._tailers.items() if v is tailer]:
-                del self._tailers[key]
+            self._forget_tailer(self._tailers, tailer)
             self._subscribed = [t for t in self._subscribed if t is not tailer]
 
     def close(self) -> None:

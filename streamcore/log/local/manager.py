@@ -32,7 +32,6 @@ from streamcore.errors import (
     LogClosedError,
     LogExistsError,
     LogNotFoundError,
-    TailerConflictError,
 )
 from streamcore.log.api import (
     AppendedOffsets,
@@ -299,16 +298,11 @@ class LocalLogManager(LogManager):
         source: str | Name | LogPartition | Sequence[LogPartition],
         codec: Any = None,
     ) -> LogTailer[Any]:
-        partitions = self._resolve(source)
+        partitions = self.resolve_partitions(source)
         with self._lock:
             if self._closed:
                 raise LogClosedError("the log manager is closed")
-            for p in partitions:
-                if (group, p) in self._tailers:
-                    raise TailerConflictError(
-                        f"a tailer of group {group!r} already reads {p} in this process; close it "
-                        "first (one live tailer per group and partition)"
-                    )
+            self._ensure_no_live_tailer(self._tailers, group, partitions)
             cursors = {p: PartitionCursor(self.partition_folder(p), str(p)) for p in partitions}
             stores = {name: self._positions(name) for name in {p.name for p in partitions}}
             tailer = CursorTailer(
@@ -359,23 +353,9 @@ class LocalLogManager(LogManager):
             self._subscriptions.add(tailer)
         return tailer
 
-    def _resolve(self, source: Any) -> list[LogPartition]:
-        if isinstance(source, LogPartition):
-            partitions = [source]
-        elif isinstance(source, str | Name):
-            name = Name.of(source)
-            partitions = [LogPartition(name, p) for p in range(self.size(name))]
-        else:
-            partitions = list(source)
-        for p in partitions:
-            if not 0 <= p.partition < self.size(p.name):
-                raise ValueError(f"{p.name} has no partition {p.partition}")
-        return partitions
-
     def _tailer_closed(self, tailer: CursorTailer) -> None:
         with self._lock:
-            for key in [k for k, v in self._tailers.items() if v is tailer]:
-                del self._tailers[key]
+            self._forget_tailer(self._tailers, tailer)
 
     def close(self) -> None:
         with self._lock:
