@@ -1,0 +1,109 @@
+"""Claiming jobs: `init` → `processing` for exactly one worker.
+
+PostgreSQL: `FOR UPDATE SKIP LOCKED` lets concurrent workers take disjoint batches without
+waiting on each other. SQLite: every outbox transaction is BEGIN IMMEDIATE (one writer at a
+time), and the UPDATE only flips rows still `init`, stamping a fresh lock token: a
+compare-and-swap whose token later guards `done`/`error` (see `store`).
+
+A job is claimable when its dependency (if any) is `done` (or purged). An ordered queue hands
+out only its head: the leading run of claimable jobs in put order, and nothing while an earlier
+job is processing or in error.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from streamcore.outbox.schema import DONE, ERROR, INIT, PROCESSING, TABLE
+
+_READY = (
+    f"(j.depends_id IS NULL OR NOT EXISTS (SELECT 1 FROM {TABLE} d WHERE d.queue = "
+    f"j.depends_queue AND d.id = j.depends_id AND d.status <> '{DONE}'))"
+)
+_RETURNING = "RETURNING seq, id, payload, tries"
+_SET_PROCESSING = (
+    f"SET status = '{PROCESSING}', lock_token = :token, tries = tries + 1, "
+    "processing_ms = :now, updated_ms = :now"
+)
+
+_CLAIM_PG = sa.text(
+    f"UPDATE {TABLE} {_SET_PROCESSING} WHERE seq IN (SELECT j.seq FROM {TABLE} j "
+    f"WHERE j.queue = :queue AND j.status = '{INIT}' AND {_READY} ORDER BY j.seq LIMIT :limit "
+    f"FOR UPDATE OF j SKIP LOCKED) {_RETURNING}"
+)
+_CLAIM_SQLITE = sa.text(
+    f"UPDATE {TABLE} {_SET_PROCESSING} WHERE seq IN (SELECT j.seq FROM {TABLE} j "
+    f"WHERE j.queue = :queue AND j.status = '{INIT}' AND {_READY} ORDER BY j.seq LIMIT :limit) "
+    f"AND status = '{INIT}' {_RETURNING}"
+)
+_HEAD = sa.text(
+    f"SELECT j.seq, j.status, {_READY} AS ready FROM {TABLE} j WHERE j.queue = :queue "
+    f"AND j.status IN ('{INIT}', '{PROCESSING}', '{ERROR}') ORDER BY j.seq LIMIT :limit"
+)
+_CLAIM_SEQS = sa.text(
+    f"UPDATE {TABLE} {_SET_PROCESSING} WHERE seq IN :seqs AND status = '{INIT}' {_RETURNING}"
+).bindparams(sa.bindparam("seqs", expanding=True))
+_CLAIM_ERROR = sa.text(
+    f"UPDATE {TABLE} {_SET_PROCESSING} WHERE seq = :seq AND status = '{ERROR}' {_RETURNING}"
+)
+_QUEUE_LOCK = sa.text("SELECT pg_try_advisory_xact_lock(hashtext('streamcore_outbox:' || :queue))")
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A claimed job: run it, then finish it with its `token`."""
+
+    seq: int
+    queue: str
+    id: str
+    payload: bytes
+    tries: int
+    token: str
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _jobs(rows: list[sa.Row[tuple[int, str, bytes, int]]], queue: str, token: str) -> list[Job]:
+    return sorted(
+        (Job(r[0], queue, r[1], bytes(r[2]), r[3], token) for r in rows), key=lambda j: j.seq
+    )
+
+
+def claim_batch(conn: sa.Connection, queue: str, limit: int, *, ordered: bool = False) -> list[Job]:
+    """Claim up to `limit` claimable jobs of `queue` (in a transaction the caller commits)."""
+    token = uuid.uuid4().hex
+    params = {"queue": queue, "limit": limit, "token": token, "now": now_ms()}
+    if ordered:
+        return _claim_head(conn, queue, params)
+    statement = _CLAIM_PG if conn.dialect.name == "postgresql" else _CLAIM_SQLITE
+    return _jobs(list(conn.execute(statement, params)), queue, token)
+
+
+def _claim_head(conn: sa.Connection, queue: str, params: dict[str, object]) -> list[Job]:
+    # One claimer per ordered queue at a time: SKIP LOCKED would let a second worker jump over
+    # a head row locked by the first one.
+    if conn.dialect.name == "postgresql" and not conn.execute(_QUEUE_LOCK, params).scalar():
+        return []
+    seqs = []
+    for seq, status, ready in conn.execute(_HEAD, params):
+        if status != INIT or not ready:
+            break
+        seqs.append(seq)
+    if not seqs:
+        return []
+    rows = conn.execute(_CLAIM_SEQS, {**params, "seqs": seqs})
+    return _jobs(list(rows), queue, str(params["token"]))
+
+
+def claim_error(conn: sa.Connection, queue: str, seq: int) -> Job | None:
+    """Claim one job in `error` for a retry (None if someone else retried it meanwhile)."""
+    token = uuid.uuid4().hex
+    rows = list(conn.execute(_CLAIM_ERROR, {"seq": seq, "token": token, "now": now_ms()}))
+    jobs = _jobs(rows, queue, token)
+    return jobs[0] if jobs else None

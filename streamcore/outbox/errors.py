@@ -1,0 +1,37 @@
+"""Errors of the outbox queue. Every message names the queue/job and says what to do."""
+
+from __future__ import annotations
+
+from streamcore.errors import StreamcoreError
+
+
+class OutboxError(StreamcoreError):
+    """Base of the outbox errors."""
+
+
+class UnknownQueueError(OutboxError):
+    """A queue was used before a consumer (or a queue definition) was registered for it."""
+
+
+class InvalidPayloadError(OutboxError):
+    """`put` was given a payload the queue's `valid_payload` rejects or its codec cannot encode."""
+
+
+class DuplicateJobError(OutboxError):
+    """A job with the same `(queue, id)` exists already."""
+
+
+class DependencyNotFoundError(OutboxError):
+    """`depends_on` names a job that does not exist."""
+
+
+class SchemaMissingError(OutboxError):
+    """The jobs table does not exist in the database `put` writes to."""
+
+
+class ConsumerFailedError(OutboxError, AssertionError):
+    """The test harness ran a job whose consumer raised; the consumer's exception is the cause."""
+
+
+class NoJobError(OutboxError, AssertionError):
+    """There is no job to run in the queue (test harness, `retry_one_error`)."""

@@ -1,0 +1,175 @@
+"""The worker pool: threads that claim batches of jobs and run them.
+
+A worker claims up to `batch_size` jobs of one queue (queues taken in turn), runs them one by
+one, and marks the successes `done` in one statement. When no queue has work it sleeps until a
+wake-up (a committed `put`, see `notify`) or `poll_interval` (jobs put by processes that cannot
+wake us, and jobs whose dependency got done).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import sqlalchemy as sa
+
+from streamcore.outbox import store
+from streamcore.outbox.claim import Job, claim_batch
+from streamcore.outbox.consumers import QueueSpec, Registry
+from streamcore.outbox.execute import execute
+from streamcore.outbox.watcher import ExecutionWatcher
+
+logger = logging.getLogger(__name__)
+
+
+class Counters:
+    """Jobs this process ran, per (queue, outcome); thread-safe."""
+
+    def __init__(self) -> None:
+        self._counts: collections.Counter[tuple[str, str]] = collections.Counter()
+        self._lock = threading.Lock()
+
+    def add(self, queue: str, outcome: str, n: int = 1) -> None:
+        with self._lock:
+            self._counts[(queue, outcome)] += n
+
+    def snapshot(self) -> dict[tuple[str, str], int]:
+        with self._lock:
+            return dict(self._counts)
+
+
+class Wakeup:
+    """A generation counter: waiters sleep until it moves or their timeout ends, so a wake-up
+    that comes between a worker's empty claim and its wait is never lost."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self.generation = 0
+
+    def wake(self, _queues: Any = None) -> None:
+        with self._cond:
+            self.generation += 1
+            self._cond.notify_all()
+
+    def wait(self, seen: int, timeout: float) -> None:
+        with self._cond:
+            if self.generation == seen:
+                self._cond.wait(timeout)
+
+
+class WorkerPool:
+    def __init__(
+        self,
+        engine: sa.Engine,
+        registry: Registry,
+        *,
+        threads: int,
+        batch_size: int,
+        poll_interval: float,
+        watcher: ExecutionWatcher,
+        counters: Counters,
+        on_error: Callable[[], None],
+    ) -> None:
+        self.engine = engine
+        self.registry = registry
+        self.batch_size = batch_size
+        self.poll_interval = poll_interval
+        self.watcher = watcher
+        self.counters = counters
+        self.on_error = on_error
+        self.wakeup = Wakeup()
+        self._stopping = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._work, name=f"outbox-worker-{n}", daemon=True)
+            for n in range(threads)
+        ]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self, timeout: float) -> bool:
+        """Stop claiming, let running jobs finish; True if every worker ended within `timeout`."""
+        self._stopping.set()
+        self.wakeup.wake()
+        end = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, end - time.monotonic()))
+        return self.alive() == 0
+
+    def alive(self) -> int:
+        return sum(t.is_alive() for t in self._threads)
+
+    def _work(self) -> None:
+        turn = 0
+        while not self._stopping.is_set():
+            seen = self.wakeup.generation
+            specs = self.registry.consumed()
+            claimed = False
+            for n in range(len(specs)):
+                spec = specs[(turn + n) % len(specs)]
+                if self._stopping.is_set():
+                    break
+                try:
+                    with self.engine.begin() as conn:
+                        batch = claim_batch(conn, spec.name, self.batch_size, ordered=spec.ordered)
+                except Exception:
+                    logger.exception("outbox: claiming jobs of %s failed; retrying", spec.name)
+                    self._stopping.wait(1.0)
+                    continue
+                if batch:
+                    claimed = True
+                    self._run(spec, batch)
+            turn += 1
+            if not claimed:
+                self.wakeup.wait(seen, self.poll_interval)
+
+    def _run(self, spec: QueueSpec, batch: list[Job]) -> None:
+        done: list[Job] = []
+        for n, job in enumerate(batch):
+            if self._stopping.is_set():
+                self._finish(spec, done, rest=batch[n:])
+                return
+            outcome = execute(spec, job, self.watcher)
+            if outcome.ok:
+                done.append(job)
+                continue
+            assert outcome.error is not None
+            rest = batch[n + 1 :] if spec.ordered else []
+            self._finish(spec, done, failed=(job, outcome.error), rest=rest)
+            done = []
+            if spec.ordered:
+                return
+        self._finish(spec, done)
+
+    def _finish(
+        self,
+        spec: QueueSpec,
+        done: list[Job],
+        *,
+        failed: tuple[Job, BaseException] | None = None,
+        rest: list[Job] | None = None,
+    ) -> None:
+        """Record the outcomes in one transaction (retried: losing them would re-run jobs)."""
+        for attempt in range(10):
+            try:
+                with self.engine.begin() as conn:
+                    store.mark_done(conn, done)
+                    if failed is not None:
+                        store.mark_error(conn, *failed)
+                    if rest:
+                        store.release(conn, rest)
+                break
+            except Exception:
+                logger.exception(
+                    "outbox: recording outcomes of %s failed (try %d)", spec.name, attempt
+                )
+                self._stopping.wait(min(2**attempt * 0.1, 5.0))
+        self.counters.add(spec.name, "done", len(done))
+        if failed is not None:
+            self.counters.add(spec.name, "error")
+            self.on_error()

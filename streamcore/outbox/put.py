@@ -1,0 +1,199 @@
+"""`put`: write a job in the caller's transaction (the transactional outbox pattern).
+
+The job exists exactly when the caller's transaction commits: a rollback leaves nothing, a commit
+makes it visible to workers (and wakes them). Give `put` the SQLAlchemy Connection or ORM Session
+that does your business write.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+
+from streamcore.errors import CodecError
+from streamcore.outbox.consumers import QueueSpec, Registry, default_registry
+from streamcore.outbox.errors import (
+    DependencyNotFoundError,
+    DuplicateJobError,
+    InvalidPayloadError,
+    OutboxError,
+    SchemaMissingError,
+)
+from streamcore.outbox.notify import PENDING_KEY, local_hub
+from streamcore.outbox.schema import INIT, NOTIFY_CHANNEL, TABLE, jobs
+
+logger = logging.getLogger(__name__)
+
+JobRef = tuple[str, str]
+_checked: weakref.WeakSet[sa.Engine] = weakref.WeakSet()
+
+
+def _connection(conn_or_session: Any) -> sa.Connection:
+    if isinstance(conn_or_session, sa.Connection):
+        return conn_or_session
+    if isinstance(conn_or_session, sa.Engine):
+        raise OutboxError(
+            "put needs the Connection or Session of your transaction, not an Engine: "
+            "`with engine.begin() as conn: put(conn, queue, payload)`"
+        )
+    connection = getattr(conn_or_session, "connection", None)
+    if callable(connection):
+        return connection()
+    raise OutboxError(
+        f"put needs a SQLAlchemy Connection or Session, got {type(conn_or_session).__name__}"
+    )
+
+
+def _check_schema(conn: sa.Connection) -> None:
+    engine = conn.engine
+    if engine in _checked:
+        return
+    if not sa.inspect(conn).has_table(TABLE):
+        raise SchemaMissingError(
+            f"the outbox table {TABLE} does not exist in {engine.url.render_as_string()}; "
+            "create it once with streamcore.outbox.create_schema(engine) (Outbox.start() does)"
+        )
+    _checked.add(engine)
+
+
+def _encode(spec: QueueSpec, payload: Any) -> bytes:
+    if spec.valid_payload is not None and not spec.valid_payload(payload):
+        raise InvalidPayloadError(
+            f"queue {spec.name}: valid_payload rejected {payload!r:.200}; fix the payload"
+        )
+    try:
+        return spec.codec.encode(payload)
+    except CodecError as exc:
+        raise InvalidPayloadError(
+            f"queue {spec.name}: the payload cannot be encoded ({exc}); fix the payload or the "
+            "queue's codec"
+        ) from exc
+
+
+def _dependency(spec: QueueSpec, payload: Any, depends_on: JobRef | None) -> JobRef | None:
+    ref = depends_on if depends_on is not None else (spec.depends_on and spec.depends_on(payload))
+    if not ref:
+        return None
+    if not (
+        isinstance(ref, tuple | list) and len(ref) == 2 and all(isinstance(x, str) for x in ref)
+    ):
+        raise OutboxError(f"queue {spec.name}: depends_on must be (queue, id) strings, got {ref!r}")
+    return (ref[0], ref[1])
+
+
+def _check_dependencies(conn: sa.Connection, refs: set[JobRef], queue: str) -> None:
+    for dep_queue, dep_id in refs:
+        found = conn.execute(
+            sa.select(jobs.c.seq).where(jobs.c.queue == dep_queue, jobs.c.id == dep_id)
+        ).first()
+        if found is None:
+            raise DependencyNotFoundError(
+                f"queue {queue}: depends_on=({dep_queue!r}, {dep_id!r}) names no job; put that "
+                "job first (in this or an earlier transaction) or drop the dependency"
+            )
+
+
+def _insert(conn: sa.Connection) -> Any:
+    module = postgresql if conn.dialect.name == "postgresql" else sqlite
+    return module.insert(jobs).on_conflict_do_nothing(index_elements=["queue", "id"])
+
+
+def _notify(conn: sa.Connection, queue: str) -> None:
+    if conn.dialect.name == "postgresql":
+        # Delivered by the server on commit; a second identical NOTIFY in one transaction is
+        # folded into the first by PostgreSQL itself.
+        conn.execute(sa.text("SELECT pg_notify(:c, :q)"), {"c": NOTIFY_CHANNEL, "q": queue})
+        return
+    local_hub.watch_commits(conn.engine)
+    conn.info.setdefault(PENDING_KEY, set()).add(queue)
+
+
+def put_many(
+    conn_or_session: Any,
+    queue: str,
+    payloads: Sequence[Any],
+    *,
+    ids: Sequence[str] | None = None,
+    depends_on: JobRef | None = None,
+    registry: Registry | None = None,
+) -> list[str]:
+    """`put` for many payloads in one statement; returns their ids (all or nothing)."""
+    conn = _connection(conn_or_session)
+    spec = (registry or default_registry).get(queue)
+    _check_schema(conn)
+    if ids is not None and len(ids) != len(payloads):
+        raise OutboxError(f"put_many: {len(ids)} ids for {len(payloads)} payloads; give one each")
+    now = time.time_ns() // 1_000_000
+    rows = []
+    refs: set[JobRef] = set()
+    for n, payload in enumerate(payloads):
+        job_id = str(ids[n]) if ids is not None else uuid.uuid4().hex
+        ref = _dependency(spec, payload, depends_on)
+        if ref is not None:
+            refs.add(ref)
+        rows.append(
+            {
+                "queue": queue,
+                "id": job_id,
+                "status": INIT,
+                "payload": _encode(spec, payload),
+                "tries": 0,
+                "depends_queue": ref[0] if ref else None,
+                "depends_id": ref[1] if ref else None,
+                "created_ms": now,
+                "updated_ms": now,
+            }
+        )
+    if not rows:
+        return []
+    _check_dependencies(conn, refs - {(queue, r["id"]) for r in rows}, queue)
+    statement = _insert(conn).returning(jobs.c.id)
+    if len(rows) == 1:
+        inserted = set(conn.execute(statement, rows[0]).scalars())
+    else:
+        inserted = set(conn.execute(statement, rows).scalars())
+    if len(inserted) != len(rows):
+        taken = sorted({r["id"] for r in rows} - inserted)
+        raise DuplicateJobError(
+            f"queue {queue}: job id(s) {taken[:5]} exist already; ids are unique per queue "
+            "(roll back this transaction, or pick another id)"
+        )
+    _notify(conn, queue)
+    return [r["id"] for r in rows]
+
+
+def put(
+    conn_or_session: Any,
+    queue: str,
+    payload: Any,
+    *,
+    id: str | None = None,
+    depends_on: JobRef | None = None,
+    registry: Registry | None = None,
+) -> str:
+    """Put one job on `queue` in the transaction of `conn_or_session`; returns its id.
+
+    :param id: the job id, unique per queue. Default - a random UUID.
+    :param depends_on: `(queue, id)` of an existing job that must be `done` before this one
+        runs. Default - the queue's `depends_on(payload)`, if it has one.
+    :raises UnknownQueueError: the queue is not registered in this process.
+    :raises InvalidPayloadError: `valid_payload` says no, or the codec cannot encode it.
+    :raises DuplicateJobError: `(queue, id)` exists (on a duplicate, nothing else was written:
+        with PostgreSQL the transaction stays usable).
+    :raises DependencyNotFoundError: `depends_on` names no job.
+    """
+    return put_many(
+        conn_or_session,
+        queue,
+        [payload],
+        ids=None if id is None else [id],
+        depends_on=depends_on,
+        registry=registry,
+    )[0]

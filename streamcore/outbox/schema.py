@@ -1,0 +1,132 @@
+"""The jobs table, its indexes, and the engines the outbox opens (SQLite WAL or PostgreSQL).
+
+One table holds every queue. `seq` orders jobs (FIFO per queue, and the relay's per-key order);
+`(queue, id)` is the user's identity of a job. `lock_token` is the compare-and-swap guard: a
+worker may only finish a job whose token is still the one it claimed with, so a job the hung
+detector handed to another worker cannot be finished twice. Times are epoch milliseconds (UTC).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+
+from streamcore.config import StreamcoreConfig, load_config
+
+logger = logging.getLogger(__name__)
+
+TABLE = "streamcore_outbox_jobs"
+INIT, PROCESSING, DONE, ERROR = "init", "processing", "done", "error"
+STATUSES = (INIT, PROCESSING, DONE, ERROR)
+NOTIFY_CHANNEL = "streamcore_outbox"
+
+metadata = sa.MetaData()
+jobs = sa.Table(
+    TABLE,
+    metadata,
+    sa.Column(
+        "seq",
+        sa.BigInteger().with_variant(sa.Integer, "sqlite"),
+        primary_key=True,
+        autoincrement=True,
+    ),
+    sa.Column("queue", sa.String(200), nullable=False),
+    sa.Column("id", sa.String(200), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("payload", sa.LargeBinary, nullable=False),
+    sa.Column("tries", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("lock_token", sa.String(40)),
+    sa.Column("depends_queue", sa.String(200)),
+    sa.Column("depends_id", sa.String(200)),
+    sa.Column("created_ms", sa.BigInteger, nullable=False),
+    sa.Column("updated_ms", sa.BigInteger, nullable=False),
+    sa.Column("processing_ms", sa.BigInteger),
+    sa.Column("done_ms", sa.BigInteger),
+    sa.Column("error_ms", sa.BigInteger),
+    sa.Column("error_type", sa.String(200)),
+    sa.Column("error_message", sa.Text),
+    sa.Column("error_traceback", sa.Text),
+    sa.UniqueConstraint("queue", "id", name=f"{TABLE}_queue_id"),
+)
+# Claims scan (queue, status) in seq order; the retry poller and hung detector scan errors and
+# processing jobs by time; purge scans done jobs by time.
+sa.Index(f"{TABLE}_claim", jobs.c.queue, jobs.c.status, jobs.c.seq)
+sa.Index(f"{TABLE}_status_time", jobs.c.status, jobs.c.updated_ms)
+sa.Index(f"{TABLE}_depends", jobs.c.depends_queue, jobs.c.depends_id)
+
+
+def default_url(config: StreamcoreConfig | None = None) -> str:
+    """`$STREAMCORE_OUTBOX_URL`, else SQLite at `STREAMCORE_HOME/outbox.db`."""
+    explicit = os.environ.get("STREAMCORE_OUTBOX_URL")
+    if explicit:
+        return explicit
+    home = (config or load_config()).home
+    return f"sqlite:///{Path(home) / 'outbox.db'}"
+
+
+def is_sqlite(engine: Engine | sa.Connection) -> bool:
+    return engine.dialect.name == "sqlite"
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    # Autocommit at the driver level so SQLAlchemy's "begin" event can open every transaction
+    # with BEGIN IMMEDIATE: the write lock is taken up front, so two claimers never deadlock on a
+    # read-to-write upgrade (SQLITE_BUSY without waiting).
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def _sqlite_begin(conn: sa.Connection) -> None:
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def create_engine(url: str | None = None, **kwargs: Any) -> Engine:
+    """An engine for the outbox: SQLite (WAL, BEGIN IMMEDIATE, 30 s busy timeout) or PostgreSQL
+    (psycopg 3). Applications may pass this engine's connections to `put`."""
+    url = url or default_url()
+    if url.startswith("sqlite"):
+        path = sa.engine.make_url(url).database
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = sa.create_engine(url, connect_args={"check_same_thread": False}, **kwargs)
+        event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "begin", _sqlite_begin)
+        return engine
+    if url.startswith("postgresql://") or url.startswith("postgres://"):
+        url = "postgresql+psycopg://" + url.split("://", 1)[1]
+    kwargs.setdefault("pool_size", 16)
+    kwargs.setdefault("max_overflow", 16)
+    kwargs.setdefault("pool_pre_ping", True)
+    return sa.create_engine(url, **kwargs)
+
+
+def create_schema(engine: Engine) -> None:
+    """Create the jobs table and its indexes if missing (idempotent; safe from many processes:
+    PostgreSQL serialises concurrent creators with an advisory lock)."""
+    with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:t))"), {"t": TABLE})
+        metadata.create_all(conn, checkfirst=True)
+        _migrate(conn)
+
+
+def _migrate(conn: sa.Connection) -> None:
+    """Add columns a table made by an older version lacks (they are all nullable)."""
+    present = {c["name"] for c in sa.inspect(conn).get_columns(TABLE)}
+    for column in jobs.columns:
+        if column.name in present:
+            continue
+        kind = column.type.compile(dialect=conn.dialect)
+        conn.execute(sa.text(f'ALTER TABLE {TABLE} ADD COLUMN "{column.name}" {kind}'))
+        logger.info("outbox: added column %s to %s", column.name, TABLE)
