@@ -63,3 +63,17 @@ class LogClosedError(LogError):
 class BrokerUnavailableError(LogError):
     """A Kafka broker did not answer within the configured timeout (down, wrong address, or
     refused the credentials)."""
+
+
+class TopologyError(StreamcoreError):
+    """A topology, its settings or a computation's metadata is inconsistent (unknown stream,
+    cycle, duplicate name, bad policy). Fix the definition; retrying does not help."""
+
+
+class ComputationError(StreamcoreError):
+    """A computation could not run: its processor failed to start, checkpoint or stop."""
+
+
+class CheckpointError(ComputationError):
+    """Appending the produced records or committing the input positions failed (after the
+    configured retries, the computation's unit terminates; nothing committed is lost)."""

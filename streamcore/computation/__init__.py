@@ -1,0 +1,29 @@
+"""Computations: topologies of computations wired by streams, run by a `StreamProcessor` on any log
+backend, or synchronously by a `TopologyTestDriver` (see README "Computations")."""
+
+from __future__ import annotations
+
+from streamcore.computation.batch import BatchComputation
+from streamcore.computation.computation import Computation, ComputationMetadata
+from streamcore.computation.context import ComputationContext
+from streamcore.computation.dsl import Stream
+from streamcore.computation.filters import RecordFilter
+from streamcore.computation.policy import ComputationPolicy
+from streamcore.computation.processor_api import Processor, ProcessorContext
+from streamcore.computation.settings import Settings
+from streamcore.computation.topology import Topology, TopologyBuilder
+
+__all__ = [
+    "BatchComputation",
+    "Computation",
+    "ComputationContext",
+    "ComputationMetadata",
+    "ComputationPolicy",
+    "Processor",
+    "ProcessorContext",
+    "RecordFilter",
+    "Settings",
+    "Stream",
+    "Topology",
+    "TopologyBuilder",
+]

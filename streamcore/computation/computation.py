@@ -1,0 +1,138 @@
+"""`Computation`: the unit of processing of a topology (Nuxeo's `Computation`).
+
+A computation reads records from its logical input streams `i1..iN`, and writes records to its
+logical output streams `o1..oN` through the `ComputationContext` it is given. The topology maps
+logical names to real streams, so one computation class can be wired differently.
+
+Lifecycle, per concurrency unit (one instance per thread, made by the topology's supplier):
+`init(context)` once the unit starts and again after every rebalance of its partitions, then any
+number of `process_record` / `process_timer` calls from that one thread, then `destroy()`.
+`signal_stop()` is the only method called from another thread.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from streamcore.computation.context import ComputationContext
+from streamcore.errors import TopologyError
+from streamcore.names import Name
+
+if TYPE_CHECKING:
+    from streamcore.record import Record
+
+__all__ = [
+    "Computation",
+    "ComputationContext",
+    "ComputationMetadata",
+    "input_name",
+    "output_name",
+]
+
+
+def input_name(index: int) -> str:
+    """The logical name of the input stream number `index` (1-based): `i1`, `i2`, ..."""
+    return f"i{index}"
+
+
+def output_name(index: int) -> str:
+    """The logical name of the output stream number `index` (1-based): `o1`, `o2`, ..."""
+    return f"o{index}"
+
+
+@dataclass(frozen=True, slots=True)
+class ComputationMetadata:
+    """What a computation is called and how many streams it reads and writes (logical names)."""
+
+    name: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+    @classmethod
+    def of(cls, name: str, inputs: int = 1, outputs: int = 0) -> ComputationMetadata:
+        if inputs < 0 or outputs < 0:
+            raise TopologyError(
+                f"computation {name!r}: inputs and outputs must be >= 0, got {inputs} and {outputs}"
+            )
+        try:
+            Name.of(name)  # the name is also the consumer group of the computation
+        except ValueError as exc:
+            raise TopologyError(
+                f"computation name {name!r} is not a valid group name: {exc}"
+            ) from None
+        return cls(
+            name,
+            tuple(input_name(i) for i in range(1, inputs + 1)),
+            tuple(output_name(i) for i in range(1, outputs + 1)),
+        )
+
+
+class Computation(abc.ABC):
+    """Base class of computations. Subclasses implement `process_record` (and `process_timer`
+    when they set timers).
+
+    Example:
+
+        class Upper(Computation):
+            def __init__(self) -> None:
+                super().__init__("upper", inputs=1, outputs=1)
+
+            def process_record(self, context, input_stream, record):
+                context.produce_record("o1", record.key, record.data.upper())
+                context.ask_for_checkpoint()
+    """
+
+    def __init__(self, name: str, inputs: int = 1, outputs: int = 0) -> None:
+        self.metadata = ComputationMetadata.of(name, inputs, outputs)
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    def init(self, context: ComputationContext) -> None:
+        """Called before the first record and again after each rebalance (a new context)."""
+        return None  # a hook: override it when needed
+
+    @abc.abstractmethod
+    def process_record(
+        self, context: ComputationContext, input_stream: str, record: Record
+    ) -> None:
+        """Process one record of the logical input `input_stream` ("i1", ...). Records produced
+        here are buffered and appended at the next checkpoint; ask for one with
+        `context.ask_for_checkpoint()` once the record's effects are in the context. Raising
+        triggers the computation's policy (retries, then dead-letter stream, skip or stop)."""
+
+    def process_timer(self, context: ComputationContext, key: str, timestamp_ms: int) -> None:
+        """A timer set with `context.set_timer(key, timestamp_ms)` is due."""
+        return None  # a hook: override it when needed
+
+    def process_retry(self, context: ComputationContext, failure: BaseException) -> None:
+        """Called before the record that raised `failure` is processed again. Records produced
+        by the failed attempt were already discarded."""
+        return None  # a hook: override it when needed
+
+    def process_failure(
+        self, context: ComputationContext, failure: BaseException
+    ) -> Sequence[Record]:
+        """Called once when the retries of a record (or timer) are exhausted, before the
+        policy's fallback (dead-letter, skip or termination). Returns other records the failure
+        concerns (a batch computation returns its batch), which the fallback treats like the
+        failed record: dead-lettered or skipped. The default returns none."""
+        return ()
+
+    def destroy(self) -> None:
+        """Release resources; the unit is stopping (its last checkpoint is done)."""
+        return None  # a hook: override it when needed
+
+    def signal_stop(self) -> None:
+        """Called from another thread when the processor stops: interrupt long work if any."""
+        return None  # a hook: override it when needed
+
+    def __repr__(self) -> str:
+        meta = self.metadata
+        return f"{type(self).__name__}(name={meta.name!r}, inputs={len(meta.inputs)}, " + (
+            f"outputs={len(meta.outputs)})"
+        )

@@ -1,0 +1,70 @@
+"""`ComputationContext`: what a computation uses to produce records, set timers and ask for
+checkpoints (Nuxeo's `ComputationContext`). The processor and the test driver provide the
+implementation (`streamcore.computation.runner`)."""
+
+from __future__ import annotations
+
+import abc
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from streamcore.computation.policy import ComputationPolicy
+    from streamcore.log.api import LogOffset
+    from streamcore.record import Record
+
+__all__ = ["ComputationContext"]
+
+
+class ComputationContext(abc.ABC):
+    """The context of one concurrency unit of a computation. Not thread-safe: use it only from
+    the calls the runner makes (`init`, `process_record`, `process_timer`, ...)."""
+
+    @abc.abstractmethod
+    def produce_record(
+        self, output_stream: str, record_or_key: Record | str, data: bytes | None = None
+    ) -> None:
+        """Buffer a record for `output_stream` (logical "o1".. or the mapped stream name). It is
+        appended at the next checkpoint, to the partition of its key. A `Record` with watermark 0
+        gets the low watermark of the records being checkpointed; `(key, data)` makes a Record
+        stamped like that."""
+
+    @abc.abstractmethod
+    def set_timer(self, key: str, timestamp_ms: int) -> None:
+        """Call `process_timer(context, key, timestamp_ms)` once the clock reaches
+        `timestamp_ms` (epoch milliseconds). Setting a key again replaces its timer."""
+
+    @abc.abstractmethod
+    def ask_for_checkpoint(self) -> None:
+        """The current record (and every one before it) is done: append what was produced and
+        commit the input positions up to here. Taken at the latest at the end of the current
+        read batch."""
+
+    @abc.abstractmethod
+    def cancel_ask_for_checkpoint(self) -> None:
+        """Withdraw `ask_for_checkpoint` made while processing the current record."""
+
+    @abc.abstractmethod
+    def set_source_low_watermark(self, watermark: int) -> None:
+        """For sources (no input stream): the watermark up to which everything was produced."""
+
+    @abc.abstractmethod
+    def ask_for_termination(self) -> None:
+        """Stop this concurrency unit after the current record (checkpointing if asked)."""
+
+    @abc.abstractmethod
+    def now_ms(self) -> int:
+        """The processor's clock in epoch milliseconds (virtual in the test driver): use it, not
+        `time.time()`, to compute timer times."""
+
+    @property
+    @abc.abstractmethod
+    def last_offset(self) -> LogOffset | None:
+        """Where the record being processed was read; None in timers before any record."""
+
+    @property
+    @abc.abstractmethod
+    def policy(self) -> ComputationPolicy: ...
+
+    @property
+    @abc.abstractmethod
+    def computation_name(self) -> str: ...

@@ -1,0 +1,132 @@
+"""`Settings`: how a topology runs — partitions and codec per stream, concurrency and policy per
+computation, record filters per stream (Nuxeo's `Settings`). The name `default` sets the value of
+every stream or computation without its own."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Self
+
+from streamcore.computation.filters import FilterChain, RecordFilter
+from streamcore.computation.policy import ComputationPolicy
+from streamcore.errors import TopologyError
+from streamcore.names import Name
+
+__all__ = ["DEFAULT", "Settings"]
+
+DEFAULT = "default"
+_CODECS = ("json", "avro", "avro-binary", "avro-json", "avro-confluent")
+
+
+def _stream_key(stream: str) -> str:
+    return stream if stream == DEFAULT else Name.of(stream).urn
+
+
+@dataclass
+class Settings:
+    """Per-stream and per-computation settings; every setter returns `self` for chaining.
+
+    Example: `Settings(default_partitions=4).set_concurrency("enrich", 2).set_policy("enrich",
+    ComputationPolicy(max_retries=3, dlq="app/dlq-enrich"))`.
+
+    `checkpoint_retries` / `checkpoint_pause` (seconds): how often and how long apart a failed
+    checkpoint is retried before the unit terminates (Nuxeo: 3 and 45 s). `read_batch`: records
+    a unit reads at once; a requested checkpoint is taken at the latest after that many records.
+    `drain_quiet`: seconds without activity before `drain_and_stop` considers a topology done.
+    """
+
+    default_concurrency: int = 1
+    default_partitions: int = 1
+    default_codec: str = "avro"
+    default_policy: ComputationPolicy = field(default_factory=ComputationPolicy)
+    checkpoint_retries: int = 3
+    checkpoint_pause: float = 10.0
+    read_batch: int = 500
+    drain_quiet: float = 0.5
+    _partitions: dict[str, int] = field(default_factory=dict, repr=False)
+    _codecs: dict[str, str] = field(default_factory=dict, repr=False)
+    _concurrency: dict[str, int] = field(default_factory=dict, repr=False)
+    _policies: dict[str, ComputationPolicy] = field(default_factory=dict, repr=False)
+    _filters: dict[str, list[RecordFilter]] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        _positive("default_concurrency", self.default_concurrency)
+        _positive("default_partitions", self.default_partitions)
+        _positive("read_batch", self.read_batch)
+        _codec(self.default_codec)
+        if self.checkpoint_retries < 0 or self.checkpoint_pause < 0 or self.drain_quiet < 0:
+            raise TopologyError("checkpoint_retries, checkpoint_pause and drain_quiet must be >= 0")
+
+    # -- setters --------------------------------------------------------------------------------
+    def set_partitions(self, stream: str, partitions: int) -> Self:
+        _positive(f"partitions of {stream}", partitions)
+        if stream == DEFAULT:
+            self.default_partitions = partitions
+        else:
+            self._partitions[_stream_key(stream)] = partitions
+        return self
+
+    def set_codec(self, stream: str, codec: str) -> Self:
+        _codec(codec)
+        if stream == DEFAULT:
+            self.default_codec = codec
+        else:
+            self._codecs[_stream_key(stream)] = codec
+        return self
+
+    def set_concurrency(self, computation: str, concurrency: int) -> Self:
+        _positive(f"concurrency of {computation}", concurrency)
+        if computation == DEFAULT:
+            self.default_concurrency = concurrency
+        else:
+            self._concurrency[computation] = concurrency
+        return self
+
+    def set_policy(self, computation: str, policy: ComputationPolicy) -> Self:
+        if not isinstance(policy, ComputationPolicy):
+            raise TopologyError(
+                f"policy of {computation} must be a ComputationPolicy, got {type(policy).__name__}"
+            )
+        if computation == DEFAULT:
+            self.default_policy = policy
+        else:
+            self._policies[computation] = policy
+        return self
+
+    def add_filter(self, stream: str, record_filter: RecordFilter) -> Self:
+        if not isinstance(record_filter, RecordFilter):
+            raise TopologyError(
+                f"filter of {stream} must be a RecordFilter, got {type(record_filter).__name__}"
+            )
+        self._filters.setdefault(_stream_key(stream), []).append(record_filter)
+        return self
+
+    # -- getters --------------------------------------------------------------------------------
+    def partitions(self, stream: str) -> int:
+        return self._partitions.get(_stream_key(stream), self.default_partitions)
+
+    def codec(self, stream: str) -> str:
+        return self._codecs.get(_stream_key(stream), self.default_codec)
+
+    def concurrency(self, computation: str) -> int:
+        return self._concurrency.get(computation, self.default_concurrency)
+
+    def policy(self, computation: str) -> ComputationPolicy:
+        return self._policies.get(computation, self.default_policy)
+
+    def filter(self, stream: str) -> RecordFilter | None:
+        """The filters of `stream` (and the `default` ones) as one, or None if there are none."""
+        chain = self._filters.get(DEFAULT, []) + self._filters.get(_stream_key(stream), [])
+        if not chain:
+            return None
+        return chain[0] if len(chain) == 1 else FilterChain(chain)
+
+
+def _positive(what: str, value: int) -> None:
+    if not isinstance(value, int) or value < 1:
+        raise TopologyError(f"{what} must be a positive integer, got {value!r}")
+
+
+def _codec(codec: str) -> None:
+    if codec not in _CODECS:
+        raise TopologyError(f"unknown codec {codec!r}; use one of {', '.join(_CODECS)}")
