@@ -1,0 +1,391 @@
+"""The streams DSL: chains of stateless operators compiled into a `Topology` of computations.
+
+    from streamcore.computation.dsl import Stream, build
+
+    orders = Stream.of("shop/orders", codec="json")
+    big, small = orders.filter(lambda k, v: v["qty"] > 0).map_values(enrich).branch(
+        lambda k, v: v["total"] >= 100, lambda k, v: True
+    )
+    big.to("shop/big-orders")
+    small.to("shop/small-orders")
+    topology = build(orders)
+
+Semantics (Kafka Streams' `KStream`, minus state):
+- `filter(pred)`, `map(fn)`, `flat_map(fn)` and branch predicates take `(key, value)`;
+  `map_values(fn)` takes `value`. `map` returns a `(key, value)` pair, `flat_map` an iterable of
+  pairs. Keys are `str` (the Record envelope's key); values are decoded by the stream's value
+  codec (see `dsl_values`).
+- Operators chained from one source are **fused** into one computation: a record goes through
+  the whole chain in one call, with no intermediate stream. `through("x")` writes to the stream
+  `x` and starts a new computation reading it (a new sub-topology), like Kafka's `repartition`.
+- A `Stream` may be used more than once: each use receives every record (fan-out).
+- `branch(p1, ..., pN)` returns N streams; a record goes to the first predicate that matches and
+  is dropped if none does (add `lambda k, v: True` last for an "otherwise" branch).
+- Produced records keep the watermark of the input record, so event time flows through.
+- A record's outputs are produced only once the whole chain succeeded on it: when a function
+  raises, the processor retries the record (or dead-letters it) without duplicate outputs.
+- Records flagged COMMIT or POISON_PILL with no data are control records; the chain skips them
+  (the processor still honours the flag).
+
+Computation names: `<source>-dsl` for a namespaced source (`shop/orders-dsl`), `<source>_dsl`
+for a global one, `-2`/`_2`... when one build holds several computations reading the same
+stream; `name=` on `Stream.of` or `through` overrides it. The name is also the consumer group,
+so keep it stable once the topology runs.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from streamcore.computation.dsl_errors import (
+    DslDefinitionError,
+    NotCallableError,
+    UnfinishedStreamError,
+)
+from streamcore.computation.dsl_values import ValueCodecSpec, resolve_value_codec
+from streamcore.errors import InvalidNameError
+from streamcore.names import NO_NAMESPACE, Name
+
+if TYPE_CHECKING:
+    from streamcore.codecs import Codec
+    from streamcore.computation.topology import Topology, TopologyBuilder
+
+__all__ = ["Segment", "Sink", "Stream", "add_to", "build", "segments"]
+
+Predicate = Callable[[str, Any], bool]
+KeyValueMapper = Callable[[str, Any], tuple[str, Any]]
+ValueMapper = Callable[[Any], Any]
+FlatMapper = Callable[[str, Any], Iterable[tuple[str, Any]]]
+
+
+class _Node:
+    """One operator of a chain. Kinds: source, filter, map, map_values, flat_map, branch, arm
+    (one output of a branch), sink."""
+
+    __slots__ = ("children", "codec", "fn", "kind", "label", "parent", "payload")
+
+    def __init__(
+        self,
+        kind: str,
+        parent: _Node | None,
+        codec: Codec[Any],
+        label: str,
+        fn: Any = None,
+        payload: Any = None,
+    ) -> None:
+        self.kind = kind
+        self.parent = parent
+        self.codec = codec
+        self.label = label
+        self.fn = fn
+        self.payload = payload
+        self.children: list[_Node] = []
+        if parent is not None:
+            parent.children.append(self)
+
+    def chain(self) -> str:
+        """The chain that leads to this node, as code: `Stream.of('a').map(f)`."""
+        parts = []
+        node: _Node | None = self
+        while node is not None:
+            parts.append(node.label)
+            node = node.parent if node.kind != "source" else None
+        return "".join(reversed(parts))
+
+
+@dataclass(frozen=True, slots=True)
+class _SourceInfo:
+    stream: str
+    name: str | None
+    upstream: _Node | None  # the `through` sink that feeds this source
+
+
+@dataclass(frozen=True, slots=True)
+class _SinkInfo:
+    stream: str
+    downstream: _Node | None  # the source `through` starts
+
+
+def _callable_name(fn: Any) -> str:
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    return name if name else type(fn).__name__
+
+
+def _check_callable(fn: Any, operator: str, node: _Node) -> None:
+    if not callable(fn):
+        raise NotCallableError(
+            f"{node.chain()}.{operator}(...): expected a function, got {type(fn).__name__} "
+            f"{fn!r}; pass a callable such as `lambda key, value: ...`"
+        )
+
+
+def _stream_name(stream: Any, where: str) -> str:
+    try:
+        return Name.of(stream).urn
+    except InvalidNameError as exc:
+        raise DslDefinitionError(f"{where}: {exc}") from None
+
+
+def _computation_name(name: Any, where: str) -> str | None:
+    if name is None:
+        return None
+    try:
+        return Name.of(name).urn
+    except InvalidNameError as exc:
+        raise DslDefinitionError(
+            f"{where}: name={name!r} is not a valid computation name (it is also the consumer "
+            f"group): {exc}"
+        ) from None
+
+
+class Sink:
+    """The end of a chain (what `.to()` returns); pass it, or any `Stream` of the same graph,
+    to `build()`."""
+
+    __slots__ = ("_node",)
+
+    def __init__(self, node: _Node) -> None:
+        self._node = node
+
+    @property
+    def stream(self) -> str:
+        return self._node.payload.stream
+
+    def __repr__(self) -> str:
+        return self._node.chain()
+
+
+class Stream:
+    """A stream of (key, value) pairs in a DSL definition. Immutable handle: each operator
+    returns a new `Stream`, and the one it was called on stays usable (fan-out)."""
+
+    __slots__ = ("_node",)
+
+    def __init__(self, node: _Node) -> None:
+        self._node = node
+
+    @classmethod
+    def of(
+        cls,
+        stream: str,
+        *,
+        codec: ValueCodecSpec = "bytes",
+        schema: Any = None,
+        name: str | None = None,
+    ) -> Stream:
+        """The records of `stream`, values decoded with `codec` (`"bytes"`, `"json"`, an Avro
+        mode with `schema=`, or a Codec). `name` overrides the computation name."""
+        urn = _stream_name(stream, f"Stream.of({stream!r})")
+        where = f"Stream.of({urn!r})"
+        node = _Node(
+            "source",
+            None,
+            resolve_value_codec(codec, schema, where=where),
+            where,
+            payload=_SourceInfo(urn, _computation_name(name, where), None),
+        )
+        return cls(node)
+
+    @property
+    def codec(self) -> Codec[Any]:
+        """The value codec of this stream (inherited along the chain)."""
+        return self._node.codec
+
+    def _then(self, kind: str, operator: str, fn: Any) -> Stream:
+        _check_callable(fn, operator, self._node)
+        label = f".{operator}({_callable_name(fn)})"
+        return Stream(_Node(kind, self._node, self._node.codec, label, fn))
+
+    def filter(self, predicate: Predicate) -> Stream:
+        """The records for which `predicate(key, value)` is true."""
+        return self._then("filter", "filter", predicate)
+
+    def map(self, mapper: KeyValueMapper) -> Stream:
+        """Each record replaced by the `(key, value)` pair `mapper(key, value)` returns."""
+        return self._then("map", "map", mapper)
+
+    def map_values(self, mapper: ValueMapper) -> Stream:
+        """Each record's value replaced by `mapper(value)`; the key is kept."""
+        return self._then("map_values", "map_values", mapper)
+
+    def flat_map(self, mapper: FlatMapper) -> Stream:
+        """Each record replaced by the zero or more `(key, value)` pairs `mapper` yields."""
+        return self._then("flat_map", "flat_map", mapper)
+
+    def branch(self, *predicates: Predicate) -> tuple[Stream, ...]:
+        """One stream per predicate; a record goes to the first predicate `(key, value)` that
+        matches, and is dropped if none does."""
+        if not predicates:
+            raise DslDefinitionError(
+                f"{self._node.chain()}.branch(): give at least one predicate, e.g. "
+                "branch(lambda k, v: v['ok'], lambda k, v: True)"
+            )
+        for predicate in predicates:
+            _check_callable(predicate, "branch", self._node)
+        names = ", ".join(_callable_name(p) for p in predicates)
+        node = _Node("branch", self._node, self._node.codec, f".branch({names})", predicates)
+        return tuple(
+            Stream(_Node("arm", node, node.codec, f"[{i}]")) for i in range(len(predicates))
+        )
+
+    def to(self, stream: str, *, codec: ValueCodecSpec | None = None, schema: Any = None) -> Sink:
+        """Write the records to `stream`, values encoded with `codec` (default: this stream's
+        value codec)."""
+        urn, value_codec = self._target(stream, codec, schema, "to")
+        node = _Node("sink", self._node, value_codec, f".to({urn!r})", payload=_SinkInfo(urn, None))
+        return Sink(node)
+
+    def through(
+        self,
+        stream: str,
+        *,
+        codec: ValueCodecSpec | None = None,
+        schema: Any = None,
+        name: str | None = None,
+    ) -> Stream:
+        """Write the records to `stream` and continue from it in a new computation (named
+        `name`, or derived from `stream`)."""
+        urn, value_codec = self._target(stream, codec, schema, "through")
+        label = f".through({urn!r})"
+        source = _Node(
+            "source",
+            None,
+            value_codec,
+            f"{self._node.chain()}{label}",
+            payload=_SourceInfo(urn, _computation_name(name, label), None),
+        )
+        sink = _Node("sink", self._node, value_codec, label, payload=_SinkInfo(urn, source))
+        source.payload = _SourceInfo(urn, source.payload.name, sink)
+        return Stream(source)
+
+    def _target(
+        self, stream: str, codec: ValueCodecSpec | None, schema: Any, operator: str
+    ) -> tuple[str, Codec[Any]]:
+        where = f"{self._node.chain()}.{operator}({stream!r})"
+        urn = _stream_name(stream, where)
+        if codec is None:
+            if schema is not None:
+                raise DslDefinitionError(f"{where}: schema= needs codec= (e.g. codec='avro')")
+            return urn, self._node.codec
+        return urn, resolve_value_codec(codec, schema, where=where)
+
+    def __repr__(self) -> str:
+        return self._node.chain()
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One computation of a compiled DSL graph: its name, its input stream and value codec,
+    its output streams (logical `o1..oN` in this order), and the root of its operator tree."""
+
+    name: str
+    source: str
+    codec: Codec[Any]
+    outputs: tuple[str, ...]
+    root: _Node
+
+
+def _origin(node: _Node) -> _Node:
+    """The first source of the graph `node` belongs to (following `through` upstream)."""
+    while True:
+        while node.kind != "source":
+            assert node.parent is not None
+            node = node.parent
+        upstream = node.payload.upstream
+        if upstream is None:
+            return node
+        node = upstream
+
+
+def _walk(root: _Node) -> tuple[list[_Node], list[_Node]]:
+    """(sinks, sources started by `through`) of the tree under `root`; raises on dead ends."""
+    sinks, downstream = [], []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.kind == "sink":
+            sinks.append(node)
+            if node.payload.downstream is not None:
+                downstream.append(node.payload.downstream)
+            continue
+        if not node.children:
+            raise UnfinishedStreamError(
+                f"{node.chain()} has no sink: end it with .to('<stream>') or .through(...), "
+                "or remove it (a branch you don't need: drop its predicate)"
+            )
+        stack.extend(reversed(node.children))
+    return sinks, downstream
+
+
+def _default_name(stream: str, taken: set[str]) -> str:
+    name = Name.of(stream)
+    sep = "_" if name.namespace == NO_NAMESPACE else "-"
+    base = f"{stream}{sep}dsl"
+    for n in itertools.count(1):
+        candidate = base if n == 1 else f"{base}{sep}{n}"
+        if candidate not in taken:
+            return candidate
+    raise AssertionError("unreachable")
+
+
+def segments(*ends: Stream | Sink) -> list[Segment]:
+    """The computations the graphs of `ends` (any `Stream` or `Sink` of each graph) compile to,
+    in definition order. Raises `UnfinishedStreamError` for a chain without a sink."""
+    if not ends:
+        raise DslDefinitionError("build(): pass the streams or sinks to compile, e.g. build(s)")
+    roots: list[_Node] = []
+    for end in ends:
+        if not isinstance(end, Stream | Sink):
+            raise DslDefinitionError(
+                f"build(): expected a Stream or a Sink (what .to() returns), got "
+                f"{type(end).__name__} {end!r}"
+            )
+        origin = _origin(end._node)
+        if not any(origin is r for r in roots):
+            roots.append(origin)
+    pending = list(roots)
+    walked: list[tuple[_Node, list[_Node]]] = []
+    while pending:
+        root = pending.pop(0)
+        sinks, downstream = _walk(root)
+        walked.append((root, sinks))
+        pending.extend(downstream)
+    explicit = [root.payload.name for root, _ in walked if root.payload.name]
+    taken = set(explicit)
+    for name in explicit:
+        if explicit.count(name) > 1:
+            raise DslDefinitionError(
+                f"two computations of this build are named {name!r}; give each a distinct "
+                "name= (it is also the consumer group)"
+            )
+    out = []
+    for root, sinks in walked:
+        info: Any = root.payload
+        name = info.name or _default_name(info.stream, taken)
+        taken.add(name)
+        outputs = tuple(dict.fromkeys(s.payload.stream for s in sinks))
+        out.append(Segment(name, info.stream, root.codec, outputs, root))
+    return out
+
+
+def add_to(builder: TopologyBuilder, *ends: Stream | Sink) -> TopologyBuilder:
+    """Add the computations of the DSL graphs of `ends` to `builder` (to mix DSL chains with
+    hand-written computations or processors in one topology); returns the builder."""
+    from streamcore.computation.dsl_compile import DslComputation
+
+    for segment in segments(*ends):
+        mapping = [f"i1:{segment.source}"]
+        mapping += [f"o{i}:{stream}" for i, stream in enumerate(segment.outputs, 1)]
+        builder.add_computation(DslComputation.supplier(segment), mapping)
+    return builder
+
+
+def build(*ends: Stream | Sink) -> Topology:
+    """The `Topology` of the DSL graphs of `ends`: pass one `Stream` or `Sink` of each graph
+    (a graph is everything connected through operators and `through`)."""
+    from streamcore.computation.topology import Topology
+
+    return add_to(Topology.builder(), *ends).build()

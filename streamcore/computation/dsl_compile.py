@@ -1,0 +1,178 @@
+"""`DslComputation`: one fused chain of DSL operators run as a `Computation`.
+
+The operator tree of a `Segment` is compiled once per computation instance into nested closures
+(each operator calls the next directly), so a record costs one decode, one call per operator and
+one encode per output, with no per-record interpretation of the tree.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from streamcore.computation.computation import Computation, ComputationContext
+from streamcore.computation.dsl import Segment, _Node
+from streamcore.record import Flag, Record
+
+__all__ = ["DslComputation"]
+
+log = logging.getLogger(__name__)
+
+Emit = Callable[[str, Any], None]
+_CONTROL = Flag.COMMIT | Flag.POISON_PILL
+
+
+def _noted(exc: BaseException, node: _Node) -> None:
+    exc.add_note(f"in DSL operator {node.chain()}")
+
+
+def _fan_out(targets: list[Emit]) -> Emit:
+    if len(targets) == 1:
+        return targets[0]
+
+    def fan(key: str, value: Any) -> None:
+        for target in targets:
+            target(key, value)
+
+    return fan
+
+
+def _not_running(output: str, record: Record) -> None:
+    raise RuntimeError("a DSL sink ran outside process_record")
+
+
+class DslComputation(Computation):
+    """Runs the operator tree of one `Segment` on each record of its input stream."""
+
+    def __init__(self, segment: Segment) -> None:
+        super().__init__(segment.name, inputs=1, outputs=len(segment.outputs))
+        self.segment = segment
+        self._produce: Callable[[str, Record], None] = _not_running
+        self._watermark = 0
+        self._logical = {stream: f"o{i}" for i, stream in enumerate(segment.outputs, 1)}
+        self._decode = segment.codec.decode
+        self._root = _fan_out([self._compile(child) for child in segment.root.children])
+
+    @classmethod
+    def supplier(cls, segment: Segment) -> Callable[[], DslComputation]:
+        def supply() -> DslComputation:
+            return cls(segment)
+
+        supply.__qualname__ = f"DslComputation.supplier({segment.name!r})"
+        return supply
+
+    def _compile(self, node: _Node) -> Emit:
+        kind = node.kind
+        if kind == "sink":
+            return self._compile_sink(node)
+        if kind == "branch":
+            return self._compile_branch(node)
+        nxt = _fan_out([self._compile(child) for child in node.children])
+        if kind == "arm":
+            return nxt
+        fn = node.fn
+        if kind == "filter":
+
+            def filter_(key: str, value: Any) -> None:
+                try:
+                    keep = fn(key, value)
+                except Exception as exc:
+                    _noted(exc, node)
+                    raise
+                if keep:
+                    nxt(key, value)
+
+            return filter_
+        if kind == "map_values":
+
+            def map_values(key: str, value: Any) -> None:
+                try:
+                    value = fn(value)
+                except Exception as exc:
+                    _noted(exc, node)
+                    raise
+                nxt(key, value)
+
+            return map_values
+        if kind == "map":
+
+            def map_(key: str, value: Any) -> None:
+                try:
+                    key, value = fn(key, value)
+                except Exception as exc:
+                    _noted(exc, node)
+                    raise
+                nxt(key, value)
+
+            return map_
+        if kind == "flat_map":
+
+            def flat_map(key: str, value: Any) -> None:
+                try:
+                    pairs = list(fn(key, value))
+                except Exception as exc:
+                    _noted(exc, node)
+                    raise
+                for pair in pairs:
+                    try:
+                        k, v = pair
+                    except Exception as exc:
+                        _noted(exc, node)
+                        raise
+                    nxt(k, v)
+
+            return flat_map
+        raise AssertionError(f"unknown DSL node kind {kind!r}")
+
+    def _compile_branch(self, node: _Node) -> Emit:
+        arms = list(zip(node.fn, [self._compile(arm) for arm in node.children], strict=True))
+
+        def branch(key: str, value: Any) -> None:
+            for predicate, arm in arms:
+                try:
+                    matched = predicate(key, value)
+                except Exception as exc:
+                    _noted(exc, node)
+                    raise
+                if matched:
+                    arm(key, value)
+                    return
+
+        return branch
+
+    def _compile_sink(self, node: _Node) -> Emit:
+        output = self._logical[node.payload.stream]
+        encode = node.codec.encode
+
+        def sink(key: str, value: Any) -> None:
+            if type(key) is not str:
+                exc = TypeError(
+                    f"a record key must be a str, got {type(key).__name__} {key!r}; make the "
+                    "map/flat_map before it return str keys"
+                )
+                _noted(exc, node)
+                raise exc
+            try:
+                data = encode(value)
+            except Exception as exc:
+                _noted(exc, node)
+                raise
+            self._produce(output, Record(key, data, self._watermark))
+
+        return sink
+
+    def process_record(
+        self, context: ComputationContext, input_stream: str, record: Record
+    ) -> None:
+        if record.flags & _CONTROL and not record.data:
+            return
+        try:
+            value = self._decode(record.data)
+        except Exception as exc:
+            exc.add_note(f"decoding a value of {self.segment.source!r} (DSL {self.metadata.name})")
+            raise
+        self._produce = context.produce_record
+        self._watermark = record.watermark
+        self._root(record.key, value)
+        context.ask_for_checkpoint()

@@ -1,0 +1,34 @@
+"""Errors of the DSL and the processor API. Each message names the stream, operator or
+computation at fault and says how to fix it."""
+
+from __future__ import annotations
+
+from streamcore.errors import StreamcoreError, TopologyError
+
+__all__ = [
+    "DslDefinitionError",
+    "NotCallableError",
+    "UnfinishedStreamError",
+    "UnknownOutputError",
+]
+
+
+class DslDefinitionError(TopologyError, ValueError):
+    """Raised while defining or building a DSL topology or adding a processor, before anything
+    runs: a bad argument (codec, name, branch without predicates, ...). Fix the definition;
+    retrying cannot help."""
+
+
+class NotCallableError(DslDefinitionError, TypeError):
+    """Raised when an operator (`filter`, `map`, `branch`, ...) is given something that is not a
+    function."""
+
+
+class UnfinishedStreamError(DslDefinitionError):
+    """Raised by `build()` when a chain does not end in `.to()` or `.through()`: its records
+    would be computed and thrown away, which is almost always a forgotten sink."""
+
+
+class UnknownOutputError(StreamcoreError, LookupError):
+    """Raised at run time when a processor sends to a stream or child it did not declare as an
+    output. Declare it in `outputs=` when adding the processor; retrying cannot help."""

@@ -1,0 +1,326 @@
+"""The processor API (Kafka Streams' KIP-28) on top of computations.
+
+    class Dedup(Processor):
+        def init(self, context):
+            self.context, self.seen = context, set()
+            context.schedule(60_000)            # punctuate every minute
+
+        def process(self, key, value):
+            if key not in self.seen:
+                self.seen.add(key)
+                self.context.forward(key, value)
+
+        def punctuate(self, timestamp):
+            self.seen.clear()
+            self.context.commit()
+
+    builder = Topology.builder()
+    add_processor(builder, "shop/dedup", Dedup, inputs=["shop/orders"], outputs=["shop/unique"],
+                  codec="json")
+    topology = builder.build()
+
+How it maps onto the computation model (`ProcessorComputation`):
+
+| processor API | computation |
+|---|---|
+| `init(context)` | `Computation.init` (again after a rebalance, with a fresh context) |
+| `process(key, value)` | `process_record`; the value decoded with the input stream's codec |
+| `context.send(stream, key, value)` / `forward(key, value[, to])` | `produce_record` |
+| `context.schedule(interval_ms)` + `punctuate(timestamp)` | `set_timer` / `process_timer` |
+| `context.commit()` | `ask_for_checkpoint` |
+| `close()` | `destroy` |
+
+What a processor sends while handling one record (or one punctuation) reaches the context only
+when `process` (or `punctuate`) returns: a call that raises and is retried by the policy never
+leaves duplicates. Records produced are, like every produced record, appended at the next
+checkpoint (at-least-once). Sent records keep the watermark of the record being processed; in
+`punctuate` they get the processor's low watermark.
+
+Punctuation runs on the processor's clock (wall-clock time, or the `TopologyTestDriver`'s
+virtual clock): every `interval_ms` after `schedule`, with late firings not repeated.
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from streamcore.computation.computation import Computation, ComputationContext
+from streamcore.computation.dsl_errors import DslDefinitionError, UnknownOutputError
+from streamcore.computation.dsl_values import ValueCodecSpec, resolve_value_codec
+from streamcore.errors import InvalidNameError
+from streamcore.names import Name
+from streamcore.record import Flag, Record
+
+if TYPE_CHECKING:
+    from streamcore.codecs import Codec
+    from streamcore.computation.topology import TopologyBuilder
+    from streamcore.log.api import LogOffset
+
+__all__ = ["Processor", "ProcessorComputation", "ProcessorContext", "add_processor"]
+
+log = logging.getLogger(__name__)
+
+PUNCTUATE_TIMER = "punctuate"
+_CONTROL = Flag.COMMIT | Flag.POISON_PILL
+
+
+class Processor(abc.ABC):
+    """A record-at-a-time processor (KIP-28). One instance per thread of the computation; it is
+    never called from two threads at once."""
+
+    def init(self, context: ProcessorContext) -> None:  # noqa: B027 (optional hook)
+        """Called before the first record, and again after each rebalance with a fresh context.
+        Keep `context`: it is how the processor sends records, schedules and commits."""
+
+    @abc.abstractmethod
+    def process(self, key: str, value: Any) -> None:
+        """Handle one record; `value` is decoded with the codec of the input stream
+        (`context.stream` tells which one)."""
+
+    def punctuate(self, timestamp: int) -> None:  # noqa: B027 (optional hook)
+        """Called every `interval_ms` given to `context.schedule`; `timestamp` is the time (ms)
+        the punctuation was due."""
+
+    def close(self) -> None:  # noqa: B027 (optional hook)
+        """Release resources; called once when the computation stops. Records cannot be sent
+        from here."""
+
+
+class ProcessorContext:
+    """What a `Processor` gets from the framework (KIP-28's `ProcessorContext`)."""
+
+    def __init__(self, computation: ProcessorComputation, context: ComputationContext) -> None:
+        self._computation = computation
+        self._context = context
+        self._record: Record | None = None
+        self._stream: str | None = None
+
+    @property
+    def computation_name(self) -> str:
+        return self._computation.metadata.name
+
+    @property
+    def stream(self) -> str | None:
+        """The input stream of the record being processed (None in `punctuate`)."""
+        return self._stream
+
+    @property
+    def key(self) -> str | None:
+        """The key of the record being processed (None in `punctuate`)."""
+        return self._record.key if self._record is not None else None
+
+    @property
+    def timestamp(self) -> int | None:
+        """The event time (ms, from the watermark) of the record being processed."""
+        return self._record.timestamp if self._record is not None else None
+
+    @property
+    def offset(self) -> LogOffset | None:
+        """Where the record being processed was read (partition and offset)."""
+        return self._context.last_offset
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """The output streams, in declaration order (child index i = `outputs[i]`)."""
+        return self._computation.outputs
+
+    def send(self, stream: str, key: str, value: Any) -> None:
+        """Send `(key, value)` to the output `stream` (a declared output name), the value
+        encoded with that stream's codec."""
+        self._computation.send(self._record, stream, key, value)
+
+    def forward(self, key: str, value: Any, to: str | int | None = None) -> None:
+        """Send to every output (`to=None`), or to one, by stream name or child index."""
+        outputs = self._computation.outputs
+        if to is None:
+            for stream in outputs:
+                self._computation.send(self._record, stream, key, value)
+            return
+        if isinstance(to, int) and not isinstance(to, bool):
+            if not 0 <= to < len(outputs):
+                raise UnknownOutputError(
+                    f"processor {self.computation_name!r}: forward(to={to}) but it has "
+                    f"{len(outputs)} output(s) {list(outputs)}; use an index below "
+                    f"{len(outputs)} or declare more outputs"
+                )
+            to = outputs[to]
+        self._computation.send(self._record, to, key, value)
+
+    def schedule(self, interval_ms: int) -> None:
+        """Call `punctuate` every `interval_ms` from now on (again to change the interval)."""
+        if not isinstance(interval_ms, int) or isinstance(interval_ms, bool) or interval_ms <= 0:
+            raise DslDefinitionError(
+                f"processor {self.computation_name!r}: schedule({interval_ms!r}): the interval "
+                "must be a positive int of milliseconds"
+            )
+        self._computation.schedule(self._context, interval_ms)
+
+    def commit(self) -> None:
+        """Ask for a checkpoint after this record: sent records are appended and the input
+        position is committed."""
+        self._context.ask_for_checkpoint()
+
+
+class ProcessorComputation(Computation):
+    """A `Processor` run as a computation with N inputs and M outputs (KIP-28 adapter)."""
+
+    def __init__(
+        self,
+        name: str,
+        processor: Callable[[], Processor],
+        inputs: Sequence[str],
+        outputs: Sequence[str],
+        input_codecs: Sequence[Codec[Any]],
+        output_codecs: Sequence[Codec[Any]],
+    ) -> None:
+        super().__init__(name, inputs=len(inputs), outputs=len(outputs))
+        self.inputs = tuple(inputs)
+        self.outputs = tuple(outputs)
+        self._input = {
+            f"i{i}": (stream, codec.decode)
+            for i, (stream, codec) in enumerate(zip(inputs, input_codecs, strict=True), 1)
+        }
+        self._output = {
+            stream: (f"o{i}", codec.encode)
+            for i, (stream, codec) in enumerate(zip(outputs, output_codecs, strict=True), 1)
+        }
+        for logical, encode in list(self._output.values()):
+            self._output.setdefault(logical, (logical, encode))
+        self._processor = processor()
+        if not isinstance(self._processor, Processor):
+            raise DslDefinitionError(
+                f"processor {name!r}: the supplier returned {type(self._processor).__name__}, "
+                "not a Processor; pass the Processor subclass (or a function returning one)"
+            )
+        self._pending: list[tuple[str, Record]] = []
+        self._interval_ms = 0
+        self._context: ProcessorContext | None = None
+
+    def init(self, context: ComputationContext) -> None:
+        self._context = ProcessorContext(self, context)
+        self._pending.clear()
+        self._processor.init(self._context)
+
+    def send(self, current: Record | None, stream: str, key: str, value: Any) -> None:
+        target = self._output.get(stream)
+        if target is None:
+            raise UnknownOutputError(
+                f"processor {self.metadata.name!r} sent to {stream!r}, which is not one of its "
+                f"outputs {list(self.outputs)}; add it to outputs= in add_processor()"
+            )
+        if type(key) is not str:
+            raise TypeError(f"a record key must be a str, got {type(key).__name__} {key!r}")
+        output, encode = target
+        watermark = current.watermark if current is not None else 0
+        self._pending.append((output, Record(key, encode(value), watermark)))
+
+    def schedule(self, context: ComputationContext, interval_ms: int) -> None:
+        self._interval_ms = interval_ms
+        context.set_timer(PUNCTUATE_TIMER, self._now_ms(context) + interval_ms)
+
+    @staticmethod
+    def _now_ms(context: ComputationContext) -> int:
+        return context.now_ms()
+
+    def _flush(self, context: ComputationContext) -> None:
+        produce = context.produce_record
+        for output, record in self._pending:
+            produce(output, record)
+        self._pending.clear()
+
+    def process_record(
+        self, context: ComputationContext, input_stream: str, record: Record
+    ) -> None:
+        if record.flags & _CONTROL and not record.data:
+            return
+        assert self._context is not None
+        stream, decode = self._input[input_stream]
+        self._pending.clear()
+        value = decode(record.data)
+        pctx = self._context
+        pctx._record, pctx._stream = record, stream
+        try:
+            self._processor.process(record.key, value)
+        finally:
+            pctx._record = pctx._stream = None
+        self._flush(context)
+
+    def process_timer(self, context: ComputationContext, key: str, timestamp_ms: int) -> None:
+        if key != PUNCTUATE_TIMER or not self._interval_ms:
+            return
+        self._pending.clear()
+        self._processor.punctuate(timestamp_ms)
+        self._flush(context)
+        now = self._now_ms(context)
+        due = timestamp_ms + self._interval_ms
+        if due <= now:  # late (a long pause): skip the missed firings instead of bursting
+            due = now + self._interval_ms - (now - timestamp_ms) % self._interval_ms
+        context.set_timer(PUNCTUATE_TIMER, due)
+
+    def destroy(self) -> None:
+        self._processor.close()
+
+
+def _name(value: str, what: str, processor: str) -> str:
+    try:
+        return Name.of(value).urn
+    except InvalidNameError as exc:
+        raise DslDefinitionError(f"processor {processor!r}: {what}: {exc}") from None
+
+
+def add_processor(
+    builder: TopologyBuilder,
+    name: str,
+    processor: Callable[[], Processor],
+    *,
+    inputs: Sequence[str],
+    outputs: Sequence[str] = (),
+    codec: ValueCodecSpec = "bytes",
+    schema: Any = None,
+    codecs: Mapping[str, ValueCodecSpec] | None = None,
+) -> TopologyBuilder:
+    """Add the processor made by `processor()` (a `Processor` subclass or factory; one instance
+    per thread) as computation `name` reading `inputs` and sending to `outputs`. Values use
+    `codec` (with `schema` for Avro), or `codecs[stream]` for the streams listed there."""
+    name = _name(name, "name", name)
+    if not callable(processor):
+        from streamcore.computation.dsl_errors import NotCallableError
+
+        raise NotCallableError(
+            f"processor {name!r}: processor= must be a Processor subclass or a function "
+            f"returning one, got {type(processor).__name__}"
+        )
+    if not inputs:
+        raise DslDefinitionError(f"processor {name!r}: give at least one input stream")
+    ins = [_name(s, "input", name) for s in inputs]
+    outs = [_name(s, "output", name) for s in outputs]
+    for streams, what in ((ins, "inputs"), (outs, "outputs")):
+        if len(set(streams)) != len(streams):
+            raise DslDefinitionError(f"processor {name!r}: {what} {streams} repeat a stream")
+    per_stream = {Name.of(k).urn: v for k, v in (codecs or {}).items()}
+    unknown = set(per_stream) - set(ins) - set(outs)
+    if unknown:
+        raise DslDefinitionError(
+            f"processor {name!r}: codecs= names {sorted(unknown)}, which are neither inputs nor "
+            "outputs"
+        )
+    default = resolve_value_codec(codec, schema, where=f"processor {name!r}")
+
+    def codec_of(stream: str) -> Codec[Any]:
+        spec = per_stream.get(stream)
+        if spec is None:
+            return default
+        return resolve_value_codec(spec, where=f"processor {name!r}, stream {stream!r}")
+
+    in_codecs = [codec_of(s) for s in ins]
+    out_codecs = [codec_of(s) for s in outs]
+
+    def supply() -> ProcessorComputation:
+        return ProcessorComputation(name, processor, ins, outs, in_codecs, out_codecs)
+
+    mapping = [f"i{i}:{s}" for i, s in enumerate(ins, 1)]
+    mapping += [f"o{i}:{s}" for i, s in enumerate(outs, 1)]
+    return builder.add_computation(supply, mapping)
