@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-pytest_plugins = ("pytester", "kafka_broker", "postgres_server")
+pytest_plugins = ("pytester", "kafka_broker", "postgres_server", "outbox_databases")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
