@@ -1,0 +1,252 @@
+"""The importer DAG: documents → `import/docs` → data quality → Delta `repository`.
+
+validate → produce (spark-submit jobs/importer.py produce) → consume (… consume) → summary.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pendulum
+from _streamcore import (
+    StreamcoreSparkSubmitOperator,
+    check_spark_ready,
+    default_args,
+    streamcore_home,
+    write_run_record,
+)
+from airflow.sdk import Param, dag, get_current_context, task
+from airflow.sdk.exceptions import AirflowFailException
+
+logger = logging.getLogger("streamcore.dags.importer")
+
+STREAM = "import/docs"
+GROUP = "import/repository"
+TABLE = "repository"
+FORMATS = {
+    ".jsonl": "jsonl",
+    ".json": "jsonl",
+    ".csv": "csv",
+    ".parquet": "parquet",
+    ".avro": "avro",
+}
+
+DOC = """
+# streamcore importer
+
+Imports documents into the Delta table **`repository`** (upsert by id) through the stream
+`import/docs`, with Great Expectations checks on the way:
+
+- **validate** checks the parameters together (e.g. `files` needs an existing `path`), the
+  Spark connection, `spark-submit` and the jars. A bad run stops here, before any Spark job.
+- **produce**: `spark-submit jobs/importer.py produce` generates `count` random documents, or
+  reads `path`, and appends them as Avro Records to `import/docs` (`partitions`).
+- **consume**: `spark-submit jobs/importer.py consume` reads what group `import/repository` has
+  not consumed yet (at most `batch_size` records, 0 = all), validates it, quarantines failing rows,
+  MERGEs the rest into `repository` exactly once, then commits the group's positions. It fails
+  when the share of failing rows exceeds `failure_threshold`.
+- **summary** logs a table of what the run did and keeps it in
+  `STREAMCORE_HOME/runs/importer/<run id>.json`.
+
+Spark master: connection `spark_default` (`local[*]` by default; `spark://host:7077` for a
+cluster). Re-running or clearing a run is safe: consume is idempotent and crash-safe. Data Docs of
+each validation are under `STREAMCORE_HOME/gx/`.
+"""
+
+PARAMS = {
+    "source": Param(
+        "random",
+        enum=["random", "files"],
+        title="Source",
+        description="random: generate `count` documents; files: read the documents in `path`.",
+    ),
+    "path": Param(
+        None,
+        type=["null", "string"],
+        title="Path",
+        description="source=files only: a file or folder of JSON lines, CSV, Parquet or Avro "
+        "documents (include/schemas/Document.avsc fields), as seen by the Spark driver.",
+    ),
+    "format": Param(
+        None,
+        type=["null", "string"],
+        enum=[None, "jsonl", "csv", "parquet", "avro"],
+        title="File format",
+        description="source=files only: jsonl, csv, parquet or avro; empty = from the extension.",
+    ),
+    "count": Param(
+        100_000,
+        type="integer",
+        minimum=1,
+        maximum=100_000_000,
+        title="Documents",
+        description="source=random: how many documents to generate.",
+    ),
+    "partitions": Param(
+        4,
+        type="integer",
+        minimum=1,
+        maximum=1000,
+        title="Partitions",
+        description="Partitions of import/docs when the producer creates it (also its write "
+        "parallelism).",
+    ),
+    "avg_blob_size": Param(
+        1024,
+        type="integer",
+        minimum=0,
+        maximum=1 << 30,
+        title="Average blob size",
+        description="source=random: average blob size in bytes of the generated documents.",
+    ),
+    "batch_size": Param(
+        0,
+        type="integer",
+        minimum=0,
+        title="Batch size",
+        description="Most records the consumer imports in this run (0 = everything not yet "
+        "consumed); the rest waits for the next run.",
+    ),
+    "failure_threshold": Param(
+        0.05,
+        type="number",
+        minimum=0,
+        maximum=1,
+        title="Failure threshold",
+        description="Largest share of rows failing expectations that still lets the run succeed "
+        "(failing rows go to the quarantine table either way).",
+    ),
+}
+
+
+def importer_arguments(params: dict[str, Any], home: Path) -> dict[str, list[str]]:
+    """The produce and consume arguments of jobs/importer.py for `params`, after the checks that
+    need more than one parameter or the file system. Raises AirflowFailException naming the
+    parameter and the fix."""
+    source, path, fmt = params["source"], params.get("path"), params.get("format")
+    produce = ["produce", "--source", source, "--partitions", str(params["partitions"])]
+    if source == "files":
+        if not path:
+            raise AirflowFailException(
+                "source=files needs `path`: the file or folder of documents to import"
+            )
+        where = Path(path)
+        if not where.exists():
+            raise AirflowFailException(
+                f"path {path!r} does not exist (seen from the Airflow worker); give an existing "
+                "file or folder"
+            )
+        if fmt is None:
+            files = [where] if where.is_file() else [f for f in where.iterdir() if f.is_file()]
+            kinds = {FORMATS.get(p.suffix.lower()) for p in files}
+            if not files or None in kinds or len(kinds) > 1:
+                raise AirflowFailException(
+                    f"cannot tell the format of {path!r} from its file extension(s) "
+                    f"({', '.join(sorted({p.suffix or '(none)' for p in files})) or 'empty'}); "
+                    "set `format` to jsonl, csv, parquet or avro"
+                )
+            fmt = kinds.pop()
+        produce += ["--path", str(where.resolve()), "--format", fmt]
+    else:
+        if path:
+            raise AirflowFailException(
+                f"path {path!r} is set but source is random; set source=files or clear path"
+            )
+        produce += ["--count", str(params["count"])]
+        produce += ["--avg-blob-size", str(params["avg_blob_size"])]
+    common = ["--stream", STREAM, "--home", str(home)]
+    consume = [
+        "consume",
+        "--group",
+        GROUP,
+        "--table",
+        TABLE,
+        "--batch-size",
+        str(params["batch_size"]),
+        "--failure-threshold",
+        str(params["failure_threshold"]),
+    ]
+    return {"produce": produce + common, "consume": consume + common}
+
+
+def render_summary(produced: dict[str, Any], consumed: dict[str, Any]) -> str:
+    validation = consumed.get("validation") or {}
+    failed = validation.get("failed_expectations") or []
+    rows = [
+        ("documents produced", f"{produced.get('documents', 0):,}"),
+        ("produce rate", f"{produced.get('docs_per_s', 0):,.0f} docs/s"),
+        ("records read", f"{consumed.get('read', 0):,}"),
+        ("documents imported", f"{consumed.get('imported', 0):,}"),
+        ("quarantined", f"{consumed.get('quarantined', 0):,}"),
+        ("consume rate", f"{consumed.get('docs_per_s', 0):,.0f} docs/s"),
+        ("Delta table", str(consumed.get("table_path", "?"))),
+        ("Delta version", str(consumed.get("delta_version", "?"))),
+        ("failure ratio", f"{validation.get('failure_ratio', 0):.4f}"),
+        ("failed expectations", ", ".join(map(str, failed)) or "none"),
+        ("Data Docs", str(consumed.get("data_docs", "?"))),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
+
+
+@dag(
+    dag_id="streamcore_importer",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,  # runs share the consumer group: one at a time
+    tags=["streamcore", "importer"],
+    params=PARAMS,
+    doc_md=DOC,
+    default_args=default_args(retries=1),
+)
+def streamcore_importer() -> None:
+    @task(retries=0, multiple_outputs=True)
+    def validate() -> dict[str, Any]:
+        """Checks the run's parameters and Spark set-up; bad input fails here without retries."""
+        params = get_current_context()["params"]
+        master = check_spark_ready()
+        arguments = importer_arguments(dict(params), streamcore_home())
+        logger.info("spark master %s; produce %s; consume %s", master, *arguments.values())
+        return {**arguments, "master": master}
+
+    checked = validate()
+    produce = StreamcoreSparkSubmitOperator(
+        task_id="produce",
+        job="importer",
+        application_args=checked["produce"],
+        driver_memory="2g",
+    )
+    # Crash-safe and idempotent, so a retry after a lost worker is safe.
+    consume = StreamcoreSparkSubmitOperator(
+        task_id="consume",
+        job="importer",
+        application_args=checked["consume"],
+        driver_memory="2g",
+        retries=2,
+    )
+    produce >> consume
+
+    @task(retries=0)
+    def summary(produced: dict[str, Any], consumed: dict[str, Any]) -> dict[str, Any]:
+        """Logs what the run did and keeps it under STREAMCORE_HOME/runs/importer/."""
+        context = get_current_context()
+        run_id = context["dag_run"].run_id
+        record = {
+            "dag_id": context["dag"].dag_id,
+            "run_id": run_id,
+            "params": dict(context["params"]),
+            "produce": produced,
+            "consume": consumed,
+        }
+        path = write_run_record("importer", run_id, record)
+        table = render_summary(produced, consumed)
+        logger.info("importer run %s\n%s\nrun record: %s", run_id, table, path)
+        return record
+
+    summary(produce.output, consume.output)
+
+
+streamcore_importer()
