@@ -9,7 +9,8 @@ the order of jobs, hence the order per key, is the put order. Delivery is at-lea
 retry after a lost acknowledgement can append a record twice.
 
 By default the log record is a `Record` whose key is the job key and whose data is the payload
-in the queue's encoding (e.g. an Avro single-object AuditEntry), as DESIGN.md's streams carry.
+in the queue's encoding (e.g. an Avro single-object AuditEntry), as DESIGN.md's streams carry,
+written with the default Record codec (`get_codec("avro")`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from streamcore.codecs import get_codec
 from streamcore.log.api import LogAppender, LogManager
 from streamcore.outbox.consumers import QueueSpec, Registry, default_registry, resolve_codec
 from streamcore.record import Record
@@ -95,7 +97,8 @@ def relay(
     :param codec: the queue's payload codec (default JSON); `schema` for Avro codecs.
     :param message: `(key, payload) -> message` to append. Default - `Record(key, data=payload
         encoded by the queue codec)`, for the log's default Record codec.
-    :param log_codec: the appender's codec. Default - the manager's.
+    :param log_codec: the appender's codec. Default - the Record codec `get_codec("avro")`
+        with the default `message`, else raw bytes (no codec).
     :param options: other `QueueSpec` options (max_retries, error_backoff, ...).
     """
     payload_codec = resolve_codec(codec, schema)
@@ -103,6 +106,8 @@ def relay(
     def record_of(record_key: str, payload: Any) -> Record:
         return Record.of(record_key, payload_codec.encode(payload))
 
+    if message is None and log_codec is None:
+        log_codec = get_codec("avro")
     manager.create(stream, partitions)
     consumer = RelayConsumer(
         manager, stream, _key_function(key, queue), message or record_of, log_codec
