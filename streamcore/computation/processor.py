@@ -1,0 +1,365 @@
+"""`StreamProcessor`: runs a topology on a `LogManager` (any backend), one thread per concurrency
+unit (Nuxeo's `StreamProcessor` / `ComputationPool`).
+
+Each unit subscribes to its computation's input streams with the computation name as consumer
+group, so the units of a computation (in this process and in others) share the partitions and
+take over those of a unit that leaves. Streams missing at `start` are created with the settings'
+partitions (dead-letter streams with one partition).
+
+Stopping:
+- `stop(timeout)`: every unit finishes its current batch (taking the checkpoint it asked for),
+  destroys its computation and leaves its group. Records processed without a checkpoint request
+  are not committed and are delivered again next time (at-least-once).
+- `drain_and_stop(timeout)`: the micro-batch mode. Waits until the topology is **drained**, then
+  stops. Drained means, at one observation: every running unit has been idle (read no record,
+  appended nothing) for `Settings.drain_quiet` seconds, and every running computation's group has
+  lag 0 on every input stream (it committed up to the end). Computations terminated by a failure
+  are left out (their lag stays); the result is then False. Returns True when the topology
+  drained before `timeout`. A computation must ask for checkpoints for its lag to reach 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from streamcore.codecs import get_codec
+from streamcore.computation.health import HealthStatus, check_health
+from streamcore.computation.runner import ComputationRunner, InputStream, OutputStream
+from streamcore.computation.settings import Settings
+from streamcore.computation.stats import RUNNING, TERMINATED, SkipBudget, UnitStats
+from streamcore.computation.topology import Topology
+from streamcore.errors import ComputationError
+from streamcore.log.api import Latency, LogAppender, LogLag, LogManager
+from streamcore.names import Name
+
+__all__ = ["StreamProcessor"]
+
+logger = logging.getLogger(__name__)
+
+_READ_TIMEOUT = 0.025  # Nuxeo's: short, so timers and stop requests are served quickly
+_POLL = 0.02
+
+
+def _epoch_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class _Unit:
+    __slots__ = ("inputs", "runner", "stop_event", "thread")
+
+    def __init__(
+        self, runner: ComputationRunner, inputs: list[str], stop_event: threading.Event
+    ) -> None:
+        self.runner = runner
+        self.inputs = inputs
+        self.stop_event = stop_event
+        self.thread: threading.Thread | None = None
+
+
+class StreamProcessor:
+    """Runs `topology` with `settings` over `manager`. Use it as a context manager, or call
+    `start()` then `stop()` / `drain_and_stop()`."""
+
+    def __init__(
+        self,
+        manager: LogManager,
+        topology: Topology,
+        settings: Settings | None = None,
+        *,
+        health_delay: float = 36 * 3600.0,
+    ) -> None:
+        self.manager = manager
+        self.topology = topology
+        self.settings = settings or Settings()
+        self.health_delay = health_delay
+        self._units: dict[str, list[_Unit]] = {}
+        self._appenders: dict[str, LogAppender[Any]] = {}
+        self._codecs: dict[str, Any] = {}
+        self._started = False
+        self._lock = threading.Lock()
+        self._registry: Any = None
+        for name in topology.computation_names():
+            Name.of(name)  # the group name; already checked by ComputationMetadata
+
+    # -- starting -------------------------------------------------------------------------------
+    def _codec(self, stream: str) -> Any:
+        codec = self._codecs.get(stream)
+        if codec is None:
+            codec = self._codecs[stream] = get_codec(self.settings.codec(stream))
+        return codec
+
+    def _appender(self, stream: str) -> LogAppender[Any]:
+        appender = self._appenders.get(stream)
+        if appender is None:
+            appender = self._appenders[stream] = self.manager.appender(stream, self._codec(stream))
+        return appender
+
+    def _create_streams(self) -> None:
+        wanted = {s: self.settings.partitions(s) for s in self.topology.streams()}
+        for name in self.topology.computation_names():
+            dlq = self.settings.policy(name).dlq
+            if dlq is not None:
+                wanted.setdefault(Name.of(dlq).urn, 1)
+        for stream, partitions in wanted.items():
+            if self.manager.exists(stream):
+                size = self.manager.size(stream)
+                if size != partitions:
+                    logger.warning(
+                        "stream %s has %d partitions, settings say %d; using %d",
+                        stream,
+                        size,
+                        partitions,
+                        size,
+                    )
+            else:
+                self.manager.create(stream, partitions)
+
+    def _make_unit(self, name: str, index: int, budget: SkipBudget) -> _Unit:
+        topology, settings = self.topology, self.settings
+        policy = settings.policy(name)
+        inputs = {
+            urn: InputStream(urn, logical, self._codec(urn), settings.filter(urn))
+            for logical, urn in topology.input_mapping(name).items()
+        }
+        outputs = {
+            logical: OutputStream(urn, self._appender(urn), settings.filter(urn))
+            for logical, urn in topology.output_mapping(name).items()
+        }
+        dlq = None
+        if policy.dlq is not None:
+            urn = Name.of(policy.dlq).urn
+            dlq = OutputStream(urn, self._appender(urn), None)
+        stop_event = threading.Event()
+
+        def sleep(seconds: float) -> bool:
+            return not stop_event.wait(seconds)
+
+        runner = ComputationRunner(
+            topology.supplier(name)(),
+            unit=index,
+            policy=policy,
+            inputs=inputs,
+            outputs=outputs,
+            dlq=dlq,
+            clock_ms=_epoch_ms,
+            sleep=sleep,
+            skip_budget=budget,
+            read_batch=settings.read_batch,
+            checkpoint_retries=settings.checkpoint_retries,
+            checkpoint_pause=settings.checkpoint_pause,
+        )
+        return _Unit(runner, list(inputs), stop_event)
+
+    def start(self) -> StreamProcessor:
+        """Create missing streams and start every unit's thread. Returns self."""
+        with self._lock:
+            if self._started:
+                raise ComputationError("this StreamProcessor was started already; make a new one")
+            self._started = True
+            self._create_streams()
+            for name in self.topology.computation_names():
+                budget = SkipBudget(self.settings.policy(name).skip_first_failures)
+                self._units[name] = [
+                    self._make_unit(name, i, budget) for i in range(self.settings.concurrency(name))
+                ]
+            for name, units in self._units.items():
+                for unit in units:
+                    unit.thread = threading.Thread(
+                        target=self._run_unit,
+                        args=(unit,),
+                        name=f"streamcore-{name}-{unit.runner.unit}",
+                        daemon=True,
+                    )
+                    unit.thread.start()
+        logger.info(
+            "stream processor started: %s",
+            ", ".join(f"{n} x{len(u)}" for n, u in self._units.items()),
+        )
+        return self
+
+    def _run_unit(self, unit: _Unit) -> None:
+        runner = unit.runner
+        try:
+            tailer = None
+            if unit.inputs:
+                tailer = self.manager.subscribe(runner.name, unit.inputs, runner, None)
+            runner.open(tailer)
+            while runner.running:
+                timeout = _READ_TIMEOUT
+                if runner.next_timer != float("inf"):
+                    due_in = (runner.next_timer - runner.clock_ms()) / 1000.0
+                    timeout = max(0.0, min(timeout, due_in))
+                if runner.step(timeout) == 0 and tailer is None:
+                    unit.stop_event.wait(timeout or _READ_TIMEOUT)
+        except Exception as exc:
+            runner._terminate(exc, "the unit crashed")
+        finally:
+            try:
+                runner.close()
+            except Exception:
+                logger.exception(
+                    "closing unit %d of computation %s failed", runner.unit, runner.name
+                )
+        if runner.stats.state == TERMINATED:
+            for sibling in self._units.get(runner.name, ()):
+                if sibling is not unit:
+                    sibling.runner.request_stop()
+                    sibling.stop_event.set()
+
+    # -- stopping -------------------------------------------------------------------------------
+    def _all_units(self) -> list[_Unit]:
+        return [u for units in self._units.values() for u in units]
+
+    def stop(self, timeout: float = 30.0) -> bool:
+        """Stop every unit after its current batch; True if all ended within `timeout` s."""
+        units = self._all_units()
+        for unit in units:
+            unit.runner.request_stop()
+            unit.stop_event.set()
+            try:
+                unit.runner.computation.signal_stop()
+            except Exception:
+                logger.exception("signal_stop() of computation %s failed", unit.runner.name)
+        deadline = time.monotonic() + timeout
+        for unit in units:
+            if unit.thread is not None:
+                unit.thread.join(max(0.0, deadline - time.monotonic()))
+        ended = not any(u.thread is not None and u.thread.is_alive() for u in units)
+        if ended:
+            for appender in self._appenders.values():
+                appender.close()
+            self._appenders.clear()
+        else:
+            logger.warning("stream processor: some units did not stop within %.1f s", timeout)
+        return ended
+
+    def _drained(self, quiet: float) -> bool:
+        now = time.monotonic()
+        for name, units in self._units.items():
+            live = [u for u in units if u.runner.stats.state == RUNNING]
+            if not live or any(u.runner.stats.state == TERMINATED for u in units):
+                continue
+            if any(now - u.runner.stats.last_activity < quiet for u in live):
+                return False
+            if self.topology.input_streams(name) and self.lag(name).lag > 0:
+                return False
+        return True
+
+    def drain_and_stop(self, timeout: float = 60.0) -> bool:
+        """Wait until every input is caught up (see the module doc), then stop. True if the
+        topology drained within `timeout` s (and no computation terminated)."""
+        deadline = time.monotonic() + timeout
+        quiet = self.settings.drain_quiet
+        drained = False
+        while time.monotonic() < deadline:
+            if self._drained(quiet):
+                drained = True
+                break
+            time.sleep(min(_POLL * 5, max(0.0, deadline - time.monotonic())))
+        if not drained:
+            logger.warning("stream processor: not drained after %.1f s; stopping anyway", timeout)
+        stopped = self.stop(max(1.0, deadline - time.monotonic()))
+        return drained and stopped and not self.failed_computations()
+
+    def wait_for_assignments(self, timeout: float = 30.0) -> bool:
+        """True once every partition of every computation's inputs is read by one of its units
+        (within `timeout` s)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._assigned():
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(_POLL)
+
+    def _assigned(self) -> bool:
+        for name, units in self._units.items():
+            inputs = self.topology.input_streams(name)
+            if not inputs:
+                continue
+            wanted = sum(self.manager.size(s) for s in inputs)
+            held = 0
+            for unit in units:
+                tailer = unit.runner.tailer
+                if tailer is not None and not tailer.closed:
+                    held += len(tailer.assignments)
+            if held < wanted:
+                return False
+        return True
+
+    def is_terminated(self) -> bool:
+        """True once every unit has ended (stopped, drained, poison pill or failure)."""
+        return self._started and not any(
+            u.thread is not None and u.thread.is_alive() for u in self._all_units()
+        )
+
+    def failed_computations(self) -> list[str]:
+        """Computations with a unit terminated by a failure."""
+        return [
+            name
+            for name, units in self._units.items()
+            if any(u.runner.stats.state == TERMINATED for u in units)
+        ]
+
+    # -- observing ------------------------------------------------------------------------------
+    def unit_stats(self, computation: str | None = None) -> list[UnitStats]:
+        names = [computation] if computation else list(self._units)
+        return [u.runner.stats for n in names for u in self._units.get(n, ())]
+
+    def low_watermark(self, computation: str | None = None) -> int:
+        """The lowest watermark not yet committed by `computation` (or by any computation): every
+        record with a lower watermark was processed. 0 when nothing was read."""
+        names = [computation] if computation else list(self._units)
+        values = [
+            wm
+            for n in names
+            for u in self._units.get(n, ())
+            if (wm := u.runner.low_watermark()) > 0
+        ]
+        return min(values, default=0)
+
+    def lag(self, computation: str) -> LogLag:
+        """The lag of `computation`'s group over all its input streams."""
+        return LogLag.aggregate(
+            self.manager.lag(s, computation) for s in self.topology.input_streams(computation)
+        )
+
+    def latency(self, computation: str) -> Latency:
+        return Latency.aggregate(
+            self.manager.latency(s, computation, self._codec(s))
+            for s in self.topology.input_streams(computation)
+        )
+
+    def stream_lags(self) -> list[tuple[str, str, LogLag, Latency]]:
+        """(computation, input stream, lag, latency) for every input of every computation."""
+        out = []
+        for name in self.topology.computation_names():
+            for stream in self.topology.input_streams(name):
+                lag = self.manager.lag(stream, name)
+                latency = self.manager.latency(stream, name, self._codec(stream))
+                out.append((name, stream, lag, latency))
+        return out
+
+    @property
+    def metrics(self) -> Any:
+        """A prometheus_client `CollectorRegistry` of this processor's metrics (see
+        `streamcore.computation.metrics`); not the global registry."""
+        if self._registry is None:
+            from streamcore.computation.metrics import processor_registry
+
+            self._registry = processor_registry(self)
+        return self._registry
+
+    def health(self, now: float | None = None) -> HealthStatus:
+        return check_health(self, self.health_delay, now)
+
+    def __enter__(self) -> StreamProcessor:
+        if not self._started:
+            self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,632 @@
+"""`ComputationRunner`: runs one concurrency unit of a computation, one `step` at a time.
+
+The threaded `StreamProcessor` calls `step` in a loop on the unit's thread; the
+`TopologyTestDriver` calls it from its single thread with a virtual clock. Both share everything
+below: timers, reading, failure policy, dead-lettering and checkpoints.
+
+A step fires the due timers, then reads a batch (`tailer.read_batch`) and hands each record to
+the computation. Checkpoint requests are coalesced: a checkpoint covers exactly the records up to
+the last one that asked, and is taken at the end of the batch (or at once for POISON_PILL,
+termination requests and timers). A checkpoint appends the buffered produced records (and
+dead-letter records) with `append_batch`, then commits the input positions, so a crash between
+the two re-delivers records whose output was already appended: at-least-once.
+
+A rebalance that takes partitions away rewinds the unit to its last checkpoint: uncommitted
+output is dropped, the tailer goes back to the committed positions and `init` runs again with a
+clean context, so no state built from records of a lost partition is ever committed.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from streamcore.computation.computation import Computation
+from streamcore.computation.context import ComputationContext
+from streamcore.computation.dlq import dead_letter_record
+from streamcore.computation.filters import RecordFilter
+from streamcore.computation.policy import ComputationPolicy
+from streamcore.computation.stats import RUNNING, STOPPED, TERMINATED, SkipBudget, UnitStats
+from streamcore.errors import CheckpointError, CodecError, TopologyError
+from streamcore.log.api import LogAppender, LogOffset, LogRecord, LogTailer, RebalanceListener
+from streamcore.names import Name
+from streamcore.record import Flag, Record
+
+__all__ = ["ComputationRunner", "InputStream", "OutputStream"]
+
+logger = logging.getLogger(__name__)
+
+_ASK, _HALT = 1, 2
+_DEFAULT_FLAGS = int(Flag.DEFAULT)
+_SPECIAL = int(Flag.POISON_PILL | Flag.COMMIT)
+_WINDOW_BATCHES = 16  # uncommitted batches kept before their positions are folded into a dict
+
+
+class InputStream:
+    """How a unit reads one input stream: its logical name, Record codec and read filter."""
+
+    __slots__ = ("decode", "filter", "logical", "urn")
+
+    def __init__(
+        self, urn: str, logical: str, codec: Any, record_filter: RecordFilter | None
+    ) -> None:
+        self.urn = urn
+        self.logical = logical
+        self.decode: Callable[[bytes], Record] = codec.decode
+        self.filter = record_filter
+
+
+class OutputStream:
+    """Where a unit appends one output (or dead-letter) stream, with its append filter."""
+
+    __slots__ = ("appender", "buffer", "filter", "urn")
+
+    def __init__(
+        self, urn: str, appender: LogAppender[Any], record_filter: RecordFilter | None
+    ) -> None:
+        self.urn = urn
+        self.appender = appender
+        self.filter = record_filter
+        self.buffer: list[tuple[str, Record]] = []
+
+
+class UnitContext(ComputationContext):
+    """The context a runner gives its computation (see `ComputationContext`)."""
+
+    def __init__(self, runner: ComputationRunner, outputs: Mapping[str, OutputStream]) -> None:
+        self._runner = runner
+        self._buffers = {name: out.buffer for name, out in outputs.items()}
+        self._journal: list[list[tuple[str, Record]]] = []  # which buffer each record went to
+        self._signal = 0
+        self._record: LogRecord[Any] | None = None
+
+    def produce_record(
+        self, output_stream: str, record_or_key: Record | str, data: bytes | None = None
+    ) -> None:
+        try:
+            buffer = self._buffers[output_stream]
+        except KeyError:
+            raise TopologyError(
+                f"computation {self._runner.name!r} has no output stream {output_stream!r}; use "
+                f"one of {', '.join(sorted(self._buffers))}"
+            ) from None
+        if type(record_or_key) is str:
+            record = Record(record_or_key, b"" if data is None else data)
+        elif isinstance(record_or_key, Record):
+            record = record_or_key
+        else:
+            raise TypeError(
+                f"produce_record takes a Record or a str key (with data), got "
+                f"{type(record_or_key).__name__}"
+            )
+        buffer.append((record.key, record))
+        self._journal.append(buffer)
+
+    def set_timer(self, key: str, timestamp_ms: int) -> None:
+        runner = self._runner
+        runner.timers[key] = timestamp_ms
+        if timestamp_ms < runner.next_timer:
+            runner.next_timer = timestamp_ms
+
+    def ask_for_checkpoint(self) -> None:
+        self._signal |= _ASK
+
+    def cancel_ask_for_checkpoint(self) -> None:
+        self._signal &= ~_ASK
+
+    def set_source_low_watermark(self, watermark: int) -> None:
+        self._runner.source_low_watermark = watermark
+
+    def ask_for_termination(self) -> None:
+        self._signal |= _HALT
+
+    def now_ms(self) -> int:
+        return self._runner.clock_ms()
+
+    @property
+    def last_offset(self) -> LogOffset | None:
+        record = self._record
+        return None if record is None else LogOffset(record.partition, record.offset)
+
+    @property
+    def policy(self) -> ComputationPolicy:
+        return self._runner.policy
+
+    @property
+    def computation_name(self) -> str:
+        return self._runner.name
+
+    def _rollback(self, mark: int) -> None:
+        """Drop the records produced since the journal had `mark` entries."""
+        journal = self._journal
+        while len(journal) > mark:
+            journal.pop().pop()
+
+    def _clear(self) -> None:
+        for buffer in self._buffers.values():
+            buffer.clear()
+        self._journal.clear()
+        self._signal = 0
+
+
+class ComputationRunner(RebalanceListener):
+    """One concurrency unit of a computation (see the module doc). Not thread-safe except
+    `request_stop`, `low_watermark` and the `stats` it updates."""
+
+    def __init__(
+        self,
+        computation: Computation,
+        *,
+        unit: int,
+        policy: ComputationPolicy,
+        inputs: Mapping[str, InputStream],
+        outputs: Mapping[str, OutputStream],
+        dlq: OutputStream | None,
+        clock_ms: Callable[[], int],
+        sleep: Callable[[float], bool],
+        skip_budget: SkipBudget,
+        read_batch: int = 500,
+        checkpoint_retries: int = 3,
+        checkpoint_pause: float = 10.0,
+    ) -> None:
+        self.computation = computation
+        self.name = computation.metadata.name
+        self.unit = unit
+        self.policy = policy
+        self.clock_ms = clock_ms
+        self.sleep = sleep  # False when the unit was asked to stop while sleeping
+        self.stats = UnitStats(self.name, unit)
+        self.tailer: LogTailer[Any] | None = None
+        self.timers: dict[str, int] = {}
+        self.next_timer: float = math.inf
+        self.source_low_watermark = 0
+        self._inputs = {Name.of(urn): stream for urn, stream in inputs.items()}
+        self._outputs = outputs
+        self._dlq = dlq
+        self._skip_budget = skip_budget
+        self._read_size = read_batch
+        self._checkpoint_retries = checkpoint_retries
+        self._checkpoint_pause = checkpoint_pause
+        names: dict[str, OutputStream] = {}
+        for logical, out in outputs.items():
+            names[logical] = names[out.urn] = out
+        self.context = UnitContext(self, names)
+        self._window: list[list[LogRecord[Any]]] = []  # read batches not committed yet
+        self._window_positions: dict[Any, int] = {}
+        self._committed_watermark = 0
+        self._rewind = False
+        self._stop_requested = False
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self.stats.state == RUNNING and not self._stop_requested
+
+    def open(self, tailer: LogTailer[Any] | None) -> None:
+        self.tailer = tailer
+        self.computation.init(self.context)
+
+    def request_stop(self) -> None:
+        """Stop after the current batch (thread-safe)."""
+        self._stop_requested = True
+
+    def close(self) -> None:
+        """Destroy the computation and close the tailer (nothing uncommitted is committed)."""
+        if self.stats.state == RUNNING:
+            self.stats.state = STOPPED
+        try:
+            self.computation.destroy()
+        except Exception:
+            logger.exception("destroy() of computation %s failed", self.name)
+        if self.tailer is not None:
+            self.tailer.close()
+
+    # -- rebalance --------------------------------------------------------------------------------
+    def on_revoked(self, tailer: LogTailer[Any], partitions: list[Any]) -> None:
+        self._rewind = True
+
+    def _do_rewind(self) -> None:
+        """Back to the last checkpoint after partitions were taken away (see the module doc)."""
+        self._rewind = False
+        if self.tailer is None or self.tailer.closed:
+            return
+        logger.info(
+            "computation %s unit %d: partitions moved; restarting from the last checkpoint on %s",
+            self.name,
+            self.unit,
+            ", ".join(map(str, self.tailer.assignments)) or "no partition",
+        )
+        self.context._clear()
+        self._window.clear()
+        self._window_positions.clear()
+        self.tailer.to_last_committed()
+        self.computation.init(self.context)
+
+    # -- the step -------------------------------------------------------------------------------
+    def step(self, timeout: float = 0.0) -> int:
+        """Fire due timers, then read and process one batch (waiting up to `timeout` s for it).
+        Returns the number of records and timers handled."""
+        done = 0
+        if self.next_timer <= self.clock_ms():
+            done = self._fire_timers()
+        tailer = self.tailer
+        if tailer is None or self.stats.state != RUNNING:
+            return done
+        batch = tailer.read_batch(self._read_size, timeout)
+        if self._rewind:
+            self._do_rewind()
+            return done
+        if batch:
+            self._process(batch)
+            done += len(batch)
+        return done
+
+    def _process(self, batch: list[LogRecord[Any]]) -> None:
+        context = self.context
+        process = self.computation.process_record
+        journal = context._journal
+        inputs = self._inputs
+        partition = None
+        stream: InputStream = None  # type: ignore[assignment]
+        decode: Callable[[bytes], Record] = None  # type: ignore[assignment]
+        logical = ""
+        read_filter: RecordFilter | None = None
+        asked = -1
+        halted = False
+        index = -1
+        started = time.perf_counter()
+        for rec in batch:
+            index += 1
+            if rec.partition is not partition:  # batches come in runs of one partition
+                partition = rec.partition
+                stream = inputs[partition.name]
+                decode, logical, read_filter = stream.decode, stream.logical, stream.filter
+            try:
+                record = decode(rec.message)
+            except CodecError as exc:
+                if not self._undecodable(rec, stream, exc):
+                    break
+                continue
+            if read_filter is not None:
+                record = read_filter.after_read(record, LogOffset(partition, rec.offset))
+                if record is None:
+                    continue
+            context._record = rec
+            mark = len(journal)
+            try:
+                process(context, logical, record)
+            except Exception as exc:
+                if not self._recover(exc, mark, rec, stream, record):
+                    break
+            if record.flags != _DEFAULT_FLAGS and record.flags & _SPECIAL:
+                context._signal |= _ASK
+                if record.flags & Flag.POISON_PILL:
+                    context._signal |= _HALT
+            if context._signal:
+                if context._signal & _ASK:
+                    asked = index
+                if context._signal & _HALT:
+                    halted = True
+                    context._signal = 0
+                    break
+                context._signal = 0
+        stats = self.stats
+        count = index + 1
+        stats.processed += count
+        stats.observe_batch(time.perf_counter() - started, count)
+        stats.last_activity = time.monotonic()
+        if stats.state != RUNNING:
+            return
+        if asked == len(batch) - 1:
+            self._checkpoint(None)
+        elif asked >= 0:
+            self._checkpoint(batch, asked)
+        else:
+            self._add_to_window(batch if not halted else batch[:count])
+        if halted:
+            logger.info("computation %s unit %d stops as asked", self.name, self.unit)
+            stats.state = STOPPED
+
+    def _fire_timers(self) -> int:
+        now = self.clock_ms()
+        context = self.context
+        due = sorted((ts, key) for key, ts in self.timers.items() if ts <= now)
+        fired = 0
+        for ts, key in due:
+            if self.timers.get(key) != ts:
+                continue  # replaced by an earlier timer callback
+            del self.timers[key]
+            mark = len(context._journal)
+            fired += 1
+            try:
+                self.computation.process_timer(context, key, ts)
+            except Exception as exc:
+                if not self._recover(exc, mark, None, None, None, timer=(key, ts)):
+                    break
+            if context._signal & _HALT:
+                break
+        self.next_timer = min(self.timers.values(), default=math.inf)
+        self.stats.timers += fired
+        signal, context._signal = context._signal, 0
+        if self.stats.state != RUNNING:
+            return fired
+        if signal & _ASK:
+            self._checkpoint(None)
+        if signal & _HALT:
+            self.stats.state = STOPPED
+        return fired
+
+    # -- failures -------------------------------------------------------------------------------
+    def _recover(
+        self,
+        failure: Exception,
+        mark: int,
+        rec: LogRecord[Any] | None,
+        stream: InputStream | None,
+        record: Record | None,
+        timer: tuple[str, int] | None = None,
+    ) -> bool:
+        """Retry with backoff, then apply the policy's fallback. True to go on with the next
+        record, False when the unit terminated or was stopped while waiting."""
+        context = self.context
+        policy = self.policy
+        attempts = 1
+        context._rollback(mark)
+        context._signal = 0
+        while attempts <= policy.max_retries:
+            delay = policy.retry_delay(attempts)
+            logger.warning(
+                "computation %s: %s failed (attempt %d): %s: %s; retrying in %.3g s",
+                self.name,
+                _what(rec, timer),
+                attempts,
+                type(failure).__name__,
+                failure,
+                delay,
+            )
+            if not self.sleep(delay):
+                logger.warning(
+                    "computation %s: stopped while retrying %s", self.name, _what(rec, timer)
+                )
+                self.stats.state = STOPPED
+                return False
+            self.stats.retried += 1
+            attempts += 1
+            try:
+                self.computation.process_retry(context, failure)
+                if timer is not None:
+                    self.computation.process_timer(context, timer[0], timer[1])
+                else:
+                    self.computation.process_record(context, stream.logical, record)  # type: ignore[union-attr,arg-type]
+                return True
+            except Exception as exc:
+                failure = exc
+                context._rollback(mark)
+                context._signal = 0
+        return self._fallback(failure, attempts, rec, stream, record, timer)
+
+    def _fallback(
+        self,
+        failure: BaseException,
+        attempts: int,
+        rec: LogRecord[Any] | None,
+        stream: InputStream | None,
+        record: Record | None,
+        timer: tuple[str, int] | None = None,
+        undecodable: bool = False,
+    ) -> bool:
+        stats = self.stats
+        stats.failed += 1
+        others: list[Record] = []
+        if not undecodable:
+            try:
+                others = list(self.computation.process_failure(self.context, failure))
+            except Exception:
+                logger.exception("process_failure() of computation %s failed", self.name)
+        items = ([record] if record is not None else []) + others
+        fallback = self.policy.fallback
+        if fallback == "skip_first":
+            fallback = "skip" if self._skip_budget.take() else "terminate"
+        what = _what(rec, timer)
+        if fallback == "dead_letter" and self._dlq is not None:
+            now = self.clock_ms()
+            buffer = self._dlq.buffer
+            for item in items:
+                buffer.append(
+                    (
+                        item.key,
+                        dead_letter_record(
+                            item,
+                            computation=self.name,
+                            stream=stream.urn if stream is not None else "",
+                            partition=rec.partition.partition if rec is not None else -1,
+                            offset=rec.offset if rec is not None else -1,
+                            failure=failure,
+                            attempts=attempts,
+                            failed_at=now,
+                            undecodable=undecodable,
+                        ),
+                    )
+                )
+            stats.dead_lettered += len(items)
+            logger.error(
+                "computation %s: %s failed after %d attempts (%s: %s); %d record(s) sent to the "
+                "dead-letter stream %s",
+                self.name,
+                what,
+                attempts,
+                type(failure).__name__,
+                failure,
+                len(items),
+                self._dlq.urn,
+            )
+            return True
+        if fallback in ("skip", "dead_letter"):
+            stats.skipped += len(items)
+            logger.error(
+                "computation %s: %s failed after %d attempts (%s: %s); skipping %d record(s)",
+                self.name,
+                what,
+                attempts,
+                type(failure).__name__,
+                failure,
+                len(items),
+            )
+            return True
+        self._terminate(failure, f"{what} failed after {attempts} attempts")
+        return False
+
+    def _undecodable(self, rec: LogRecord[Any], stream: InputStream, failure: CodecError) -> bool:
+        """A record whose bytes are not a Record: no retry (decoding again fails again)."""
+        record = Record(rec.key, bytes(rec.message))
+        return self._fallback(failure, 1, rec, stream, record, undecodable=True)
+
+    def _terminate(self, failure: BaseException, what: str) -> None:
+        stats = self.stats
+        stats.state = TERMINATED
+        stats.failure = f"{what}: {type(failure).__name__}: {failure}"
+        stats.failure_time = time.time()
+        self.context._clear()
+        if self._dlq is not None:
+            self._dlq.buffer.clear()
+        logger.error(
+            "Terminate computation %s unit %d due to previous failure: %s. Nothing after its last "
+            "checkpoint is committed; fix the cause and restart within the stream retention.",
+            self.name,
+            self.unit,
+            stats.failure,
+            exc_info=failure,
+        )
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def _add_to_window(self, batch: list[LogRecord[Any]]) -> None:
+        window = self._window
+        window.append(batch)
+        if len(window) > _WINDOW_BATCHES:  # a computation that rarely asks: keep positions only
+            _fold_positions(window, self._window_positions)
+            window.clear()
+            window.append(batch[-1:])
+
+    def _checkpoint(self, batch: list[LogRecord[Any]] | None, upto: int = -1) -> bool:
+        """Append what was produced, then commit positions: of everything read so far when
+        `batch` is None, else of the window plus `batch[: upto + 1]`."""
+        tailer = self.tailer
+        positions: dict[Any, int] | None = None
+        if batch is not None:
+            positions = dict(self._window_positions)
+            _fold_positions(self._window, positions)
+            _fold_positions([batch[: upto + 1]], positions)
+            first = self._first_uncommitted() or batch[0]
+        else:
+            first = self._first_uncommitted()
+        low = self._watermark_of(first) if first is not None else self._committed_watermark
+        for attempt in range(self._checkpoint_retries + 1):
+            try:
+                self._append_outputs(low)
+                if tailer is not None:
+                    if positions is None:
+                        tailer.commit()
+                    else:
+                        assigned = set(tailer.assignments)
+                        for partition, offset in positions.items():
+                            if partition in assigned:
+                                tailer.commit_offset(partition, offset)
+                break
+            except Exception as exc:
+                self.stats.checkpoint_failures += 1
+                if attempt >= self._checkpoint_retries:
+                    self._terminate(
+                        CheckpointError(f"{type(exc).__name__}: {exc}"),
+                        f"checkpoint failed {attempt + 1} times",
+                    )
+                    return False
+                logger.warning(
+                    "computation %s unit %d: checkpoint failed (%s: %s); retry %d/%d in %.3g s",
+                    self.name,
+                    self.unit,
+                    type(exc).__name__,
+                    exc,
+                    attempt + 1,
+                    self._checkpoint_retries,
+                    self._checkpoint_pause,
+                )
+                if not self.sleep(self._checkpoint_pause):
+                    self.stats.state = STOPPED
+                    return False
+        self.stats.checkpoints += 1
+        self._committed_watermark = low
+        self._window.clear()
+        self._window_positions.clear()
+        if batch is not None and upto + 1 < len(batch):
+            self._window.append(batch[upto + 1 :])
+        return True
+
+    def _append_outputs(self, low_watermark: int) -> None:
+        """Append every buffered record; each stream's buffer is emptied once appended, so a
+        retried checkpoint does not append it twice."""
+        outputs = list(self._outputs.values())
+        if self._dlq is not None:
+            outputs.append(self._dlq)
+        for out in outputs:
+            items = out.buffer
+            if not items:
+                continue
+            record_filter = out.filter
+            if record_filter is not None:
+                kept = []
+                for _, record in items:
+                    filtered = record_filter.before_append(record)
+                    if filtered is not None:
+                        kept.append((filtered.key, filtered))
+                items = kept
+            for _, record in items:
+                if not record.watermark:
+                    record.watermark = low_watermark
+            if items:
+                out.appender.append_batch(items)
+            self.stats.produced += len(items)
+            out.buffer.clear()
+        self.context._journal.clear()
+
+    def _first_uncommitted(self) -> LogRecord[Any] | None:
+        for batch in self._window:
+            if batch:
+                return batch[0]
+        return None
+
+    def _watermark_of(self, rec: LogRecord[Any]) -> int:
+        try:
+            return self._inputs[rec.partition.name].decode(rec.message).watermark
+        except CodecError:
+            return self._committed_watermark
+
+    def low_watermark(self) -> int:
+        """The watermark of the oldest record read and not committed, else of the last
+        committed one (or what a source set)."""
+        if self.tailer is None:
+            return self.source_low_watermark
+        first = self._first_uncommitted()
+        return self._watermark_of(first) if first is not None else self._committed_watermark
+
+
+def _fold_positions(batches: list[list[LogRecord[Any]]], into: dict[Any, int]) -> None:
+    """Record, per partition, the position after the last record of `batches` (read order)."""
+    for batch in batches:
+        previous = None
+        for rec in batch:
+            if previous is not None and rec.partition is not previous.partition:
+                into[previous.partition] = previous.offset + 1
+            previous = rec
+        if previous is not None:
+            into[previous.partition] = previous.offset + 1
+
+
+def _what(rec: LogRecord[Any] | None, timer: tuple[str, int] | None) -> str:
+    if timer is not None:
+        return f"timer {timer[0]!r}@{timer[1]}"
+    if rec is not None:
+        return f"record {rec.key!r} at {LogOffset(rec.partition, rec.offset)}"
+    return "record"
