@@ -165,7 +165,7 @@ class DslComputation(Computation):
     def process_record(
         self, context: ComputationContext, input_stream: str, record: Record
     ) -> None:
-        if record.flags & _CONTROL and not record.data:
+        if not record.data and record.flags & _CONTROL:
             return
         try:
             value = self._decode(record.data)

@@ -175,8 +175,11 @@ class ProcessorComputation(Computation):
         outputs: Sequence[str],
         input_codecs: Sequence[Codec[Any]],
         output_codecs: Sequence[Codec[Any]],
+        *,
+        auto_commit: bool = True,
     ) -> None:
         super().__init__(name, inputs=len(inputs), outputs=len(outputs))
+        self._auto_commit = auto_commit
         self.inputs = tuple(inputs)
         self.outputs = tuple(outputs)
         self._input = {
@@ -234,7 +237,7 @@ class ProcessorComputation(Computation):
     def process_record(
         self, context: ComputationContext, input_stream: str, record: Record
     ) -> None:
-        if record.flags & _CONTROL and not record.data:
+        if not record.data and record.flags & _CONTROL:
             return
         assert self._context is not None
         stream, decode = self._input[input_stream]
@@ -247,6 +250,8 @@ class ProcessorComputation(Computation):
         finally:
             pctx._record = pctx._stream = None
         self._flush(context)
+        if self._auto_commit:
+            context.ask_for_checkpoint()
 
     def process_timer(self, context: ComputationContext, key: str, timestamp_ms: int) -> None:
         if key != PUNCTUATE_TIMER or not self._interval_ms:
@@ -281,10 +286,18 @@ def add_processor(
     codec: ValueCodecSpec = "bytes",
     schema: Any = None,
     codecs: Mapping[str, ValueCodecSpec] | None = None,
+    auto_commit: bool = True,
 ) -> TopologyBuilder:
     """Add the processor made by `processor()` (a `Processor` subclass or factory; one instance
     per thread) as computation `name` reading `inputs` and sending to `outputs`. Values use
-    `codec` (with `schema` for Avro), or `codecs[stream]` for the streams listed there."""
+    `codec` (with `schema` for Avro), or `codecs[stream]` (a codec name or a `Codec`) for the
+    streams listed there.
+
+    `auto_commit=True` (Kafka Streams' behaviour) checkpoints after the records a processor
+    handled, once per read batch. A processor that keeps state in memory across records (and
+    emits it later, e.g. in `punctuate`) passes `auto_commit=False` and calls
+    `context.commit()` once what it holds has been sent, so a crash re-delivers what it had not
+    emitted yet."""
     name = _name(name, "name", name)
     if not callable(processor):
         from streamcore.computation.dsl_errors import NotCallableError
@@ -319,7 +332,9 @@ def add_processor(
     out_codecs = [codec_of(s) for s in outs]
 
     def supply() -> ProcessorComputation:
-        return ProcessorComputation(name, processor, ins, outs, in_codecs, out_codecs)
+        return ProcessorComputation(
+            name, processor, ins, outs, in_codecs, out_codecs, auto_commit=auto_commit
+        )
 
     mapping = [f"i{i}:{s}" for i, s in enumerate(ins, 1)]
     mapping += [f"o{i}:{s}" for i, s in enumerate(outs, 1)]
