@@ -6,11 +6,15 @@ from __future__ import annotations
 from streamcore.computation.batch import BatchComputation
 from streamcore.computation.computation import Computation, ComputationMetadata
 from streamcore.computation.context import ComputationContext
+from streamcore.computation.dlq import DeadLetter
 from streamcore.computation.dsl import Stream
 from streamcore.computation.filters import RecordFilter
+from streamcore.computation.health import HealthStatus
 from streamcore.computation.policy import ComputationPolicy
+from streamcore.computation.processor import StreamProcessor
 from streamcore.computation.processor_api import Processor, ProcessorContext
 from streamcore.computation.settings import Settings
+from streamcore.computation.testing import TopologyTestDriver
 from streamcore.computation.topology import Topology, TopologyBuilder
 
 __all__ = [
@@ -19,11 +23,15 @@ __all__ = [
     "ComputationContext",
     "ComputationMetadata",
     "ComputationPolicy",
+    "DeadLetter",
+    "HealthStatus",
     "Processor",
     "ProcessorContext",
     "RecordFilter",
     "Settings",
     "Stream",
+    "StreamProcessor",
     "Topology",
     "TopologyBuilder",
+    "TopologyTestDriver",
 ]

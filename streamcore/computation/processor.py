@@ -236,7 +236,10 @@ class StreamProcessor:
             logger.warning("stream processor: some units did not stop within %.1f s", timeout)
         return ended
 
-    def _drained(self, quiet: float) -> bool:
+    def is_drained(self, quiet: float | None = None) -> bool:
+        """True when the topology is drained now (see the module doc); `quiet` defaults to
+        `Settings.drain_quiet`."""
+        quiet = self.settings.drain_quiet if quiet is None else quiet
         now = time.monotonic()
         for name, units in self._units.items():
             live = [u for u in units if u.runner.stats.state == RUNNING]
@@ -255,7 +258,7 @@ class StreamProcessor:
         quiet = self.settings.drain_quiet
         drained = False
         while time.monotonic() < deadline:
-            if self._drained(quiet):
+            if self.is_drained(quiet):
                 drained = True
                 break
             time.sleep(min(_POLL * 5, max(0.0, deadline - time.monotonic())))
@@ -338,6 +341,8 @@ class StreamProcessor:
         out = []
         for name in self.topology.computation_names():
             for stream in self.topology.input_streams(name):
+                if not self.manager.exists(stream):
+                    continue
                 lag = self.manager.lag(stream, name)
                 latency = self.manager.latency(stream, name, self._codec(stream))
                 out.append((name, stream, lag, latency))

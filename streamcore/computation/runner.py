@@ -320,9 +320,7 @@ class ComputationRunner(RebalanceListener):
         stats.last_activity = time.monotonic()
         if stats.state != RUNNING:
             return
-        if asked == len(batch) - 1:
-            self._checkpoint(None)
-        elif asked >= 0:
+        if asked >= 0:
             self._checkpoint(batch, asked)
         else:
             self._add_to_window(batch if not halted else batch[:count])
@@ -512,16 +510,16 @@ class ComputationRunner(RebalanceListener):
 
     def _checkpoint(self, batch: list[LogRecord[Any]] | None, upto: int = -1) -> bool:
         """Append what was produced, then commit positions: of everything read so far when
-        `batch` is None, else of the window plus `batch[: upto + 1]`."""
+        `batch` is None or was processed up to its end, else of the window plus
+        `batch[: upto + 1]`."""
         tailer = self.tailer
+        full = batch is None or upto >= len(batch) - 1
+        first = self._first_uncommitted() or (batch[0] if batch else None)
         positions: dict[Any, int] | None = None
-        if batch is not None:
+        if not full:
             positions = dict(self._window_positions)
             _fold_positions(self._window, positions)
-            _fold_positions([batch[: upto + 1]], positions)
-            first = self._first_uncommitted() or batch[0]
-        else:
-            first = self._first_uncommitted()
+            _fold_positions([batch[: upto + 1]], positions)  # type: ignore[index]
         low = self._watermark_of(first) if first is not None else self._committed_watermark
         for attempt in range(self._checkpoint_retries + 1):
             try:
@@ -560,8 +558,8 @@ class ComputationRunner(RebalanceListener):
         self._committed_watermark = low
         self._window.clear()
         self._window_positions.clear()
-        if batch is not None and upto + 1 < len(batch):
-            self._window.append(batch[upto + 1 :])
+        if not full:
+            self._window.append(batch[upto + 1 :])  # type: ignore[index]
         return True
 
     def _append_outputs(self, low_watermark: int) -> None:

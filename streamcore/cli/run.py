@@ -1,0 +1,250 @@
+"""`run` and `metrics`: run a topology from a Python factory; print computation metrics.
+
+`streamcore run package.module:factory` imports the module (the current directory is on the
+path), calls `factory()`, which returns a `Topology` or `(Topology, Settings)`, and runs it with a
+`StreamProcessor` on the configured logs until SIGTERM / Ctrl-C (checkpoint, exit 0), until every
+unit ended (poison pills), or with `--drain` until every input is caught up. A summary table (or
+`--json`) follows. Exit code 1 when a computation was terminated by a failure, or `--drain` did
+not drain within `--timeout`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import signal
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+from streamcore.cli.context import Context, UsageError, global_options
+from streamcore.cli.progress import Progress
+from streamcore.cli.table import human_duration, render_table
+
+_TICK = 0.2
+
+
+def load_topology(spec: str, app_dir: str = ".") -> tuple[Any, Any]:
+    """(Topology, Settings) from `module:factory` (Settings default when the factory returns a
+    Topology only)."""
+    from streamcore.computation import Settings, Topology
+
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise UsageError(f"{spec!r}: give the topology factory as module:function")
+    if app_dir not in sys.path:
+        sys.path.insert(0, app_dir)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise UsageError(
+            f"cannot import {module_name!r} ({exc}); run from the folder holding it or pass "
+            "--app-dir"
+        ) from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise UsageError(f"{module_name} has no function {attr!r}")
+    result = factory()
+    topology, settings = result if isinstance(result, tuple) else (result, None)
+    if not isinstance(topology, Topology) or not isinstance(settings, Settings | None):
+        raise UsageError(
+            f"{spec}() returned {type(result).__name__}; it must return a Topology or a "
+            "(Topology, Settings) tuple"
+        )
+    return topology, settings or Settings()
+
+
+def _apply_concurrency(settings: Any, values: list[str]) -> None:
+    for value in values:
+        name, sep, number = value.rpartition("=")
+        try:
+            count = int(number)
+        except ValueError:
+            raise UsageError(f"--concurrency {value!r}: use N or COMPUTATION=N") from None
+        settings.set_concurrency(name if sep else "default", count)
+
+
+def summary_rows(processor: Any) -> list[dict[str, Any]]:
+    rows = []
+    for name in processor.topology.computation_names():
+        units = processor.unit_stats(name)
+        lag = processor.lag(name).lag if processor.topology.input_streams(name) else None
+        states = sorted({u.state for u in units})
+        rows.append(
+            {
+                "computation": name,
+                "units": len(units),
+                "state": "/".join(states),
+                "processed": sum(u.processed for u in units),
+                "produced": sum(u.produced for u in units),
+                "retried": sum(u.retried for u in units),
+                "failed": sum(u.failed for u in units),
+                "skipped": sum(u.skipped for u in units),
+                "dead_lettered": sum(u.dead_lettered for u in units),
+                "checkpoints": sum(u.checkpoints for u in units),
+                "lag": lag,
+                "failure": next((u.failure for u in units if u.failure), None),
+            }
+        )
+    return rows
+
+
+def run_run(ctx: Context) -> int:
+    from streamcore.computation import StreamProcessor
+    from streamcore.computation.server import MetricsServer
+
+    args = ctx.args
+    topology, settings = load_topology(args.topology, args.app_dir)
+    _apply_concurrency(settings, args.concurrency or [])
+    stop = threading.Event()
+    previous = {
+        sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)
+    }
+    processor = StreamProcessor(ctx.manager, topology, settings)
+    server = None
+    started = time.monotonic()
+    drained = False
+    try:
+        processor.start()
+        if args.metrics_port is not None:
+            server = MetricsServer(processor, args.metrics_port, args.metrics_host)
+            ctx.err(f"metrics on {server.url}")
+        progress = Progress("run", interval=args.progress)
+        deadline = started + args.timeout if args.timeout else None
+        while not stop.wait(_TICK):
+            progress.update(sum(s.processed for s in processor.unit_stats()))
+            if processor.is_terminated():
+                break
+            if args.drain and processor.is_drained():
+                drained = True
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+        ended = processor.stop(args.stop_timeout)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if server is not None:
+            server.close()
+    rows = summary_rows(processor)
+    failed = processor.failed_computations()
+    elapsed = time.monotonic() - started
+    if ctx.json:
+        ctx.emit_json(
+            {
+                "topology": args.topology,
+                "elapsed_s": round(elapsed, 3),
+                "drained": drained if args.drain else None,
+                "stopped_cleanly": ended,
+                "failed": failed,
+                "computations": rows,
+            }
+        )
+    else:
+        columns = ["computation", "units", "state", "processed", "produced", "retried"]
+        columns += ["failed", "skipped", "dead_lettered", "checkpoints", "lag"]
+        ctx.out(render_table(columns, ([r[c] for c in columns] for r in rows)))
+        ctx.out(f"ran {human_duration(elapsed * 1000)}" + (", drained" if drained else ""))
+        for row in rows:
+            if row["failure"]:
+                ctx.err(f"computation {row['computation']} terminated: {row['failure']}")
+    if failed or (args.drain and not drained):
+        return 1
+    return 0
+
+
+def run_metrics(ctx: Context) -> int:
+    """Scrape a running `streamcore run --metrics-port`, or compute lag/latency gauges of a
+    topology's computations from the logs."""
+    args = ctx.args
+    if args.url or args.port:
+        url = args.url or f"http://127.0.0.1:{args.port}/metrics"
+        try:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                text = response.read().decode()
+        except (urllib.error.URLError, OSError) as exc:
+            raise UsageError(
+                f"cannot scrape {url} ({exc}); is `streamcore run --metrics-port` running?"
+            ) from None
+        sys.stdout.write(text)
+        return 0
+    if not args.topology:
+        raise UsageError("give a topology (module:factory), --port or --url")
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from streamcore.computation import StreamProcessor
+    from streamcore.computation.metrics import lag_families
+
+    topology, settings = load_topology(args.topology, args.app_dir)
+    processor = StreamProcessor(ctx.manager, topology, settings)
+    if ctx.json:
+        ctx.emit_json(
+            [
+                {
+                    "computation": name,
+                    "stream": stream,
+                    "pos": lag.pos,
+                    "end": lag.end,
+                    "lag": lag.lag,
+                    "latency_ms": latency.latency_ms,
+                }
+                for name, stream, lag, latency in processor.stream_lags()
+            ]
+        )
+        return 0
+
+    class _Lags:
+        def collect(self) -> Any:
+            return lag_families(processor)
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Lags())  # type: ignore[arg-type]
+    sys.stdout.write(generate_latest(registry).decode())
+    return 0
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    common = global_options()
+    p = sub.add_parser(
+        "run",
+        parents=[common],
+        help="run a topology (module:factory) until stopped or drained",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "topology", metavar="MODULE:FACTORY", help="returns Topology or (Topology, Settings)"
+    )
+    p.add_argument("--app-dir", default=".", help="folder put on the import path (default: .)")
+    p.add_argument("--drain", action="store_true", help="stop once every input is caught up")
+    p.add_argument(
+        "--concurrency",
+        action="append",
+        metavar="[NAME=]N",
+        help="threads of every computation (N) or of one (NAME=N); repeatable",
+    )
+    p.add_argument("--metrics-port", type=int, help="serve /metrics and /health on this port")
+    p.add_argument("--metrics-host", default="127.0.0.1", help="address to serve metrics on")
+    p.add_argument("--timeout", type=float, help="stop after this many seconds")
+    p.add_argument(
+        "--stop-timeout", type=float, default=30.0, help="seconds to wait for units to stop"
+    )
+    p.add_argument("--progress", type=float, default=10.0, help="seconds between progress lines")
+    p.set_defaults(func=run_run)
+
+    m = sub.add_parser(
+        "metrics",
+        parents=[common],
+        help="print computation metrics (Prometheus text): scraped, or lag from the logs",
+        description="With --port/--url: scrape a running `streamcore run --metrics-port`. With "
+        "MODULE:FACTORY: lag, latency, end and position of each computation's group per input "
+        "stream, read from the logs (the topology need not run).",
+    )
+    m.add_argument("topology", nargs="?", metavar="MODULE:FACTORY")
+    m.add_argument("--app-dir", default=".", help="folder put on the import path (default: .)")
+    m.add_argument("--port", type=int, help="scrape http://127.0.0.1:PORT/metrics")
+    m.add_argument("--url", help="scrape this URL")
+    m.set_defaults(func=run_metrics)
