@@ -110,8 +110,11 @@ class _SinkInfo:
 
 
 def _callable_name(fn: Any) -> str:
+    """`parse`, `Enricher.enrich`, `<lambda>`: short enough to read in an error message."""
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
-    return name if name else type(fn).__name__
+    if not isinstance(name, str):
+        return type(fn).__name__
+    return name.rsplit("<locals>.", 1)[-1]
 
 
 def _check_callable(fn: Any, operator: str, node: _Node) -> None:

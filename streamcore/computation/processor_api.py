@@ -259,6 +259,8 @@ class ProcessorComputation(Computation):
         self._pending.clear()
         self._processor.punctuate(timestamp_ms)
         self._flush(context)
+        if self._auto_commit:
+            context.ask_for_checkpoint()
         now = self._now_ms(context)
         due = timestamp_ms + self._interval_ms
         if due <= now:  # late (a long pause): skip the missed firings instead of bursting
