@@ -44,6 +44,7 @@ bench: $(STAMP) $(JARS_STAMP)
 	$(BIN)/python bench/log_bench.py $(BENCH_ARGS)
 	$(BIN)/python bench/codec_bench.py
 	$(BIN)/python bench/backend_bench.py
+	$(BIN)/python bench/topology_bench.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
