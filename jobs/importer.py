@@ -1,0 +1,344 @@
+"""The importer (Nuxeo's stream importer, Spark edition): one spark-submit application, two steps.
+
+    spark-submit jobs/importer.py produce --source random --count 100000 --partitions 4
+    spark-submit jobs/importer.py produce --source files --path docs.jsonl
+    spark-submit jobs/importer.py consume --failure-threshold 0.05
+
+`produce` appends Documents (random, or read from JSON lines / CSV / Parquet / Avro files) as
+Avro single-object payloads in streamcore Records to `import/docs`, from the executors.
+`consume` reads the group's unconsumed range of the stream, decodes and validates it (Great
+Expectations, with row-level failures to the `quarantine` table), MERGEs the good documents into
+the Delta `repository` table (upsert by id) exactly once, then commits the group's positions.
+
+Arguments are checked before Spark starts (exit 2 names the bad one); exit 0 only on success;
+the last stdout line is a one-line JSON summary. `python jobs/importer.py ...` runs the same with
+a local session.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # `python jobs/importer.py` / spark-submit: make `jobs` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from streamcore.errors import InvalidNameError, StreamcoreError
+from streamcore.names import Name
+
+logger = logging.getLogger("jobs.importer")
+
+DOCUMENT_SCHEMA = "org.streamcore.importer.Document"
+FAULT_ENV = "STREAMCORE_FAULT"
+_TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_FORMATS = ("jsonl", "csv", "parquet", "avro")
+
+
+class QualityThresholdError(StreamcoreError):
+    """More rows failed their expectations than the failure threshold allows."""
+
+
+# -- arguments ------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="importer", description=__doc__.split("\n\n")[0])
+    steps = parser.add_subparsers(dest="step", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--stream", default="import/docs", help="log name (default import/docs)")
+    common.add_argument("--home", help="STREAMCORE_HOME (default: the environment, else ./data)")
+    common.add_argument("--master", help="Spark master when not run by spark-submit (local[*])")
+
+    produce = steps.add_parser("produce", parents=[common], help="append documents to the stream")
+    produce.add_argument("--source", choices=("random", "files"), default="random")
+    produce.add_argument("--path", help="file or folder of files (--source files)")
+    produce.add_argument("--format", choices=_FORMATS, help="default: from the file extension")
+    produce.add_argument("--count", type=int, default=1000, help="random documents to generate")
+    produce.add_argument("--partitions", type=int, default=4, help="partitions of the stream")
+    produce.add_argument("--avg-blob-size", type=int, default=1024, help="mean blob size (bytes)")
+    produce.add_argument("--seed", type=int, default=0, help="random seed (reproducible runs)")
+
+    consume = steps.add_parser("consume", parents=[common], help="import the stream into Delta")
+    consume.add_argument("--group", default="import/repository", help="consumer group")
+    consume.add_argument(
+        "--batch-size", type=int, default=0, help="max records this run reads (0 = all)"
+    )
+    consume.add_argument(
+        "--failure-threshold",
+        type=float,
+        default=0.05,
+        help="fail when more than this fraction of the rows fails expectations (0..1)",
+    )
+    consume.add_argument("--table", default="repository", help="Delta table under home/delta")
+    return parser
+
+
+def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Reject bad arguments before Spark starts (argparse exits 2 with the message)."""
+    try:
+        Name.of(args.stream)
+        if args.step == "consume":
+            Name.of(args.group)
+    except InvalidNameError as exc:
+        parser.error(f"--stream/--group: {exc}")
+    if args.home is not None and Path(args.home).exists() and not Path(args.home).is_dir():
+        parser.error(f"--home {args.home} is not a directory; give the STREAMCORE_HOME folder")
+    if args.step == "produce":
+        if args.source == "random" and args.count < 1:
+            parser.error(f"--count must be at least 1, got {args.count}")
+        if args.source == "files":
+            if not args.path:
+                parser.error("--source files needs --path (a file or a folder of files)")
+            if not Path(args.path).exists():
+                parser.error(f"--path {args.path} does not exist; give an existing file or folder")
+            if args.format is None:
+                from jobs.spark.formats import detect_format
+
+                try:
+                    args.format = detect_format(args.path)
+                except StreamcoreError as exc:
+                    parser.error(str(exc))
+        if not 1 <= args.partitions <= 1000:
+            parser.error(f"--partitions must be 1..1000, got {args.partitions}")
+        if args.avg_blob_size < 0:
+            parser.error(f"--avg-blob-size must be >= 0 bytes, got {args.avg_blob_size}")
+    else:
+        if args.batch_size < 0:
+            parser.error(f"--batch-size must be >= 0 (0 = everything), got {args.batch_size}")
+        if not 0.0 <= args.failure_threshold <= 1.0:
+            parser.error(f"--failure-threshold must be within 0..1, got {args.failure_threshold}")
+        if not _TABLE_NAME.match(args.table):
+            parser.error(f"--table {args.table!r} must be a plain identifier such as repository")
+
+
+# -- steps ----------------------------------------------------------------------------------------
+def _context() -> tuple[Any, Any, Any]:
+    """(config, log manager, schema store) of STREAMCORE_HOME."""
+    from streamcore.codecs import SchemaStore
+    from streamcore.config import load_config
+    from streamcore.log import open_log_manager
+
+    config = load_config()
+    return config, open_log_manager(config), SchemaStore(config.schemas_dir)
+
+
+def produce(args: argparse.Namespace) -> dict[str, Any]:
+    """Append the documents to the stream from the executors; returns the summary."""
+    from pyspark.sql import functions as F
+
+    from jobs.spark.avro import encode_payload, encode_record, spark_schema
+    from jobs.spark.documents import check_encodable, random_documents, read_documents
+    from jobs.spark.log_writer import append_dataframe
+    from jobs.spark.session import build_session
+
+    _config, manager, store = _context()
+    schema = store.by_name(DOCUMENT_SCHEMA)
+    stream = Name.of(args.stream)
+    spark = build_session("importer-produce", args.master)
+    try:
+        manager.create(stream, args.partitions)
+        partitions = manager.size(stream)
+        if args.source == "random":
+            docs = random_documents(
+                spark,
+                args.count,
+                partitions=partitions,
+                seed=args.seed,
+                avg_blob_size=args.avg_blob_size,
+            )
+            layout = "by_task"  # generated ids are unique: no key needs a fixed partition
+        else:
+            docs = read_documents(spark, args.path, args.format, spark_schema(spark, schema))
+            check_encodable(docs, schema)
+            layout = "by_key"
+        now_ms = time.time_ns() // 1_000_000
+        payload = encode_payload([F.col(c) for c in docs.columns], schema)
+        records = docs.select(
+            F.col("id").alias("key"),
+            encode_record(F.col("id"), payload, F.lit(now_ms << 17)).alias("value"),
+        )
+        started = time.monotonic()
+        counts = append_dataframe(records, manager, stream, layout=layout)
+        seconds = time.monotonic() - started
+    finally:
+        manager.close()
+    total = sum(counts.values())
+    logger.info("appended %d documents to %s in %.1f s", total, stream, seconds)
+    return {
+        "partitions": partitions,
+        "documents": total,
+        "per_partition": {str(p): n for p, n in sorted(counts.items())},
+        "source": args.source,
+        "append_seconds": round(seconds, 3),
+        "docs_per_s": round(total / seconds, 1) if seconds > 0 else None,
+    }
+
+
+def consume(args: argparse.Namespace) -> dict[str, Any]:
+    """Import the group's unconsumed range into the Delta table, exactly once."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    from jobs.spark.avro import decode_payload
+    from jobs.spark.delta_sink import DeltaBatchSink, commit_positions, plan_batch
+    from jobs.spark.expectations import failed_expectations, load_suite
+    from jobs.spark.quarantine import quarantine_rows, write_quarantine
+    from jobs.spark.repository import upsert_documents
+    from jobs.spark.session import build_session
+    from jobs.spark.streams import read_stream
+    from jobs.spark.validation import validate
+
+    config, manager, store = _context()
+    schema = store.by_name(DOCUMENT_SCHEMA)
+    suite = load_suite(schema)
+    stream, group = Name.of(args.stream), args.group
+    table_path = str(config.home / "delta" / args.table)
+    quarantine_path = str(config.home / "delta" / "quarantine")
+    app_id = f"importer/{group}"
+    spark = build_session("importer-consume", args.master)
+    started = time.monotonic()
+    cached = None
+    try:
+        if not manager.exists(stream):
+            raise StreamcoreError(
+                f"stream {stream} does not exist; run `importer produce` first (or check --stream)"
+            )
+        sink = DeltaBatchSink(spark, table_path, app_id)
+        plan = plan_batch(sink, manager, stream, group, max_records=args.batch_size)
+        summary: dict[str, Any] = {
+            "group": group,
+            "batch": plan.batch,
+            "offsets": {str(p): list(r) for p, r in sorted(plan.ranges.items())},
+            "recovered_positions": {str(p): o for p, o in plan.recovered.items()},
+            "table_path": table_path,
+            "quarantine_path": quarantine_path,
+        }
+        if plan.records == 0:
+            logger.info("%s: nothing to import for group %s", stream, group)
+            return {
+                **summary,
+                "read": 0,
+                "imported": 0,
+                "quarantined": 0,
+                "delta_version": sink.version(),
+                "validation": None,
+                "data_docs": None,
+                "docs_per_s": 0.0,
+            }
+        records = read_stream(spark, manager, stream, plan.ranges)
+        decoded = decode_payload(records, schema, store)
+        undecodable = F.col("record_error").isNotNull() | F.col("payload_error").isNotNull()
+        checked = decoded.withColumn(
+            "failed_expectations",
+            F.when(undecodable, F.array(F.lit("payload decodes as " + DOCUMENT_SCHEMA))).otherwise(
+                failed_expectations(suite)
+            ),
+        )
+        cached = checked.persist(StorageLevel.MEMORY_AND_DISK)
+        counts = cached.groupBy(F.size("failed_expectations") > 0).count().collect()
+        read = sum(r["count"] for r in counts)
+        bad_count = sum(r["count"] for r in counts if r[0])
+        fields = [f["name"] for f in schema.raw["fields"]]
+        report = validate(
+            cached.where(~undecodable).select(*fields),
+            suite,
+            config.home / "gx",
+            run_name=f"{Name.of(group).id}-batch-{plan.batch}",
+        )
+        per_expectation = _failure_counts(cached) if bad_count else {}
+        ratio = bad_count / read if read else 0.0
+        validation = {
+            **report.to_json(),
+            "failure_ratio": round(ratio, 6),
+            "quarantined_by_expectation": per_expectation,
+        }
+        summary |= {"read": read, "validation": validation, "data_docs": report.data_docs}
+        if ratio > args.failure_threshold:
+            names = ", ".join(f"{k} ({v} rows)" for k, v in per_expectation.items())
+            error = QualityThresholdError(
+                f"{bad_count} of {read} rows ({ratio:.2%}) failed their expectations, over the "
+                f"--failure-threshold {args.failure_threshold:.2%}: {names}. Nothing was imported "
+                f"and the positions of {group} did not move: fix the producer, or rerun with a "
+                "higher --failure-threshold to quarantine them"
+            )
+            error.summary = {**summary, "imported": 0, "quarantined": 0}  # type: ignore[attr-defined]
+            raise error
+        if bad_count:
+            bad = cached.where(F.size("failed_expectations") > 0)
+            write_quarantine(quarantine_rows(bad, job=app_id, batch=plan.batch), quarantine_path)
+        good = cached.where(F.size("failed_expectations") == 0)
+        version = upsert_documents(sink, plan, good, fields)
+        fault_point("importer.after_delta_commit")
+        commit_positions(manager, plan)
+        seconds = time.monotonic() - started
+        summary |= {
+            "imported": read - bad_count,
+            "quarantined": bad_count,
+            "delta_version": version if version is not None else sink.version(),
+            "docs_per_s": round(read / seconds, 1) if seconds > 0 else None,
+        }
+        return summary
+    finally:
+        if cached is not None:
+            cached.unpersist()
+        manager.close()
+
+
+def _failure_counts(df: Any) -> dict[str, int]:
+    from pyspark.sql import functions as F
+
+    rows = (
+        df.select(F.explode("failed_expectations").alias("expectation"))
+        .groupBy("expectation")
+        .count()
+        .collect()
+    )
+    return {r["expectation"]: int(r["count"]) for r in sorted(rows, key=lambda r: -r["count"])}
+
+
+def fault_point(name: str) -> None:
+    """Crash here (SIGKILL, no clean-up) if `STREAMCORE_FAULT` names this point: how the tests
+    kill the job between two commits."""
+    if os.environ.get(FAULT_ENV) == name:
+        logger.error("fault injection: killing the job at %s", name)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_args(parser, args)
+    logging.basicConfig(
+        level=os.environ.get("STREAMCORE_LOG_LEVEL", "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    for noisy in ("great_expectations", "py4j"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    if args.home:
+        os.environ["STREAMCORE_HOME"] = str(Path(args.home).resolve())
+    started = time.monotonic()
+    base = {"job": "importer", "step": args.step, "stream": Name.of(args.stream).urn}
+    try:
+        summary = produce(args) if args.step == "produce" else consume(args)
+        code = 0
+    except StreamcoreError as exc:
+        logger.error("%s failed: %s", args.step, exc)
+        summary = {"status": "failed", "error": str(exc), **getattr(exc, "summary", {})}
+        code = 1
+    summary = {**base, **summary, "seconds": round(time.monotonic() - started, 3)}
+    summary.setdefault("status", "ok")
+    print(json.dumps(summary, separators=(",", ":"), default=str), flush=True)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

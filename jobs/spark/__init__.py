@@ -1,0 +1,3 @@
+"""Shared Spark helpers of the jobs in `jobs/` (session, stream sources, Avro payloads, the
+exactly-once Delta sink, data quality). `jobs.spark.submit` imports no pyspark, so Airflow DAGs
+can build spark-submit arguments from it; every other module needs pyspark."""

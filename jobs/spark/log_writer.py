@@ -1,0 +1,132 @@
+"""Appending a DataFrame of (key, value) rows to a streamcore log from the executors, in parallel.
+
+Local log: a partition has one writer at a time (an `flock` per partition folder), so every log
+partition must be written by exactly one Spark task. Two layouts guarantee that:
+
+* `by_task`: Spark partition i appends to log partition i (the DataFrame has exactly as many
+  partitions as the log). No shuffle; keys do not choose partitions. Used for generated documents,
+  whose ids are unique, so no two versions of a document can land in different partitions.
+* `by_key`: each row goes to `partition_for_key(key)` (streamcore's Nuxeo-compatible partitioner);
+  a shuffle on that partition number gives every log partition to a single task. Used for file
+  imports, where a document may appear twice and its versions must stay in order.
+
+Each task appends Arrow columns as whole batches (`LocalAppender.append_arrow`) and closes its
+writers before returning, so a retried task can take the locks again. Appends are at least once:
+a task that fails half-way and is retried appends its rows again (the importer's consumer upserts
+by id, so a replayed document changes nothing).
+
+Kafka: Spark's Kafka sink writes from the executors, partitioned by Kafka's own key hash (murmur2,
+the same as `KafkaLogManager` appends).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pandas as pd
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import IntegerType
+
+from jobs.spark.streams import backend_of
+from streamcore.errors import ConfigError
+from streamcore.log import LocalLogManager, LogManager
+from streamcore.log.kafka import KafkaLogManager
+from streamcore.names import Name
+
+__all__ = ["append_dataframe"]
+
+logger = logging.getLogger(__name__)
+_RESULT = "partition int, first long, count long"
+
+
+def append_dataframe(
+    df: DataFrame, manager: LogManager, name: str | Name, *, layout: str = "by_key"
+) -> dict[int, int]:
+    """Append rows `key` (string) and `value` (binary) of `df` to log `name`; returns the number
+    of records appended per partition."""
+    name = Name.of(name)
+    backend = backend_of(manager, name)
+    if isinstance(backend, KafkaLogManager):
+        return _append_kafka(df, backend, name)
+    if not isinstance(backend, LocalLogManager):
+        raise ConfigError(
+            f"log {name} lives in a {type(backend).__name__}; Spark jobs write local or kafka logs"
+        )
+    size = backend.size(name)
+    if layout == "by_task":
+        if df.rdd.getNumPartitions() != size:
+            df = df.repartition(size)
+        tagged = df.select(F.spark_partition_id().alias("_p"), "key", "value")
+    elif layout == "by_key":
+        tagged = df.select(_partition_of(F.col("key"), size).alias("_p"), "key", "value")
+        tagged = tagged.repartition(size, "_p")
+    else:
+        raise ValueError(f"layout must be 'by_task' or 'by_key', not {layout!r}")
+    root, urn = str(backend.root), name.urn
+
+    def append(batches: Iterator[Any]) -> Iterator[Any]:
+        yield from _append_local(batches, root, urn)
+
+    counts: dict[int, int] = {}
+    for row in tagged.mapInArrow(append, _RESULT).collect():
+        counts[row.partition] = counts.get(row.partition, 0) + row["count"]
+    return counts
+
+
+def _partition_of(key: Any, size: int) -> Any:
+    from pyspark.sql.functions import pandas_udf
+
+    @pandas_udf(IntegerType())  # type: ignore[call-overload]
+    def partition_for(keys: pd.Series) -> pd.Series:
+        from streamcore.log.partitioner import partitions_for_keys
+
+        return pd.Series(partitions_for_keys(keys.tolist(), size), dtype="int32")
+
+    return partition_for(key)
+
+
+def _append_local(batches: Iterator[Any], root: str, urn: str) -> Iterator[Any]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    manager = LocalLogManager(root)
+    appender = manager.appender(urn)
+    firsts: dict[int, int] = {}
+    counts: dict[int, int] = {}
+    try:
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            parts = batch.column(0)
+            targets = pc.unique(parts).to_pylist()
+            for p in targets:
+                rows = batch if len(targets) == 1 else batch.filter(pc.equal(parts, p))
+                first = appender.append_arrow(p, rows.column(1), rows.column(2))
+                firsts.setdefault(p, first)
+                counts[p] = counts.get(p, 0) + rows.num_rows
+    finally:
+        manager.close()
+    if counts:
+        yield pa.RecordBatch.from_pydict(
+            {
+                "partition": pa.array(list(counts), pa.int32()),
+                "first": pa.array([firsts[p] for p in counts], pa.int64()),
+                "count": pa.array(list(counts.values()), pa.int64()),
+            }
+        )
+
+
+def _append_kafka(df: DataFrame, backend: KafkaLogManager, name: Name) -> dict[int, int]:
+    before = backend.end_offsets(name)
+    (
+        df.select("key", "value")
+        .write.format("kafka")
+        .option("kafka.bootstrap.servers", backend.bootstrap_servers)
+        .option("topic", backend.topic(name))
+        .save()
+    )
+    after = backend.end_offsets(name)
+    return {p: a - b for p, (b, a) in enumerate(zip(before, after, strict=True)) if a > b}

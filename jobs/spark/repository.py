@@ -1,0 +1,65 @@
+"""The `repository` Delta table: one row per document id, upserted by the importer.
+
+Rows carry the Document fields plus where their latest version came from (`watermark`,
+`source_partition`, `source_offset`, `import_batch`, `imported_at`). A batch may hold several
+versions of one id (a document imported twice): the latest by (watermark, partition, offset)
+wins before the MERGE, which must see one source row per target row.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from jobs.spark.delta_sink import BatchPlan, DeltaBatchSink
+
+__all__ = ["latest_per_id", "upsert_documents"]
+
+_SOURCE_COLUMNS = ("watermark", "source_partition", "source_offset", "import_batch", "imported_at")
+
+
+def latest_per_id(df: DataFrame, fields: list[str], batch: int) -> DataFrame:
+    """One row per `id`: the newest version in `df` (stream columns + decoded `fields`)."""
+    order = F.struct("watermark", "partition", "offset")
+    row = F.struct(
+        *(F.col(f) for f in fields if f != "id"),
+        F.col("watermark"),
+        F.col("partition").alias("source_partition"),
+        F.col("offset").alias("source_offset"),
+    )
+    latest = df.groupBy("id").agg(F.max_by(row, order).alias("_doc"))
+    return latest.select(
+        "id",
+        *(F.col(f"_doc.{f}").alias(f) for f in fields if f != "id"),
+        F.col("_doc.watermark").alias("watermark"),
+        F.col("_doc.source_partition").alias("source_partition"),
+        F.col("_doc.source_offset").alias("source_offset"),
+        F.lit(batch).cast("long").alias("import_batch"),
+        F.current_timestamp().alias("imported_at"),
+    ).select(*fields, *_SOURCE_COLUMNS)
+
+
+def upsert_documents(
+    sink: DeltaBatchSink, plan: BatchPlan, good: DataFrame, fields: list[str]
+) -> int | None:
+    """MERGE the batch's valid documents into the table as batch `plan.batch` (exactly once);
+    the first batch creates the table. Returns the new table version (None if already landed)."""
+    from delta.tables import DeltaTable
+
+    rows = latest_per_id(good, fields, plan.batch)
+    spark = good.sparkSession
+
+    def write() -> None:
+        if not DeltaTable.isDeltaTable(spark, sink.path):
+            rows.write.format("delta").mode("append").save(sink.path)
+            return
+        (
+            DeltaTable.forPath(spark, sink.path)
+            .alias("t")
+            .merge(rows.alias("s"), "t.id = s.id")
+            .whenMatchedUpdateAll()
+            .whenNotMatchedInsertAll()
+            .execute()
+        )
+
+    return sink.write(plan, write)
