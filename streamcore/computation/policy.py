@@ -12,6 +12,9 @@ of trouble, like Nuxeo's). When the retries are exhausted, the first that applie
    record: set it to 1, restart, then remove it);
 4. otherwise the computation's concurrency unit terminates without checkpointing the failed
    record, so nothing is lost; the other computations keep running.
+
+After a dead-letter or a skip a checkpoint is taken (as Nuxeo does after a skip), so the failed
+record is committed with everything processed before it.
 """
 
 from __future__ import annotations

@@ -268,8 +268,8 @@ class StreamProcessor:
         return drained and stopped and not self.failed_computations()
 
     def wait_for_assignments(self, timeout: float = 30.0) -> bool:
-        """True once every partition of every computation's inputs is read by one of its units
-        (within `timeout` s)."""
+        """True once every partition of every computation's inputs is read by one of its running
+        units and each unit has its fair share (within `timeout` s)."""
         deadline = time.monotonic() + timeout
         while True:
             if self._assigned():
@@ -284,12 +284,12 @@ class StreamProcessor:
             if not inputs:
                 continue
             wanted = sum(self.manager.size(s) for s in inputs)
-            held = 0
+            held = []
             for unit in units:
                 tailer = unit.runner.tailer
-                if tailer is not None and not tailer.closed:
-                    held += len(tailer.assignments)
-            if held < wanted:
+                if unit.runner.running and tailer is not None and not tailer.closed:
+                    held.append(len(tailer.assignments))
+            if sum(held) < wanted or (held and min(held) < wanted // len(held)):
                 return False
         return True
 

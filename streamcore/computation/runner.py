@@ -274,7 +274,7 @@ class ComputationRunner(RebalanceListener):
         decode: Callable[[bytes], Record] = None  # type: ignore[assignment]
         logical = ""
         read_filter: RecordFilter | None = None
-        asked = -1
+        asked = asked_mark = -1
         halted = False
         index = -1
         started = time.perf_counter()
@@ -307,7 +307,7 @@ class ComputationRunner(RebalanceListener):
                     context._signal |= _HALT
             if context._signal:
                 if context._signal & _ASK:
-                    asked = index
+                    asked, asked_mark = index, len(journal)
                 if context._signal & _HALT:
                     halted = True
                     context._signal = 0
@@ -319,6 +319,9 @@ class ComputationRunner(RebalanceListener):
         stats.observe_batch(time.perf_counter() - started, count)
         stats.last_activity = time.monotonic()
         if stats.state != RUNNING:
+            if asked >= 0:  # keep what was done before the failure: checkpoint up to the ask
+                context._rollback(asked_mark)
+                self._checkpoint(batch, asked)
             return
         if asked >= 0:
             self._checkpoint(batch, asked)
@@ -429,6 +432,8 @@ class ComputationRunner(RebalanceListener):
         if fallback == "skip_first":
             fallback = "skip" if self._skip_budget.take() else "terminate"
         what = _what(rec, timer)
+        if fallback != "terminate":
+            self.context._signal |= _ASK  # like Nuxeo: the skipped record is checkpointed
         if fallback == "dead_letter" and self._dlq is not None:
             now = self.clock_ms()
             buffer = self._dlq.buffer
@@ -487,9 +492,6 @@ class ComputationRunner(RebalanceListener):
         stats.state = TERMINATED
         stats.failure = f"{what}: {type(failure).__name__}: {failure}"
         stats.failure_time = time.time()
-        self.context._clear()
-        if self._dlq is not None:
-            self._dlq.buffer.clear()
         logger.error(
             "Terminate computation %s unit %d due to previous failure: %s. Nothing after its last "
             "checkpoint is committed; fix the cause and restart within the stream retention.",
