@@ -323,6 +323,15 @@ def _walk(root: _Node) -> tuple[list[_Node], list[_Node]]:
     return sinks, downstream
 
 
+def _snapshot(node: _Node, parent: _Node | None = None) -> _Node:
+    """A copy of the tree under `node`: operators added after `build()` don't change a topology
+    that was built already."""
+    copy = _Node(node.kind, parent, node.codec, node.label, node.fn, node.payload)
+    for child in node.children:
+        _snapshot(child, copy)
+    return copy
+
+
 def _default_name(stream: str, taken: set[str]) -> str:
     name = Name.of(stream)
     sep = "_" if name.namespace == NO_NAMESPACE else "-"
@@ -370,7 +379,7 @@ def segments(*ends: Stream | Sink) -> list[Segment]:
         name = info.name or _default_name(info.stream, taken)
         taken.add(name)
         outputs = tuple(dict.fromkeys(s.payload.stream for s in sinks))
-        out.append(Segment(name, info.stream, root.codec, outputs, root))
+        out.append(Segment(name, info.stream, root.codec, outputs, _snapshot(root)))
     return out
 
 

@@ -204,3 +204,16 @@ def test_a_cycle_through_streams_is_a_topology_error():
 def test_definition_errors_are_topology_errors():
     assert issubclass(DslDefinitionError, TopologyError)
     assert issubclass(NotCallableError, TypeError)
+
+
+def test_operators_added_after_build_do_not_change_the_built_topology():
+    from streamcore.computation.dsl_compile import DslComputation
+
+    source = Stream.of("app/in")
+    source.to("app/out")
+    topology = build(source)
+    source.to("app/later")
+    computation = topology.supplier("app/in-dsl")()
+    assert isinstance(computation, DslComputation)
+    assert computation.segment.outputs == ("app/out",)
+    assert len(computation.segment.root.children) == 1

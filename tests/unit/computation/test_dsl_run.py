@@ -9,7 +9,7 @@ import pytest
 from streamcore.codecs import get_codec
 from streamcore.computation import ComputationPolicy, Settings, TopologyTestDriver
 from streamcore.computation.dsl import Stream, build
-from streamcore.record import Record
+from streamcore.record import Flag, Record
 from streamcore.watermark import Watermark
 
 DLQ = "app/dlq"
@@ -219,3 +219,15 @@ def test_a_failure_names_the_dsl_operator_in_the_termination_log(run, caplog):
         caplog.text
     )
     assert driver.read_output("app/out") == []
+
+
+def test_every_record_is_checkpointed_and_control_records_skip_the_chain(run):
+    source = Stream.of("app/in", codec="json")
+    source.map_values(lambda v: v + 1).to("app/out")
+    driver = run(build(source), inputs=[("app/in", "a", js(1))])
+    driver.pipe("app/in", "commit", b"", flags=Flag.COMMIT)
+    driver.pipe("app/in", "b", js(2))
+    assert values(driver.read_output("app/out")) == [2, 3]
+    assert driver.lag("app/in-dsl").lag == 0
+    stats = driver.stats("app/in-dsl")
+    assert (stats.processed, stats.failed) == (3, 0)
