@@ -30,11 +30,11 @@ How it maps onto the computation model (`ProcessorComputation`):
 | `context.commit()` | `ask_for_checkpoint` |
 | `close()` | `destroy` |
 
-What a processor sends while handling one record (or one punctuation) reaches the context only
-when `process` (or `punctuate`) returns: a call that raises and is retried by the policy never
-leaves duplicates. Records produced are, like every produced record, appended at the next
-checkpoint (at-least-once). Sent records keep the watermark of the record being processed; in
-`punctuate` they get the processor's low watermark.
+Records a processor sends are, like every produced record, appended at the next checkpoint
+(at-least-once); when `process` raises, what it sent during that call is discarded before the
+policy retries or dead-letters the record, so a retry leaves no duplicates. Sent records keep
+the watermark of the record being processed; in `punctuate` they get the processor's low
+watermark.
 
 Punctuation runs on the processor's clock (wall-clock time, or the `TopologyTestDriver`'s
 virtual clock): every `interval_ms` after `schedule`, with late firings not repeated.
@@ -119,8 +119,8 @@ class ProcessorContext:
 
     @property
     def offset(self) -> LogOffset | None:
-        """Where the record being processed was read (partition and offset)."""
-        return self._context.last_offset
+        """Where the record being processed was read (None in `punctuate`)."""
+        return self._context.last_offset if self._record is not None else None
 
     @property
     def outputs(self) -> tuple[str, ...]:
@@ -130,14 +130,14 @@ class ProcessorContext:
     def send(self, stream: str, key: str, value: Any) -> None:
         """Send `(key, value)` to the output `stream` (a declared output name), the value
         encoded with that stream's codec."""
-        self._computation.send(self._record, stream, key, value)
+        self._computation.send(self._context, self._record, stream, key, value)
 
     def forward(self, key: str, value: Any, to: str | int | None = None) -> None:
         """Send to every output (`to=None`), or to one, by stream name or child index."""
         outputs = self._computation.outputs
         if to is None:
             for stream in outputs:
-                self._computation.send(self._record, stream, key, value)
+                self._computation.send(self._context, self._record, stream, key, value)
             return
         if isinstance(to, int) and not isinstance(to, bool):
             if not 0 <= to < len(outputs):
@@ -147,7 +147,7 @@ class ProcessorContext:
                     f"{len(outputs)} or declare more outputs"
                 )
             to = outputs[to]
-        self._computation.send(self._record, to, key, value)
+        self._computation.send(self._context, self._record, to, key, value)
 
     def schedule(self, interval_ms: int) -> None:
         """Call `punctuate` every `interval_ms` from now on (again to change the interval)."""
@@ -198,16 +198,21 @@ class ProcessorComputation(Computation):
                 f"processor {name!r}: the supplier returned {type(self._processor).__name__}, "
                 "not a Processor; pass the Processor subclass (or a function returning one)"
             )
-        self._pending: list[tuple[str, Record]] = []
         self._interval_ms = 0
         self._context: ProcessorContext | None = None
 
     def init(self, context: ComputationContext) -> None:
         self._context = ProcessorContext(self, context)
-        self._pending.clear()
         self._processor.init(self._context)
 
-    def send(self, current: Record | None, stream: str, key: str, value: Any) -> None:
+    def send(
+        self,
+        context: ComputationContext,
+        current: Record | None,
+        stream: str,
+        key: str,
+        value: Any,
+    ) -> None:
         target = self._output.get(stream)
         if target is None:
             raise UnknownOutputError(
@@ -218,7 +223,7 @@ class ProcessorComputation(Computation):
             raise TypeError(f"a record key must be a str, got {type(key).__name__} {key!r}")
         output, encode = target
         watermark = current.watermark if current is not None else 0
-        self._pending.append((output, Record(key, encode(value), watermark)))
+        context.produce_record(output, Record(key, encode(value), watermark))
 
     def schedule(self, context: ComputationContext, interval_ms: int) -> None:
         self._interval_ms = interval_ms
@@ -228,12 +233,6 @@ class ProcessorComputation(Computation):
     def _now_ms(context: ComputationContext) -> int:
         return context.now_ms()
 
-    def _flush(self, context: ComputationContext) -> None:
-        produce = context.produce_record
-        for output, record in self._pending:
-            produce(output, record)
-        self._pending.clear()
-
     def process_record(
         self, context: ComputationContext, input_stream: str, record: Record
     ) -> None:
@@ -241,7 +240,6 @@ class ProcessorComputation(Computation):
             return
         assert self._context is not None
         stream, decode = self._input[input_stream]
-        self._pending.clear()
         value = decode(record.data)
         pctx = self._context
         pctx._record, pctx._stream = record, stream
@@ -249,16 +247,13 @@ class ProcessorComputation(Computation):
             self._processor.process(record.key, value)
         finally:
             pctx._record = pctx._stream = None
-        self._flush(context)
         if self._auto_commit:
             context.ask_for_checkpoint()
 
     def process_timer(self, context: ComputationContext, key: str, timestamp_ms: int) -> None:
         if key != PUNCTUATE_TIMER or not self._interval_ms:
             return
-        self._pending.clear()
         self._processor.punctuate(timestamp_ms)
-        self._flush(context)
         if self._auto_commit:
             context.ask_for_checkpoint()
         now = self._now_ms(context)

@@ -232,3 +232,28 @@ def test_schedule_needs_a_positive_interval():
 
     with pytest.raises(DslDefinitionError, match="positive int"):
         TopologyTestDriver(topology(Bad)).pipe("app/in", "k", js({}))
+
+
+def test_a_retried_record_leaves_no_duplicate_sends():
+    class Flaky(Processor):
+        failed = False
+
+        def init(self, context) -> None:
+            self.context = context
+
+        def process(self, key, value) -> None:
+            self.context.forward(key, value)
+            if key == "flaky" and not Flaky.failed:
+                Flaky.failed = True
+                raise RuntimeError("transient")
+
+    policy = ComputationPolicy(max_retries=2, delay=0.0, max_delay=0.0)
+    builder = Topology.builder()
+    add_processor(builder, "app/flaky", Flaky, inputs=["app/in"], outputs=["app/a"])
+    driver = driver_for(builder.build(), Settings().set_policy("app/flaky", policy))
+    for key in ("ok", "flaky", "after"):
+        driver.pipe("app/in", key, b"v")
+    assert [r.key for r in driver.read_output("app/a")] == ["ok", "flaky", "after"]
+    assert Flaky.failed
+    assert driver.stats("app/flaky").retried == 1
+    driver.close()
