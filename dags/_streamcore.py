@@ -7,6 +7,9 @@ of `jobs.spark` at module level (DAG files must parse in well under a second).
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import io
 import json
 import logging
 import os
@@ -150,6 +153,25 @@ def check_spark_ready(conn_id: str = SPARK_CONN_ID) -> str:
     except StreamcoreError as exc:
         raise AirflowFailException(str(exc)) from exc
     return master
+
+
+def check_job_arguments(job: str, argv: list[str]) -> None:
+    """Runs the argument checks of `jobs/<job>.py` (its `build_parser()` and `check_args()`,
+    which import no pyspark) on `argv`, so the DAG and the job cannot disagree about what is
+    valid and a bad run stops before spark-submit. Raises AirflowFailException with the job's
+    own message."""
+    module = importlib.import_module(f"jobs.{job}")
+    parser = module.build_parser()
+    errors = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(errors):
+            module.check_args(parser, parser.parse_args(argv))
+    except SystemExit as exc:
+        if exc.code:
+            message = errors.getvalue().strip().splitlines()
+            raise AirflowFailException(
+                f"jobs/{job}.py rejects `{' '.join(argv)}`: {message[-1] if message else exc}"
+            ) from None
 
 
 def run_record_path(job: str, run_id: str) -> Path:

@@ -12,6 +12,7 @@ from typing import Any
 import pendulum
 from _streamcore import (
     StreamcoreSparkSubmitOperator,
+    check_job_arguments,
     check_spark_ready,
     default_args,
     streamcore_home,
@@ -25,13 +26,6 @@ logger = logging.getLogger("streamcore.dags.importer")
 STREAM = "import/docs"
 GROUP = "import/repository"
 TABLE = "repository"
-FORMATS = {
-    ".jsonl": "jsonl",
-    ".json": "jsonl",
-    ".csv": "csv",
-    ".parquet": "parquet",
-    ".avro": "avro",
-}
 
 DOC = """
 # streamcore importer
@@ -122,9 +116,9 @@ PARAMS = {
 
 
 def importer_arguments(params: dict[str, Any], home: Path) -> dict[str, list[str]]:
-    """The produce and consume arguments of jobs/importer.py for `params`, after the checks that
-    need more than one parameter or the file system. Raises AirflowFailException naming the
-    parameter and the fix."""
+    """The produce and consume arguments of jobs/importer.py for `params`, checked by the job's
+    own argument checks (ranges, path, format) plus those of parameters that go together.
+    Raises AirflowFailException naming the parameter and the fix."""
     source, path, fmt = params["source"], params.get("path"), params.get("format")
     produce = ["produce", "--source", source, "--partitions", str(params["partitions"])]
     if source == "files":
@@ -132,27 +126,14 @@ def importer_arguments(params: dict[str, Any], home: Path) -> dict[str, list[str
             raise AirflowFailException(
                 "source=files needs `path`: the file or folder of documents to import"
             )
-        where = Path(path)
-        if not where.exists():
-            raise AirflowFailException(
-                f"path {path!r} does not exist (seen from the Airflow worker); give an existing "
-                "file or folder"
-            )
-        if fmt is None:
-            files = [where] if where.is_file() else [f for f in where.iterdir() if f.is_file()]
-            kinds = {FORMATS.get(p.suffix.lower()) for p in files}
-            if not files or None in kinds or len(kinds) > 1:
-                raise AirflowFailException(
-                    f"cannot tell the format of {path!r} from its file extension(s) "
-                    f"({', '.join(sorted({p.suffix or '(none)' for p in files})) or 'empty'}); "
-                    "set `format` to jsonl, csv, parquet or avro"
-                )
-            fmt = kinds.pop()
-        produce += ["--path", str(where.resolve()), "--format", fmt]
+        produce += ["--path", str(Path(path).resolve())]
+        if fmt:
+            produce += ["--format", fmt]
     else:
-        if path:
+        if path or fmt:
             raise AirflowFailException(
-                f"path {path!r} is set but source is random; set source=files or clear path"
+                f"path/format ({path!r}, {fmt!r}) are set but source is random; set "
+                "source=files or clear them"
             )
         produce += ["--count", str(params["count"])]
         produce += ["--avg-blob-size", str(params["avg_blob_size"])]
@@ -168,7 +149,10 @@ def importer_arguments(params: dict[str, Any], home: Path) -> dict[str, list[str
         "--failure-threshold",
         str(params["failure_threshold"]),
     ]
-    return {"produce": produce + common, "consume": consume + common}
+    arguments = {"produce": produce + common, "consume": consume + common}
+    for argv in arguments.values():
+        check_job_arguments("importer", argv)
+    return arguments
 
 
 def render_summary(produced: dict[str, Any], consumed: dict[str, Any]) -> str:

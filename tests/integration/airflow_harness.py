@@ -1,0 +1,218 @@
+"""A throw-away Airflow for tests: its own AIRFLOW_HOME (made by `scripts/airflow.sh init`), real
+processes, and a reader of Delta tables that does not use Spark.
+
+Airflow reads its configuration once at import, so everything that imports airflow runs in a
+subprocess with the test environment; the pytest process never imports it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import textwrap
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parents[2]
+VENV_BIN = ROOT / ".venv" / "bin"
+DAGS = ROOT / "dags"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class AirflowEnv:
+    home: Path
+    streamcore_home: Path
+    port: int
+    password: str = "streamcore-test"
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+def make_airflow_env(home: Path, streamcore_home: Path) -> AirflowEnv:
+    """AIRFLOW_HOME at `home` set up by scripts/airflow.sh init (config, migrated SQLite database,
+    connection spark_default)."""
+    af = AirflowEnv(home=home, streamcore_home=streamcore_home, port=free_port())
+    af.env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "STREAMCORE_HOME": str(streamcore_home),
+        "STREAMCORE_AIRFLOW_PORT": str(af.port),
+        "STREAMCORE_AIRFLOW_PASSWORD": af.password,
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PYSPARK_PYTHON": str(VENV_BIN / "python"),
+    }
+    af.env.pop("PYTEST_CURRENT_TEST", None)
+    done = subprocess.run(
+        [str(ROOT / "scripts" / "airflow.sh"), "init"],
+        env=af.env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, f"airflow.sh init failed:\n{done.stdout}\n{done.stderr}"
+    return af
+
+
+def run_python(af: AirflowEnv, code: str, timeout: float = 900) -> dict[str, Any]:
+    """Runs `code` in a fresh interpreter with the Airflow environment; the code prints its result
+    as the last line of stdout, a JSON object."""
+    prelude = f"import json, sys\nsys.path.insert(0, {str(DAGS)!r})\n"
+    done = subprocess.run(
+        [str(VENV_BIN / "python"), "-c", prelude + textwrap.dedent(code)],
+        env=af.env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        raise AssertionError(
+            f"subprocess failed ({done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-8000:]}"
+        )
+    return json.loads(lines[-1])
+
+
+class AirflowServices:
+    """api-server, scheduler and dag-processor as separate processes, each in its own process
+    group (task runners and their spark-submit JVMs are children of the scheduler's group)."""
+
+    def __init__(self, af: AirflowEnv) -> None:
+        self.af = af
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, timeout: float = 180) -> None:
+        for name in ("api-server", "scheduler", "dag-processor"):
+            with open(self.af.home / "logs" / f"{name}.log", "ab") as log:
+                self.processes[name] = subprocess.Popen(
+                    [str(VENV_BIN / "airflow"), name],
+                    env=self.af.env,
+                    cwd=ROOT,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for name, proc in self.processes.items():
+                if proc.poll() is not None:
+                    raise AssertionError(
+                        f"airflow {name} exited with {proc.returncode}: {self.tail(name)}"
+                    )
+            health = self.health()
+            if health and health.get("scheduler", {}).get("status") == "healthy":
+                return
+            time.sleep(1)
+        raise AssertionError(f"Airflow not healthy after {timeout} s: {self.health()}")
+
+    def health(self) -> dict[str, Any] | None:
+        try:
+            with urllib.request.urlopen(f"{self.af.url}/api/v2/monitor/health", timeout=3) as r:
+                return json.load(r)
+        except (urllib.error.URLError, OSError, ValueError):
+            return None
+
+    def tail(self, name: str, chars: int = 3000) -> str:
+        return (self.af.home / "logs" / f"{name}.log").read_text(errors="replace")[-chars:]
+
+    def stop(self) -> None:
+        for proc in self.processes.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        for proc in self.processes.values():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        for proc in self.processes.values():
+            # Task runners and spark-submit may outlive their parent in the group.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
+class RestClient:
+    """The REST API v2 with a JWT from POST /auth/token."""
+
+    def __init__(self, af: AirflowEnv) -> None:
+        self.af = af
+        self.token = self._request(
+            "POST", "/auth/token", {"username": "admin", "password": af.password}, auth=False
+        )[1]["access_token"]
+
+    def _request(
+        self, method: str, path: str, body: Any = None, auth: bool = True
+    ) -> tuple[int, Any]:
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if auth:
+            headers["Authorization"] = f"Bearer {self.token}"
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            self.af.url + path, data=data, headers=headers, method=method
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as r:
+                return r.status, json.load(r)
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read() or b"null")
+
+    def get(self, path: str) -> tuple[int, Any]:
+        return self._request("GET", path)
+
+    def post(self, path: str, body: Any) -> tuple[int, Any]:
+        return self._request("POST", path, body)
+
+    def patch(self, path: str, body: Any) -> tuple[int, Any]:
+        return self._request("PATCH", path, body)
+
+
+def delta_active_files(table: Path) -> list[Path]:
+    """The data files of the latest version of a Delta table, by replaying `_delta_log/*.json`
+    (add/remove actions in commit order). Deletion vectors are not applied here, so a table
+    using them is refused rather than misread."""
+    active: dict[str, bool] = {}
+    commits = sorted((table / "_delta_log").glob("*.json"))
+    assert commits, f"no Delta log in {table}"
+    for commit in commits:
+        for line in commit.read_text().splitlines():
+            action = json.loads(line)
+            if "add" in action:
+                assert not action["add"].get("deletionVector"), "deletion vectors are not supported"
+                active[action["add"]["path"]] = True
+            elif "remove" in action:
+                active.pop(action["remove"]["path"], None)
+    return [table / unquote(p) for p in active]
+
+
+def read_delta(table: Path, columns: list[str] | None = None) -> pa.Table:
+    files = delta_active_files(table)
+    if not files:
+        return pa.table({})
+    return pa.concat_tables(pq.read_table(f, columns=columns) for f in files)
+
+
+def latest_delta_version(table: Path) -> int:
+    return max(int(p.stem) for p in (table / "_delta_log").glob("*.json"))

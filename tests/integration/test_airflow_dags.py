@@ -1,0 +1,201 @@
+"""The DAGs of dags/ as Airflow loads them: no import errors, fast parsing, the conventions of
+DESIGN.md section 5, and the importer's parameter checks (Param schemas and the validate task's
+cross-parameter checks)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow_harness import DAGS, AirflowEnv, make_airflow_env, run_python
+
+pytestmark = pytest.mark.airflow
+
+
+@pytest.fixture(scope="module")
+def af(tmp_path_factory: pytest.TempPathFactory) -> AirflowEnv:
+    return make_airflow_env(
+        tmp_path_factory.mktemp("airflow-home"), tmp_path_factory.mktemp("sc-home")
+    )
+
+
+@pytest.fixture(scope="module")
+def dagbag(af: AirflowEnv) -> dict[str, Any]:
+    """What a fresh interpreter sees when it loads dags/ the way the dag-processor does."""
+    return run_python(
+        af,
+        f"""
+        from pathlib import Path
+        from airflow.dag_processing.dagbag import BundleDagBag
+        folder = Path({str(DAGS)!r})
+        bag = BundleDagBag(dag_folder=folder, bundle_path=folder, bundle_name="dags-folder")
+        heavy = [m for m in ("pyspark", "great_expectations", "delta") if m in sys.modules]
+        dags = {{}}
+        for dag_id, dag in bag.dags.items():
+            dags[dag_id] = {{
+                "tags": sorted(dag.tags),
+                "doc_md": dag.doc_md or "",
+                "fileloc": dag.fileloc,
+                "tasks": {{
+                    t.task_id: {{
+                        "retries": t.retries,
+                        "downstream": sorted(t.downstream_task_ids),
+                        "type": type(t).__name__,
+                        "conn_id": getattr(t, "_conn_id", None),
+                    }}
+                    for t in dag.tasks
+                }},
+                "params": {{
+                    k: {{"description": p.description, "schema": p.schema}}
+                    for k, p in dag.params.items()
+                }},
+            }}
+        print(json.dumps({{
+            "import_errors": bag.import_errors,
+            "dags": dags,
+            "durations": {{s.file: s.duration.total_seconds() for s in bag.dagbag_stats}},
+            "heavy_modules": heavy,
+        }}))
+        """,
+    )
+
+
+def test_dagbag_has_no_import_errors(dagbag: dict[str, Any]) -> None:
+    assert dagbag["import_errors"] == {}
+    assert "streamcore_importer" in dagbag["dags"]
+    dag_files = {p.name for p in DAGS.glob("*.py") if not p.name.startswith("_")}
+    assert {Path(d["fileloc"]).name for d in dagbag["dags"].values()} == dag_files
+
+
+def test_each_dag_file_parses_in_under_a_second(dagbag: dict[str, Any]) -> None:
+    assert dagbag["durations"], "no DAG file was parsed"
+    for file, seconds in dagbag["durations"].items():
+        assert seconds < 1.0, f"{file} took {seconds:.2f} s to parse"
+    assert dagbag["heavy_modules"] == [], "DAG parsing imported Spark/GX/Delta"
+
+
+def test_every_dag_follows_the_conventions(dagbag: dict[str, Any]) -> None:
+    for dag_id, dag in dagbag["dags"].items():
+        assert "streamcore" in dag["tags"] and len(dag["tags"]) >= 2, dag_id
+        assert len(dag["doc_md"]) > 200, f"{dag_id} needs a real doc_md"
+        for name, param in dag["params"].items():
+            assert param["description"], f"{dag_id} param {name} has no description"
+            assert "type" in param["schema"] or "enum" in param["schema"], f"{dag_id}.{name}"
+        for task_id, t in dag["tasks"].items():
+            assert t["retries"] is not None, f"{dag_id}.{task_id} has no explicit retries"
+
+
+def test_importer_dag_shape(dagbag: dict[str, Any]) -> None:
+    dag = dagbag["dags"]["streamcore_importer"]
+    tasks = dag["tasks"]
+    # both Spark tasks take their arguments from validate (XCom)
+    assert tasks["validate"]["downstream"] == ["consume", "produce"]
+    assert tasks["produce"]["downstream"] == ["consume", "summary"]  # summary reads its XCom
+    assert tasks["consume"]["downstream"] == ["summary"]
+    assert tasks["summary"]["downstream"] == []
+    for spark_task in ("produce", "consume"):
+        assert tasks[spark_task]["type"] == "StreamcoreSparkSubmitOperator"
+        assert tasks[spark_task]["conn_id"] == "spark_default"
+    assert tasks["validate"]["retries"] == 0  # bad input is not retried
+    assert tasks["consume"]["retries"] >= 1  # crash-safe, so retried
+    assert set(dag["params"]) >= {
+        "source",
+        "path",
+        "count",
+        "partitions",
+        "batch_size",
+        "failure_threshold",
+    }
+    assert dag["params"]["source"]["schema"]["enum"] == ["random", "files"]
+
+
+BAD_CONFS = [
+    ({"count": 0}, "count"),
+    ({"count": "many"}, "count"),
+    ({"source": "kafka"}, "source"),
+    ({"partitions": 0}, "partitions"),
+    ({"failure_threshold": 1.5}, "failure_threshold"),
+    ({"batch_size": -1}, "batch_size"),
+    ({"format": "xml"}, "format"),
+]
+
+
+def test_param_schemas_reject_bad_values(af: AirflowEnv) -> None:
+    """The schema check Airflow runs when a run is created (UI form, CLI, REST API)."""
+    result = run_python(
+        af,
+        f"""
+        import copy
+        from pathlib import Path
+        from airflow.dag_processing.dagbag import BundleDagBag
+        from airflow.sdk.exceptions import ParamValidationError
+        folder = Path({str(DAGS)!r})
+        dag = BundleDagBag(dag_folder=folder, bundle_path=folder).dags["streamcore_importer"]
+        out = {{}}
+        for i, conf in enumerate({[c for c, _ in BAD_CONFS]!r}):
+            params = copy.deepcopy(dag.params)
+            try:
+                params.update(conf)
+                params.validate()
+                out[i] = None
+            except (ParamValidationError, ValueError) as exc:
+                out[i] = str(exc)
+        params = copy.deepcopy(dag.params)
+        params.validate()
+        print(json.dumps(out))
+        """,
+    )
+    for i, (conf, name) in enumerate(BAD_CONFS):
+        message = result[str(i)]
+        assert message is not None, f"{conf} was accepted"
+        assert name in message, message
+
+
+def test_validate_checks_parameters_together(af: AirflowEnv, tmp_path: Path) -> None:
+    """importer_arguments(): what the validate task does with a schema-valid conf."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.jsonl").write_text('{"id": "1"}\n')
+    unknown = tmp_path / "docs.xml"
+    unknown.write_text("<doc/>\n")
+    cases = {
+        "random": ({"source": "random", "path": None, "format": None}, None),
+        "files": ({"source": "files", "path": str(docs), "format": None}, None),
+        "no_path": ({"source": "files", "path": None, "format": None}, "needs `path`"),
+        "missing": ({"source": "files", "path": str(tmp_path / "nope"), "format": None}, "exist"),
+        "unknown": ({"source": "files", "path": str(unknown), "format": None}, "--format"),
+        "random_path": ({"source": "random", "path": str(docs), "format": None}, "source=files"),
+    }
+    result = run_python(
+        af,
+        f"""
+        from pathlib import Path
+        import streamcore_importer as m
+        from airflow.sdk.exceptions import AirflowFailException
+        base = {{"count": 10, "partitions": 2, "avg_blob_size": 100, "batch_size": 0,
+                 "failure_threshold": 0.1}}
+        out = {{}}
+        for name, (conf, _) in {cases!r}.items():
+            try:
+                out[name] = m.importer_arguments({{**base, **conf}}, Path("/h"))
+            except AirflowFailException as exc:
+                out[name] = str(exc)
+        print(json.dumps(out))
+        """,
+    )
+    for name, (_, error) in cases.items():
+        if error is None:
+            assert isinstance(result[name], dict), result[name]
+        else:
+            assert isinstance(result[name], str) and error in result[name], result[name]
+    random_args = result["random"]
+    assert random_args["produce"][:3] == ["produce", "--source", "random"]
+    assert "--count" in random_args["produce"] and "--path" not in random_args["produce"]
+    assert random_args["consume"][0] == "consume"
+    assert random_args["consume"][-4:] == ["--stream", "import/docs", "--home", "/h"]
+    files_args = result["files"]["produce"]
+    assert files_args[files_args.index("--path") + 1] == str(docs)
+    assert "--count" not in files_args
+    # what the job itself rejects, the validate task rejects before spark-submit
+    assert "jobs/importer.py rejects" in result["missing"]
