@@ -9,7 +9,14 @@ import time
 import pytest
 
 from streamcore.codecs import get_codec
-from streamcore.computation import Processor, Settings, StreamProcessor, Topology
+from streamcore.computation import (
+    ComputationPolicy,
+    Processor,
+    Settings,
+    StreamProcessor,
+    Topology,
+)
+from streamcore.computation.dlq import DeadLetter
 from streamcore.computation.dsl import Stream, build
 from streamcore.computation.processor_api import add_processor
 from streamcore.log.api import LogManager
@@ -139,3 +146,46 @@ def test_a_processor_commits_only_what_it_emitted_and_a_restart_recounts_the_res
         totals[record.key] = totals.get(record.key, 0) + json.loads(record.data)["count"]
     assert totals == {f"user{u}": N // 5 for u in range(5)}
     assert manager.lag("test/clicks", "test/counter").lag == 0
+
+
+def test_bad_records_of_a_dsl_chain_are_dead_lettered_on_every_backend(manager):
+    items = [(f"k{i}", {"n": i}) for i in range(20)]
+    fill(manager, "test/numbers", items, partitions=1)
+    with manager.appender("test/numbers", RECORDS) as appender:
+        appender.append("bad", Record.of("bad", b"{not json"))
+        appender.append("zero", Record.of("zero", b'{"n": 0}'))
+        appender.append("last", Record.of("last", b'{"n": 5}'))
+    source = Stream.of("test/numbers", codec="json")
+    source.filter(lambda k, v: k != "k0").map_values(lambda v: {"inverse": 1 / v["n"]}).to(
+        "test/inverses"
+    )
+    policy = ComputationPolicy(max_retries=1, delay=0.01, max_delay=0.01, dlq="test/dlq")
+    processor = StreamProcessor(
+        manager, build(source), settings().set_policy("test/numbers-dsl", policy)
+    )
+    processor.start()
+    assert processor.drain_and_stop(60)
+    assert len(read_all(manager, "test/inverses", 20)) == 20
+    dead = [DeadLetter.of(r) for r in read_all(manager, "test/dlq", 2)]
+    assert [(d.record.key, d.error_type, d.attempts) for d in dead] == [
+        ("bad", "CodecError", 2),
+        ("zero", "ZeroDivisionError", 2),
+    ]
+    assert {d.stream for d in dead} == {"test/numbers"}
+    assert manager.lag("test/numbers", "test/numbers-dsl").lag == 0
+
+
+@pytest.mark.parametrize("backend", ["memory", "local"], indirect=True)
+def test_a_dsl_computation_with_two_threads_processes_every_record_once(manager):
+    items = [(f"k{i}", i) for i in range(N)]
+    fill(manager, "test/in", items, partitions=4)
+    source = Stream.of("test/in", codec="json")
+    source.map_values(lambda v: v * 10).to("test/out")
+    processor = StreamProcessor(
+        manager, build(source), settings().set_concurrency("test/in-dsl", 2)
+    )
+    processor.start()
+    assert processor.drain_and_stop(60)
+    out = read_all(manager, "test/out", N)
+    assert sorted(json.loads(r.data) for r in out) == [i * 10 for i in range(N)]
+    assert len(processor.unit_stats("test/in-dsl")) == 2
