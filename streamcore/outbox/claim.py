@@ -15,9 +15,11 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 
+from streamcore.outbox import sql
 from streamcore.outbox.schema import DONE, ERROR, INIT, PROCESSING, TABLE
 
 _READY = (
@@ -29,28 +31,26 @@ _SET_PROCESSING = (
     f"SET status = '{PROCESSING}', lock_token = :token, tries = tries + 1, "
     "processing_ms = :now, updated_ms = :now"
 )
-
-_CLAIM_PG = sa.text(
-    f"UPDATE {TABLE} {_SET_PROCESSING} WHERE seq IN (SELECT j.seq FROM {TABLE} j "
-    f"WHERE j.queue = :queue AND j.status = '{INIT}' AND {_READY} ORDER BY j.seq LIMIT :limit "
-    f"FOR UPDATE OF j SKIP LOCKED) {_RETURNING}"
+_CLAIMABLE = (
+    f"SELECT j.seq FROM {TABLE} j WHERE j.queue = :queue AND j.status = '{INIT}' AND {_READY} "
+    "ORDER BY j.seq LIMIT :limit"
 )
-_CLAIM_SQLITE = sa.text(
-    f"UPDATE {TABLE} {_SET_PROCESSING} WHERE seq IN (SELECT j.seq FROM {TABLE} j "
-    f"WHERE j.queue = :queue AND j.status = '{INIT}' AND {_READY} ORDER BY j.seq LIMIT :limit) "
-    f"AND status = '{INIT}' {_RETURNING}"
+_CLAIM_PG = (
+    f"UPDATE {TABLE} {_SET_PROCESSING} WHERE seq IN ({_CLAIMABLE} FOR UPDATE OF j SKIP LOCKED) "
+    f"{_RETURNING}"
 )
-_HEAD = sa.text(
+# No outer `status = 'init'` re-check on SQLite: the transaction holds the write lock since BEGIN
+# IMMEDIATE, so the rows the subquery found cannot change before the UPDATE (and the re-check
+# made SQLite walk the status index instead of the rowids).
+_CLAIM_SQLITE = f"UPDATE {TABLE} {_SET_PROCESSING} WHERE seq IN ({_CLAIMABLE}) {_RETURNING}"
+_HEAD = (
     f"SELECT j.seq, j.status, {_READY} AS ready FROM {TABLE} j WHERE j.queue = :queue "
     f"AND j.status IN ('{INIT}', '{PROCESSING}', '{ERROR}') ORDER BY j.seq LIMIT :limit"
 )
-_CLAIM_SEQS = sa.text(
-    f"UPDATE {TABLE} {_SET_PROCESSING} WHERE seq IN :seqs AND status = '{INIT}' {_RETURNING}"
-).bindparams(sa.bindparam("seqs", expanding=True))
-_CLAIM_ERROR = sa.text(
+_CLAIM_ERROR = (
     f"UPDATE {TABLE} {_SET_PROCESSING} WHERE seq = :seq AND status = '{ERROR}' {_RETURNING}"
 )
-_QUEUE_LOCK = sa.text("SELECT pg_try_advisory_xact_lock(hashtext('streamcore_outbox:' || :queue))")
+_QUEUE_LOCK = "SELECT pg_try_advisory_xact_lock(hashtext('streamcore_outbox:' || :queue))"
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +69,7 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _jobs(rows: list[sa.Row[tuple[int, str, bytes, int]]], queue: str, token: str) -> list[Job]:
+def _jobs(rows: list[Any], queue: str, token: str) -> list[Job]:
     return sorted(
         (Job(r[0], queue, r[1], bytes(r[2]), r[3], token) for r in rows), key=lambda j: j.seq
     )
@@ -82,28 +82,33 @@ def claim_batch(conn: sa.Connection, queue: str, limit: int, *, ordered: bool = 
     if ordered:
         return _claim_head(conn, queue, params)
     statement = _CLAIM_PG if conn.dialect.name == "postgresql" else _CLAIM_SQLITE
-    return _jobs(list(conn.execute(statement, params)), queue, token)
+    return _jobs(sql.execute(conn, statement, params).fetchall(), queue, token)
 
 
 def _claim_head(conn: sa.Connection, queue: str, params: dict[str, object]) -> list[Job]:
     # One claimer per ordered queue at a time: SKIP LOCKED would let a second worker jump over
     # a head row locked by the first one.
-    if conn.dialect.name == "postgresql" and not conn.execute(_QUEUE_LOCK, params).scalar():
+    postgres = conn.dialect.name == "postgresql"
+    if postgres and not sql.execute(conn, _QUEUE_LOCK, params).scalar():
         return []
     seqs = []
-    for seq, status, ready in conn.execute(_HEAD, params):
+    for seq, status, ready in sql.execute(conn, _HEAD, params).fetchall():
         if status != INIT or not ready:
             break
         seqs.append(seq)
     if not seqs:
         return []
-    rows = conn.execute(_CLAIM_SEQS, {**params, "seqs": seqs})
-    return _jobs(list(rows), queue, str(params["token"]))
+    # On PostgreSQL the status re-check guards against a hung reset or force_retry in between.
+    where = f"seq IN {sql.in_list('s', seqs, params)}" + (
+        f" AND status = '{INIT}'" if postgres else ""
+    )
+    rows = sql.execute(conn, f"UPDATE {TABLE} {_SET_PROCESSING} WHERE {where} {_RETURNING}", params)
+    return _jobs(rows.fetchall(), queue, str(params["token"]))
 
 
 def claim_error(conn: sa.Connection, queue: str, seq: int) -> Job | None:
     """Claim one job in `error` for a retry (None if someone else retried it meanwhile)."""
     token = uuid.uuid4().hex
-    rows = list(conn.execute(_CLAIM_ERROR, {"seq": seq, "token": token, "now": now_ms()}))
-    jobs = _jobs(rows, queue, token)
+    rows = sql.execute(conn, _CLAIM_ERROR, {"seq": seq, "token": token, "now": now_ms()})
+    jobs = _jobs(rows.fetchall(), queue, token)
     return jobs[0] if jobs else None

@@ -44,13 +44,21 @@ class Counters:
 
 class Wakeup:
     """A generation counter: waiters sleep until it moves or their timeout ends, so a wake-up
-    that comes between a worker's empty claim and its wait is never lost."""
+    that comes between a worker's empty claim and its wait is never lost. One wake-up (one
+    committed put) wakes one sleeping worker: a worker that finds work keeps claiming without
+    sleeping, so a backlog still gets every awake worker, and a small put does not send the
+    whole pool into empty claims (on SQLite, each one a write transaction)."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self.generation = 0
 
     def wake(self, _queues: Any = None) -> None:
+        with self._cond:
+            self.generation += 1
+            self._cond.notify()
+
+    def wake_all(self) -> None:
         with self._cond:
             self.generation += 1
             self._cond.notify_all()
@@ -95,7 +103,7 @@ class WorkerPool:
     def stop(self, timeout: float) -> bool:
         """Stop claiming, let running jobs finish; True if every worker ended within `timeout`."""
         self._stopping.set()
-        self.wakeup.wake()
+        self.wakeup.wake_all()
         end = time.monotonic() + timeout
         for thread in self._threads:
             thread.join(max(0.0, end - time.monotonic()))
@@ -106,6 +114,10 @@ class WorkerPool:
 
     def _work(self) -> None:
         turn = 0
+        # Successes of the last batch, marked done in the transaction of the next claim: one
+        # write transaction per batch instead of two. A crash before it re-runs them (after the
+        # hung timeout), as a crash before any done would.
+        unrecorded: list[Job] = []
         while not self._stopping.is_set():
             seen = self.wakeup.generation
             specs = self.registry.consumed()
@@ -116,45 +128,59 @@ class WorkerPool:
                     break
                 try:
                     with self.engine.begin() as conn:
+                        store.mark_done(conn, unrecorded)
                         batch = claim_batch(conn, spec.name, self.batch_size, ordered=spec.ordered)
+                    unrecorded = []
                 except Exception:
                     logger.exception("outbox: claiming jobs of %s failed; retrying", spec.name)
                     self._stopping.wait(1.0)
                     continue
                 if batch:
                     claimed = True
-                    self._run(spec, batch)
+                    unrecorded = self._run(spec, batch)
             turn += 1
             if not claimed:
+                if unrecorded:  # the claim transactions failed: record them on their own
+                    self._finish(unrecorded[0].queue, unrecorded)
+                    unrecorded = []
                 self.wakeup.wait(seen, self.poll_interval)
+        if unrecorded:
+            self._finish(unrecorded[0].queue, unrecorded)
 
-    def _run(self, spec: QueueSpec, batch: list[Job]) -> None:
+    def _run(self, spec: QueueSpec, batch: list[Job]) -> list[Job]:
+        """Run a batch; returns the successes not recorded yet (a failure is recorded at once,
+        with the successes before it)."""
         done: list[Job] = []
-        for n, job in enumerate(batch):
-            if self._stopping.is_set():
-                self._finish(spec, done, rest=batch[n:])
-                return
-            outcome = execute(spec, job, self.watcher)
-            if outcome.ok:
-                done.append(job)
-                continue
-            assert outcome.error is not None
-            rest = batch[n + 1 :] if spec.ordered else []
-            self._finish(spec, done, failed=(job, outcome.error), rest=rest)
-            done = []
-            if spec.ordered:
-                return
-        self._finish(spec, done)
+        succeeded = 0
+        try:
+            for n, job in enumerate(batch):
+                if self._stopping.is_set():
+                    self._finish(spec.name, done, rest=batch[n:])
+                    return []
+                outcome = execute(spec, job, self.watcher)
+                if outcome.ok:
+                    done.append(job)
+                    succeeded += 1
+                    continue
+                assert outcome.error is not None
+                rest = batch[n + 1 :] if spec.ordered else []
+                self._finish(spec.name, done, failed=(job, outcome.error), rest=rest)
+                done = []
+                if spec.ordered:
+                    return []
+            return done
+        finally:
+            self.counters.add(spec.name, "done", succeeded)
 
     def _finish(
         self,
-        spec: QueueSpec,
+        queue: str,
         done: list[Job],
         *,
         failed: tuple[Job, BaseException] | None = None,
         rest: list[Job] | None = None,
     ) -> None:
-        """Record the outcomes in one transaction (retried: losing them would re-run jobs)."""
+        """Record outcomes in one transaction (retried: losing them would re-run jobs)."""
         for attempt in range(10):
             try:
                 with self.engine.begin() as conn:
@@ -165,11 +191,8 @@ class WorkerPool:
                         store.release(conn, rest)
                 break
             except Exception:
-                logger.exception(
-                    "outbox: recording outcomes of %s failed (try %d)", spec.name, attempt
-                )
-                self._stopping.wait(min(2**attempt * 0.1, 5.0))
-        self.counters.add(spec.name, "done", len(done))
+                logger.exception("outbox: recording outcomes of %s failed (try %d)", queue, attempt)
+                time.sleep(min(2**attempt * 0.1, 5.0))
         if failed is not None:
-            self.counters.add(spec.name, "error")
+            self.counters.add(queue, "error")
             self.on_error()

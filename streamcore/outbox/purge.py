@@ -18,7 +18,7 @@ def purge(
     if done_older_than < 0:
         raise ValueError(f"done_older_than is {done_older_than}; use seconds >= 0")
     cutoff = now_ms() - int(done_older_than * 1000)
-    where = [jobs.c.status == DONE, jobs.c.done_ms < cutoff]
+    where = [jobs.c.status == DONE, jobs.c.done_ms <= cutoff]
     if queue is not None:
         where.append(jobs.c.queue == queue)
     deleted = 0

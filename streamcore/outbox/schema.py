@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
 from streamcore.config import StreamcoreConfig, load_config
+from streamcore.outbox.errors import OutboxBusyError
 
 logger = logging.getLogger(__name__)
 
@@ -54,10 +57,10 @@ jobs = sa.Table(
     sa.Column("error_traceback", sa.Text),
     sa.UniqueConstraint("queue", "id", name=f"{TABLE}_queue_id"),
 )
-# Claims scan (queue, status) in seq order; the retry poller and hung detector scan errors and
-# processing jobs by time; purge scans done jobs by time.
+# Claims, the retry poller and the hung detector scan (queue, status) in seq order; purge scans
+# done jobs by time.
 sa.Index(f"{TABLE}_claim", jobs.c.queue, jobs.c.status, jobs.c.seq)
-sa.Index(f"{TABLE}_status_time", jobs.c.status, jobs.c.updated_ms)
+sa.Index(f"{TABLE}_done", jobs.c.status, jobs.c.done_ms)
 sa.Index(f"{TABLE}_depends", jobs.c.depends_queue, jobs.c.depends_id)
 
 
@@ -74,21 +77,84 @@ def is_sqlite(engine: Engine | sa.Connection) -> bool:
     return engine.dialect.name == "sqlite"
 
 
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
-    # Autocommit at the driver level so SQLAlchemy's "begin" event can open every transaction
-    # with BEGIN IMMEDIATE: the write lock is taken up front, so two claimers never deadlock on a
-    # read-to-write upgrade (SQLITE_BUSY without waiting).
-    dbapi_connection.isolation_level = None
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute("PRAGMA busy_timeout=30000")
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.close()
+_write_locks: dict[str, threading.Lock] = {}
+_write_locks_guard = threading.Lock()
+LOCK_TIMEOUT = 30.0
+
+
+class SerializedSqliteConnection(sqlite3.Connection):
+    """A sqlite3 connection whose transactions take an in-process lock per database file.
+
+    SQLite allows one writer; a second one waits in SQLite's busy handler, which sleeps in
+    steps of 1 to 100 ms. With a worker pool and a producer in one process that sleep, not the
+    work, would set the pace, so the threads of a process queue on a lock instead (BEGIN
+    IMMEDIATE right after it; commit and rollback release it). Other processes still meet the
+    busy handler (30 s timeout).
+    """
+
+    write_lock: threading.Lock
+    _holding = False
+
+    def begin_immediate(self) -> None:
+        if not self.write_lock.acquire(timeout=LOCK_TIMEOUT):
+            raise OutboxBusyError(
+                f"no outbox transaction could start within {LOCK_TIMEOUT:g} s: another thread "
+                "of this process holds one open (a transaction left open in the same thread?)"
+            )
+        self._holding = True
+        try:
+            self.execute("BEGIN IMMEDIATE")
+        except BaseException:
+            self._release()
+            raise
+
+    def _release(self) -> None:
+        if self._holding:
+            self._holding = False
+            self.write_lock.release()
+
+    def commit(self) -> None:
+        try:
+            super().commit()
+        finally:
+            self._release()
+
+    def rollback(self) -> None:
+        try:
+            super().rollback()
+        finally:
+            self._release()
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._release()
+
+
+def _sqlite_connect(path: str) -> Any:
+    def on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Autocommit at the driver level so that our "begin" listener opens every transaction
+        # itself, with BEGIN IMMEDIATE: the write lock is taken up front, so two claimers never
+        # deadlock on a read-to-write upgrade.
+        dbapi_connection.isolation_level = None
+        with _write_locks_guard:
+            dbapi_connection.write_lock = _write_locks.setdefault(path, threading.Lock())
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.close()
+
+    return on_connect
 
 
 def _sqlite_begin(conn: sa.Connection) -> None:
-    conn.exec_driver_sql("BEGIN IMMEDIATE")
+    dbapi_connection = conn.connection.dbapi_connection
+    if isinstance(dbapi_connection, SerializedSqliteConnection):
+        dbapi_connection.begin_immediate()
+    else:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def create_engine(url: str | None = None, **kwargs: Any) -> Engine:
@@ -96,11 +162,13 @@ def create_engine(url: str | None = None, **kwargs: Any) -> Engine:
     (psycopg 3). Applications may pass this engine's connections to `put`."""
     url = url or default_url()
     if url.startswith("sqlite"):
-        path = sa.engine.make_url(url).database
-        if path and path != ":memory:":
+        path = sa.engine.make_url(url).database or ":memory:"
+        if path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        engine = sa.create_engine(url, connect_args={"check_same_thread": False}, **kwargs)
-        event.listen(engine, "connect", _sqlite_pragmas)
+            path = os.path.realpath(path)
+        connect_args = {"check_same_thread": False, "factory": SerializedSqliteConnection}
+        engine = sa.create_engine(url, connect_args=connect_args, **kwargs)
+        event.listen(engine, "connect", _sqlite_connect(path))
         event.listen(engine, "begin", _sqlite_begin)
         return engine
     if url.startswith("postgresql://") or url.startswith("postgres://"):

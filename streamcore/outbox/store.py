@@ -15,8 +15,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from streamcore.outbox import sql
 from streamcore.outbox.claim import Job, now_ms
-from streamcore.outbox.schema import DONE, ERROR, INIT, PROCESSING, jobs
+from streamcore.outbox.schema import DONE, ERROR, INIT, PROCESSING, TABLE, jobs
 
 logger = logging.getLogger(__name__)
 
@@ -47,10 +48,13 @@ def mark_done(conn: sa.Connection, batch: Sequence[Job]) -> int:
         by_token.setdefault(job.token, []).append(job.seq)
     changed = 0
     for token, seqs in by_token.items():
-        changed += conn.execute(
-            sa.update(jobs)
-            .where(jobs.c.seq.in_(seqs), jobs.c.lock_token == token)
-            .values(status=DONE, done_ms=now, updated_ms=now, lock_token=None)
+        params: dict[str, Any] = {"now": now, "token": token}
+        changed += sql.execute(
+            conn,
+            f"UPDATE {TABLE} SET status = '{DONE}', done_ms = :now, updated_ms = :now, "
+            f"lock_token = NULL WHERE seq IN {sql.in_list('s', seqs, params)} "
+            "AND lock_token = :token",
+            params,
         ).rowcount
     if changed != len(batch):
         logger.warning(

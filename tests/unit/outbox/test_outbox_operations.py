@@ -193,4 +193,4 @@ def test_schema_is_idempotent_and_migrates_missing_columns(make_outbox, registry
         columns = {c["name"] for c in sa.inspect(conn).get_columns(TABLE)}
         indexes = {i["name"] for i in sa.inspect(conn).get_indexes(TABLE)}
     assert "error_traceback" in columns
-    assert {f"{TABLE}_claim", f"{TABLE}_status_time", f"{TABLE}_depends"} <= indexes
+    assert {f"{TABLE}_claim", f"{TABLE}_done", f"{TABLE}_depends"} <= indexes

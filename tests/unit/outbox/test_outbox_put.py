@@ -82,7 +82,7 @@ def test_put_many_is_all_or_nothing(make_outbox, registry):
     with outbox.engine.begin() as conn:
         ids = put_many(conn, "q", [1, 2, 3], registry=registry)
     assert len(set(ids)) == 3
-    duplicate = pytest.raises(DuplicateJobError, match=r"\['b'\] exist already")
+    duplicate = pytest.raises(DuplicateJobError, match="job id 'b' exists already")
     with duplicate, outbox.engine.begin() as conn:
         put_many(conn, "q", [4, 5], ids=["a", "b"], registry=registry)
         put_many(conn, "q", [6], ids=["b"], registry=registry)

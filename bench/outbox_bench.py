@@ -1,0 +1,271 @@
+"""Outbox throughput: put + consume with no-op consumers, on SQLite and PostgreSQL, against
+PgQueuer on the same PostgreSQL server, in one run.
+
+Every row uses PgQueuer's own benchmark shape: for `--seconds` (default 15), one enqueuer puts
+batches of 10 jobs back to back while 5 dequeue workers take batches of 10 and run a no-op
+consumer. The rate is jobs consumed per second over the timer (jobs put are reported too). Both
+libraries use psycopg 3 (PgQueuer's `PsycopgDriver`: asyncpg is not among our pins), and every
+row starts from an empty queue.
+
+    python bench/outbox_bench.py [--seconds 15] [--json] [--skip-pgqueuer]
+
+PostgreSQL is the server of `scripts/postgres.sh` (started if not running, and stopped again if
+this run started it); PgQueuer comes from the `bench` dependency group (`make bench` installs it).
+Targets (issue 5): streamcore >= 1.0x PgQueuer's jobs/s on PostgreSQL; >= 5k jobs/s on SQLite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from streamcore.cli.table import Column, render_table
+from streamcore.outbox import Outbox, Registry, put_many
+from streamcore.outbox.schema import TABLE
+
+ROOT = Path(__file__).resolve().parents[1]
+POSTGRES = ROOT / "scripts" / "postgres.sh"
+WORKERS = 5
+BATCH = 10
+TARGET_PG_RATIO = 1.0
+TARGET_SQLITE_RATE = 5000.0
+
+
+class Meter:
+    """Counts consumed jobs from any thread and reports progress once a second."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.consumed = 0
+        self.put = 0
+        self._lock = threading.Lock()
+        self.started = time.monotonic()
+        self._last = self.started
+
+    def add(self, n: int = 1) -> None:
+        with self._lock:
+            self.consumed += n
+
+    def report(self) -> None:
+        now = time.monotonic()
+        if now - self._last >= 1.0:
+            self._last = now
+            elapsed = now - self.started
+            sys.stderr.write(
+                f"{self.label}: {self.consumed:,} consumed, {self.put:,} put in {elapsed:.0f}s, "
+                f"{self.consumed / elapsed:,.0f} jobs/s\n"
+            )
+            sys.stderr.flush()
+
+
+def result(label: str, meter: Meter, elapsed: float) -> dict[str, Any]:
+    return {
+        "system": label,
+        "consumed": meter.consumed,
+        "put": meter.put,
+        "seconds": round(elapsed, 2),
+        "jobs_per_s": round(meter.consumed / elapsed, 1),
+        "put_per_s": round(meter.put / elapsed, 1),
+    }
+
+
+def run_streamcore(label: str, url: str, seconds: float) -> dict[str, Any]:
+    registry = Registry()
+    meter = Meter(label)
+    registry.register("bench", lambda _payload: meter.add())
+    outbox = Outbox(url, registry=registry, workers=WORKERS, batch_size=BATCH)
+    outbox.create_schema()
+    with outbox.engine.begin() as conn:
+        conn.execute(sa.text(f"DELETE FROM {TABLE}"))
+    stop = threading.Event()
+
+    def enqueue() -> None:
+        n = 0
+        while not stop.is_set():
+            with outbox.engine.begin() as conn:
+                put_many(conn, "bench", [n + i for i in range(BATCH)], registry=registry)
+            n += BATCH
+            meter.put = n
+
+    with outbox:
+        meter.started = time.monotonic()
+        producer = threading.Thread(target=enqueue, name="bench-enqueue")
+        producer.start()
+        deadline = meter.started + seconds
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            meter.report()
+        elapsed = time.monotonic() - meter.started
+        row = result(label, meter, elapsed)
+        stop.set()
+        producer.join()
+    outbox.close()
+    return row
+
+
+async def _pgqueuer(dsn: str, seconds: float, meter: Meter) -> float:
+    import psycopg
+    from pgqueuer import PgQueuer, PsycopgDriver, Queries
+
+    async def connect() -> Any:
+        return await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+
+    setup = Queries(PsycopgDriver(await connect()))
+    if not await setup.has_table("pgqueuer"):
+        await setup.install()
+    await setup.clear_queue()
+    await setup.clear_statistics_log()
+
+    workers = [PgQueuer(PsycopgDriver(await connect())) for _ in range(WORKERS)]
+    for worker in workers:
+
+        @worker.entrypoint("bench")
+        async def noop(job: Any) -> None:
+            meter.add()
+
+    producer = Queries(PsycopgDriver(await connect()))
+    stop = asyncio.Event()
+
+    async def enqueue() -> None:
+        n = 0
+        while not stop.is_set():
+            await producer.enqueue(
+                ["bench"] * BATCH, [str(n + i).encode() for i in range(BATCH)], [0] * BATCH
+            )
+            n += BATCH
+            meter.put = n
+
+    async def timer() -> float:
+        meter.started = time.monotonic()
+        deadline = meter.started + seconds
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+            meter.report()
+        elapsed = time.monotonic() - meter.started
+        stop.set()
+        for worker in workers:
+            worker.shutdown.set()
+        return elapsed
+
+    tasks = [worker.run(batch_size=BATCH) for worker in workers]
+    outcome = await asyncio.gather(timer(), enqueue(), *tasks)
+    await setup.clear_queue()
+    return float(outcome[0])
+
+
+def run_pgqueuer(dsn: str, seconds: float) -> dict[str, Any]:
+    meter = Meter("pgqueuer")
+    elapsed = asyncio.run(_pgqueuer(dsn, seconds, meter))
+    return result("pgqueuer", meter, elapsed)
+
+
+def postgres(command: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(POSTGRES), command], capture_output=True, text=True, timeout=600)
+
+
+def with_postgres(work: Callable[[str], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    started = False
+    if postgres("status").returncode != 0:
+        start = postgres("start")
+        if start.returncode != 0:
+            raise SystemExit(f"outbox_bench: PostgreSQL did not start:\n{start.stdout}{start.stderr}")
+        started = True
+    try:
+        return work(postgres("url").stdout.strip())
+    finally:
+        if started:
+            postgres("stop")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=15.0, help="timer per row (default 15)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument(
+        "--skip-pgqueuer", action="store_true", help="no PgQueuer row (it is not installed)"
+    )
+    args = parser.parse_args(argv)
+    if not args.skip_pgqueuer:
+        try:
+            import pgqueuer  # noqa: F401
+        except ImportError:
+            raise SystemExit(
+                "outbox_bench: PgQueuer is not installed; `make bench` installs the bench group "
+                "(uv pip install --group bench), or pass --skip-pgqueuer"
+            ) from None
+
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="outbox-bench-") as tmp:
+        rows.append(run_streamcore("streamcore sqlite", f"sqlite:///{tmp}/outbox.db", args.seconds))
+
+    def on_postgres(url: str) -> list[dict[str, Any]]:
+        out = [run_streamcore("streamcore postgres", url, args.seconds)]
+        if not args.skip_pgqueuer:
+            dsn = url.replace("postgresql+psycopg://", "postgresql://")
+            out.append(run_pgqueuer(dsn, args.seconds))
+        return out
+
+    rows += with_postgres(on_postgres)
+    by_system = {r["system"]: r for r in rows}
+    pgq = by_system.get("pgqueuer")
+    for row in rows:
+        row["vs_pgqueuer"] = round(row["jobs_per_s"] / pgq["jobs_per_s"], 2) if pgq else None
+    summary = {
+        "shape": {"dequeue_workers": WORKERS, "batch": BATCH, "enqueuers": 1, "seconds": args.seconds},
+        "rows": rows,
+        "targets": {
+            "postgres_vs_pgqueuer": TARGET_PG_RATIO,
+            "sqlite_jobs_per_s": TARGET_SQLITE_RATE,
+            "postgres_met": bool(pgq)
+            and by_system["streamcore postgres"]["vs_pgqueuer"] >= TARGET_PG_RATIO,
+            "sqlite_met": by_system["streamcore sqlite"]["jobs_per_s"] >= TARGET_SQLITE_RATE,
+        },
+    }
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    columns = [
+        Column("system", "left"),
+        Column("consumed", "right"),
+        Column("put", "right"),
+        Column("seconds", "right"),
+        Column("jobs/s", "right"),
+        Column("put/s", "right"),
+        Column("vs PgQueuer", "right"),
+    ]
+    table = [
+        [
+            r["system"],
+            f"{r['consumed']:,}",
+            f"{r['put']:,}",
+            f"{r['seconds']:.1f}",
+            f"{r['jobs_per_s']:,.0f}",
+            f"{r['put_per_s']:,.0f}",
+            f"{r['vs_pgqueuer']:.2f}x" if r["vs_pgqueuer"] is not None else "-",
+        ]
+        for r in rows
+    ]
+    print(f"outbox: {WORKERS} workers x batch {BATCH}, 1 enqueuer x batch {BATCH}, {args.seconds:g} s")
+    print(render_table(columns, table))
+    targets = summary["targets"]
+    print(
+        f"targets: postgres >= {TARGET_PG_RATIO:.1f}x PgQueuer: "
+        f"{'met' if targets['postgres_met'] else 'NOT met'}; sqlite >= {TARGET_SQLITE_RATE:,.0f} "
+        f"jobs/s: {'met' if targets['sqlite_met'] else 'NOT met'}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
