@@ -358,8 +358,11 @@ class SubscribedTailer(CursorTailer):
 
     # -- assignment -----------------------------------------------------------------------------
     def _before_fill(self) -> None:
-        if self.member.due or self.member.stale():
+        if self._assignment_due():
             self._rebalance()
+
+    def _assignment_due(self) -> bool:
+        return self.member.due or self.member.stale()
 
     def read_arrow(self, max_records: int = 65536, timeout: float = 0.0) -> Any:
         self._check_open()

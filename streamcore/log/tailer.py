@@ -108,6 +108,11 @@ class CursorTailer(LogTailer[Any]):
         """Called before each attempt to fetch while no fetched record is left to return; a
         subscribed tailer applies assignment changes here (never in the middle of a batch)."""
 
+    def _assignment_due(self) -> bool:
+        """True when `_before_fill` has assignment changes to apply: `read_batch` then returns
+        what it has instead of fetching more, so a member with a backlog still hands over."""
+        return False
+
     def _wait_fill(self, timeout: float) -> bool:
         self._before_fill()
         if self._fill():
@@ -163,7 +168,7 @@ class CursorTailer(LogTailer[Any]):
             finally:
                 if paused:
                     gc.enable()
-            if len(out) >= max_records or not self._fill():
+            if len(out) >= max_records or self._assignment_due() or not self._fill():
                 return out
 
     def read_arrow(self, max_records: int = 65536, timeout: float = 0.0) -> Any:
