@@ -268,8 +268,9 @@ class StreamProcessor:
         return drained and stopped and not self.failed_computations()
 
     def wait_for_assignments(self, timeout: float = 30.0) -> bool:
-        """True once every partition of every computation's inputs is read by one of its running
-        units and each unit has its fair share (within `timeout` s)."""
+        """True once every running unit has partitions to read (all of them, when a
+        computation has more units than partitions: the extra ones stay idle), within
+        `timeout` s. Units of other processes in the same group take their share too."""
         deadline = time.monotonic() + timeout
         while True:
             if self._assigned():
@@ -283,13 +284,14 @@ class StreamProcessor:
             inputs = self.topology.input_streams(name)
             if not inputs:
                 continue
-            wanted = sum(self.manager.size(s) for s in inputs)
-            held = []
-            for unit in units:
-                tailer = unit.runner.tailer
-                if unit.runner.running and tailer is not None and not tailer.closed:
-                    held.append(len(tailer.assignments))
-            if sum(held) < wanted or (held and min(held) < wanted // len(held)):
+            partitions = sum(self.manager.size(s) for s in inputs)
+            running = [u.runner for u in units if u.runner.running]
+            assigned = sum(
+                1
+                for r in running
+                if r.tailer is not None and not r.tailer.closed and r.tailer.assignments
+            )
+            if assigned < min(len(running), partitions):
                 return False
         return True
 

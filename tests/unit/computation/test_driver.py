@@ -364,3 +364,39 @@ def test_driver_errors() -> None:
     driver.close()
     with pytest.raises(ComputationError, match="closed"):
         driver.pipe(IN, "k", b"x")
+
+
+class Ticker(Computation):
+    """A source: no input, produces one record per second from a timer; the third tick fails."""
+
+    def __init__(self) -> None:
+        super().__init__("ticker", 0, 1)
+        self.ticks = 0
+
+    def init(self, context) -> None:
+        context.set_timer("tick", context.now_ms() + 1000)
+
+    def process_timer(self, context, key, timestamp_ms) -> None:
+        self.ticks += 1
+        context.set_timer("tick", timestamp_ms + 1000)
+        if self.ticks == 3:
+            raise RuntimeError("tick failed")
+        context.produce_record("o1", Record(f"t{self.ticks}", b"", timestamp_ms << 17))
+        context.set_source_low_watermark(timestamp_ms << 17)
+        context.ask_for_checkpoint()
+
+
+def test_a_source_produces_from_timers_and_timer_failures_follow_the_policy() -> None:
+    topology = Topology.builder().add_computation(Ticker, [f"o1:{OUT}"]).build()
+    settings = Settings().set_policy(
+        "ticker", ComputationPolicy.NONE.with_(continue_on_failure=True)
+    )
+    with TopologyTestDriver(topology, settings, start_ms=0) as driver:
+        driver.advance_time(4000)
+        assert [(r.key, r.timestamp) for r in driver.read_output(OUT)] == [
+            ("t1", 1000),
+            ("t2", 2000),
+            ("t4", 4000),
+        ]
+        stats = driver.stats("ticker")
+        assert (stats.timers, stats.failed, stats.skipped) == (4, 1, 0)

@@ -280,7 +280,11 @@ def test_units_share_partitions_and_metrics_endpoint(local_or_memory: LogManager
         deadline = time.monotonic() + 20
         while processor.lag("parse").lag and time.monotonic() < deadline:
             time.sleep(0.02)
-        held = [len(s.runner.tailer.assignments) for s in processor._units["parse"]]
+        while time.monotonic() < deadline:
+            held = [len(s.runner.tailer.assignments) for s in processor._units["parse"]]
+            if sorted(held) == [2, 2]:
+                break
+            time.sleep(0.02)
         assert sorted(held) == [2, 2]
         with urllib.request.urlopen(server.url, timeout=5) as response:
             text = response.read().decode()
@@ -309,3 +313,31 @@ def test_a_processor_starts_once() -> None:
         pytest.raises(ComputationError, match="started already"),
     ):
         processor.start()
+
+
+class Paced(Parse):
+    """Parse, a little slower, so partitions move while records are in flight."""
+
+    def process_record(self, context, input_stream, record) -> None:
+        time.sleep(0.0005)
+        super().process_record(context, input_stream, record)
+
+
+def test_partitions_move_to_a_second_processor_without_loss(local_or_memory: LogManager) -> None:
+    manager = local_or_memory
+    records = [Record.of(f"k{i}", b"x") for i in range(4000)]
+    feed(manager, "app/in", records, 4)
+    topology = Topology.builder().add_computation(Paced, ["i1:app/in", "o1:app/out"]).build()
+    settings = Settings(default_partitions=4, read_batch=50, drain_quiet=0.3)
+    first = StreamProcessor(manager, topology, settings).start()
+    deadline = time.monotonic() + 20
+    while not sum(s.processed for s in first.unit_stats()) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    second = StreamProcessor(manager, topology, settings).start()
+    assert second.wait_for_assignments(20)  # the first gave half of the partitions away
+    assert first.drain_and_stop(60) and second.drain_and_stop(60)
+    assert sum(s.processed for s in second.unit_stats()) > 0
+    keys = [r.key for r in read_all(manager, "app/out")]
+    assert set(keys) == {r.key for r in records}
+    assert len(keys) - len(records) <= 4 * 50  # at most the uncommitted window per partition
+    assert first.lag("parse").lag == 0
