@@ -323,8 +323,7 @@ class Paced(Parse):
         super().process_record(context, input_stream, record)
 
 
-def test_partitions_move_to_a_second_processor_without_loss(local_or_memory: LogManager) -> None:
-    manager = local_or_memory
+def test_partitions_move_to_a_second_processor_without_loss(manager: LogManager) -> None:
     records = [Record.of(f"k{i}", b"x") for i in range(4000)]
     feed(manager, "app/in", records, 4)
     topology = Topology.builder().add_computation(Paced, ["i1:app/in", "o1:app/out"]).build()
