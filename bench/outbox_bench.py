@@ -1,6 +1,9 @@
 """Outbox throughput: put + consume with no-op consumers, on SQLite and PostgreSQL, against
 PgQueuer on the same PostgreSQL server, in one run.
 
+`jobs/CPU-s` divides the jobs by the CPU time the process used in the row: on a machine shared
+with other work, it shows what the code costs when the wall-clock rate shows the contention.
+
 Every row uses PgQueuer's own benchmark shape: for `--seconds` (default 15), one enqueuer puts
 batches of 10 jobs back to back while 5 dequeue workers take batches of 10 and run a no-op
 consumer. The rate is jobs consumed per second over the timer (jobs put are reported too). Both
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -51,7 +55,12 @@ class Meter:
         self.put = 0
         self._lock = threading.Lock()
         self.started = time.monotonic()
+        self.cpu_started = time.process_time()
         self._last = self.started
+
+    def start(self) -> None:
+        self.started = time.monotonic()
+        self.cpu_started = time.process_time()
 
     def add(self, n: int = 1) -> None:
         with self._lock:
@@ -70,6 +79,7 @@ class Meter:
 
 
 def result(label: str, meter: Meter, elapsed: float) -> dict[str, Any]:
+    cpu = time.process_time() - meter.cpu_started
     return {
         "system": label,
         "consumed": meter.consumed,
@@ -77,6 +87,8 @@ def result(label: str, meter: Meter, elapsed: float) -> dict[str, Any]:
         "seconds": round(elapsed, 2),
         "jobs_per_s": round(meter.consumed / elapsed, 1),
         "put_per_s": round(meter.put / elapsed, 1),
+        "cpu_s": round(cpu, 2),
+        "jobs_per_cpu_s": round(meter.consumed / cpu, 1) if cpu else None,
     }
 
 
@@ -99,7 +111,7 @@ def run_streamcore(label: str, url: str, seconds: float) -> dict[str, Any]:
             meter.put = n
 
     with outbox:
-        meter.started = time.monotonic()
+        meter.start()
         producer = threading.Thread(target=enqueue, name="bench-enqueue")
         producer.start()
         deadline = meter.started + seconds
@@ -114,7 +126,7 @@ def run_streamcore(label: str, url: str, seconds: float) -> dict[str, Any]:
     return row
 
 
-async def _pgqueuer(dsn: str, seconds: float, meter: Meter) -> float:
+async def _pgqueuer(dsn: str, seconds: float, meter: Meter) -> dict[str, Any]:
     import psycopg
     from pgqueuer import PgQueuer, PsycopgDriver, Queries
 
@@ -147,27 +159,25 @@ async def _pgqueuer(dsn: str, seconds: float, meter: Meter) -> float:
             meter.put = n
 
     async def timer() -> float:
-        meter.started = time.monotonic()
+        meter.start()
         deadline = meter.started + seconds
         while time.monotonic() < deadline:
             await asyncio.sleep(0.05)
             meter.report()
-        elapsed = time.monotonic() - meter.started
+        row = result("pgqueuer", meter, time.monotonic() - meter.started)
         stop.set()
         for worker in workers:
             worker.shutdown.set()
-        return elapsed
+        return row
 
     tasks = [worker.run(batch_size=BATCH) for worker in workers]
     outcome = await asyncio.gather(timer(), enqueue(), *tasks)
     await setup.clear_queue()
-    return float(outcome[0])
+    return dict(outcome[0])
 
 
 def run_pgqueuer(dsn: str, seconds: float) -> dict[str, Any]:
-    meter = Meter("pgqueuer")
-    elapsed = asyncio.run(_pgqueuer(dsn, seconds, meter))
-    return result("pgqueuer", meter, elapsed)
+    return asyncio.run(_pgqueuer(dsn, seconds, Meter("pgqueuer")))
 
 
 def postgres(command: str) -> subprocess.CompletedProcess[str]:
@@ -179,7 +189,9 @@ def with_postgres(work: Callable[[str], list[dict[str, Any]]]) -> list[dict[str,
     if postgres("status").returncode != 0:
         start = postgres("start")
         if start.returncode != 0:
-            raise SystemExit(f"outbox_bench: PostgreSQL did not start:\n{start.stdout}{start.stderr}")
+            raise SystemExit(
+                f"outbox_bench: PostgreSQL did not start:\n{start.stdout}{start.stderr}"
+            )
         started = True
     try:
         return work(postgres("url").stdout.strip())
@@ -222,7 +234,14 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         row["vs_pgqueuer"] = round(row["jobs_per_s"] / pgq["jobs_per_s"], 2) if pgq else None
     summary = {
-        "shape": {"dequeue_workers": WORKERS, "batch": BATCH, "enqueuers": 1, "seconds": args.seconds},
+        "shape": {
+            "dequeue_workers": WORKERS,
+            "batch": BATCH,
+            "enqueuers": 1,
+            "seconds": args.seconds,
+        },
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "cpus": os.cpu_count(),
         "rows": rows,
         "targets": {
             "postgres_vs_pgqueuer": TARGET_PG_RATIO,
@@ -243,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
         Column("jobs/s", "right"),
         Column("put/s", "right"),
         Column("vs PgQueuer", "right"),
+        Column("CPU s", "right"),
+        Column("jobs/CPU-s", "right"),
     ]
     table = [
         [
@@ -253,10 +274,16 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['jobs_per_s']:,.0f}",
             f"{r['put_per_s']:,.0f}",
             f"{r['vs_pgqueuer']:.2f}x" if r["vs_pgqueuer"] is not None else "-",
+            f"{r['cpu_s']:.1f}",
+            f"{r['jobs_per_cpu_s']:,.0f}" if r["jobs_per_cpu_s"] else "-",
         ]
         for r in rows
     ]
-    print(f"outbox: {WORKERS} workers x batch {BATCH}, 1 enqueuer x batch {BATCH}, {args.seconds:g} s")
+    load = ", ".join(f"{x:.1f}" for x in summary["load_average"])
+    print(
+        f"outbox: {WORKERS} workers x batch {BATCH}, 1 enqueuer x batch {BATCH}, "
+        f"{args.seconds:g} s per row; load average {load} on {summary['cpus']} CPUs"
+    )
     print(render_table(columns, table))
     targets = summary["targets"]
     print(

@@ -3,7 +3,6 @@ the watcher's eye, and report the outcome (never raises what the consumer raised
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -30,15 +29,16 @@ def execute(spec: QueueSpec, job: Job, watcher: ExecutionWatcher | None = None) 
     """Run `job` with the consumer of `spec` in the calling thread."""
     if spec.consumer is None:
         raise RuntimeError(f"queue {spec.name} has no consumer in this process")
-    tracking = (
-        watcher.track(spec.name, job.id, spec.max_execute_time)
-        if watcher is not None
-        else contextlib.nullcontext()
-    )
     try:
         payload = spec.codec.decode(job.payload)
-        with tracking:
+        if watcher is None:
             result = spec.consumer(payload)
+        else:
+            watcher.begin(spec.name, job.id, spec.max_execute_time)
+            try:
+                result = spec.consumer(payload)
+            finally:
+                watcher.end()
     except Exception as exc:
         logger.info(
             "outbox: job %s of queue %s failed (try %d): %s: %s",

@@ -8,13 +8,11 @@ hands it to another worker.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 logger = logging.getLogger(__name__)
@@ -35,32 +33,28 @@ class ExecutionWatcher(threading.Thread):
         self.interval = interval
         self.overdue = 0
         self._running: dict[int, _Running] = {}
-        self._lock = threading.Lock()
         self._stop_event = threading.Event()
 
-    @contextlib.contextmanager
-    def track(self, queue: str, job_id: str, limit: float) -> Iterator[None]:
-        """Watch the calling thread while it runs job `job_id`."""
-        ident = threading.get_ident()
-        with self._lock:
-            self._running[ident] = _Running(queue, job_id, time.monotonic(), limit)
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._running.pop(ident, None)
+    def begin(self, queue: str, job_id: str, limit: float) -> None:
+        """The calling thread starts running job `job_id` (one job per thread at a time).
+
+        No lock: a dict item assignment or pop is atomic, and `check` copies the items first."""
+        self._running[threading.get_ident()] = _Running(queue, job_id, time.monotonic(), limit)
+
+    def end(self) -> None:
+        """The calling thread finished its job."""
+        self._running.pop(threading.get_ident(), None)
 
     def check(self) -> int:
         """Log the stack of every newly overdue job; returns how many were reported."""
         now = time.monotonic()
-        with self._lock:
-            late = [
-                (ident, run)
-                for ident, run in self._running.items()
-                if not run.reported and now - run.started > run.limit
-            ]
-            for _, run in late:
-                run.reported = True
+        late = [
+            (ident, run)
+            for ident, run in list(self._running.items())
+            if not run.reported and now - run.started > run.limit
+        ]
+        for _, run in late:
+            run.reported = True
         if not late:
             return 0
         frames = sys._current_frames()
