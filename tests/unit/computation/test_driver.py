@@ -376,6 +376,9 @@ class Ticker(Computation):
     def init(self, context) -> None:
         context.set_timer("tick", context.now_ms() + 1000)
 
+    def process_record(self, context, input_stream, record) -> None:
+        raise AssertionError("a source reads no record")
+
     def process_timer(self, context, key, timestamp_ms) -> None:
         self.ticks += 1
         context.set_timer("tick", timestamp_ms + 1000)
