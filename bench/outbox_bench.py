@@ -122,6 +122,8 @@ def run_streamcore(label: str, url: str, seconds: float) -> dict[str, Any]:
         row = result(label, meter, elapsed)
         stop.set()
         producer.join()
+    with outbox.engine.begin() as conn:
+        conn.execute(sa.text(f"DELETE FROM {TABLE}"))
     outbox.close()
     return row
 

@@ -14,7 +14,7 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 
-from streamcore.cli import admin, avrofile, copy, demo, lag, position, read, run
+from streamcore.cli import admin, avrofile, copy, demo, lag, outbox, position, read, run
 from streamcore.cli.context import Context, UsageError, global_options, load_cli_config
 from streamcore.errors import InvalidNameError, LogNotFoundError, StreamcoreError
 
@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     avrofile.register(sub)
     demo.register(sub)
     run.register(sub)
+    outbox.register(sub)
     return parser
 
 
