@@ -19,6 +19,7 @@ help:
 	@echo "make lint   - ruff lint and format check"
 	@echo "make jars   - fetch the JVM jars (Delta, Spark Kafka source, Kafka broker) from Maven Central"
 	@echo "make kafka  - start the local single-node Kafka broker on 127.0.0.1:9092 (kafka-stop, kafka-status)"
+	@echo "make postgres - start the local PostgreSQL server on 127.0.0.1:55432 for the outbox (postgres-stop, postgres-status)"
 
 $(STAMP): pyproject.toml
 	PYTHON=$(PYTHON) scripts/bootstrap.sh $(STAMP)
@@ -45,6 +46,8 @@ bench: $(STAMP) $(JARS_STAMP)
 	$(BIN)/python bench/codec_bench.py
 	$(BIN)/python bench/backend_bench.py
 	$(BIN)/python bench/topology_bench.py
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --group bench
+	$(BIN)/python bench/outbox_bench.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -64,6 +67,18 @@ kafka-stop:
 
 kafka-status:
 	@scripts/kafka.sh status || true
+
+# PostgreSQL from Debian's packages (installed when missing) on 127.0.0.1, data in
+# .cache/postgres/; STREAMCORE_POSTGRES_PORT (55432) overrides. `scripts/postgres.sh url`.
+.PHONY: postgres postgres-stop postgres-status
+postgres:
+	@scripts/postgres.sh start
+
+postgres-stop:
+	@scripts/postgres.sh stop
+
+postgres-status:
+	@scripts/postgres.sh status || true
 
 airflow: $(STAMP)
 	@echo "make airflow: the Airflow set-up (airflow standalone on 127.0.0.1:8080) arrives with issue 6;" >&2
