@@ -196,6 +196,7 @@ class ComputationRunner(RebalanceListener):
         self.context = UnitContext(self, names)
         self._window: list[list[LogRecord[Any]]] = []  # read batches not committed yet
         self._window_positions: dict[Any, int] = {}
+        self._touched: set[Any] = set()  # partitions read since the last checkpoint
         self._committed_watermark = 0
         self._rewind = False
         self._stop_requested = False
@@ -242,6 +243,7 @@ class ComputationRunner(RebalanceListener):
         self.context._clear()
         self._window.clear()
         self._window_positions.clear()
+        self._touched.clear()
         self.tailer.to_last_committed()
         self.computation.init(self.context)
 
@@ -269,6 +271,7 @@ class ComputationRunner(RebalanceListener):
         process = self.computation.process_record
         journal = context._journal
         inputs = self._inputs
+        touched = self._touched
         partition = None
         stream: InputStream = None  # type: ignore[assignment]
         decode: Callable[[bytes], Record] = None  # type: ignore[assignment]
@@ -282,6 +285,7 @@ class ComputationRunner(RebalanceListener):
             index += 1
             if rec.partition is not partition:  # batches come in runs of one partition
                 partition = rec.partition
+                touched.add(partition)
                 stream = inputs[partition.name]
                 decode, logical, read_filter = stream.decode, stream.logical, stream.filter
             try:
@@ -528,7 +532,7 @@ class ComputationRunner(RebalanceListener):
                 self._append_outputs(low)
                 if tailer is not None:
                     if positions is None:
-                        tailer.commit()
+                        self._commit_touched(tailer)
                     else:
                         assigned = set(tailer.assignments)
                         for partition, offset in positions.items():
@@ -560,9 +564,24 @@ class ComputationRunner(RebalanceListener):
         self._committed_watermark = low
         self._window.clear()
         self._window_positions.clear()
+        self._touched.clear()
         if not full:
-            self._window.append(batch[upto + 1 :])  # type: ignore[index]
+            rest = batch[upto + 1 :]  # type: ignore[index]
+            self._window.append(rest)
+            self._touched.update(_partitions_of(rest))
         return True
+
+    def _commit_touched(self, tailer: LogTailer[Any]) -> None:
+        """Commit the read position of the partitions read since the last checkpoint (all of
+        them in one call when that is every assigned partition)."""
+        assigned = tailer.assignments
+        touched = self._touched
+        if len(touched) >= len(assigned):
+            tailer.commit()
+            return
+        for partition in assigned:
+            if partition in touched:
+                tailer.commit_partition(partition)
 
     def _append_outputs(self, low_watermark: int) -> None:
         """Append every buffered record; each stream's buffer is emptied once appended, so a
@@ -622,6 +641,17 @@ def _fold_positions(batches: list[list[LogRecord[Any]]], into: dict[Any, int]) -
             previous = rec
         if previous is not None:
             into[previous.partition] = previous.offset + 1
+
+
+def _partitions_of(batch: list[LogRecord[Any]]) -> list[Any]:
+    """The partitions of a batch's records (which come in runs of one partition)."""
+    out: list[Any] = []
+    last = None
+    for rec in batch:
+        if rec.partition is not last:
+            last = rec.partition
+            out.append(last)
+    return out
 
 
 def _what(rec: LogRecord[Any] | None, timer: tuple[str, int] | None) -> str:

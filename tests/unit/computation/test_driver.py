@@ -403,3 +403,14 @@ def test_a_source_produces_from_timers_and_timer_failures_follow_the_policy() ->
         ]
         stats = driver.stats("ticker")
         assert (stats.timers, stats.failed, stats.skipped) == (4, 1, 0)
+
+
+def test_checkpoint_in_the_middle_of_a_read_batch_commits_up_to_the_ask() -> None:
+    with batch_driver(ComputationPolicy(batch_capacity=3, batch_threshold=5.0)) as driver:
+        driver.pipe_records("app/left", [Record.of(f"k{i}", b"%d" % i) for i in range(7)])
+        assert [r.data for r in driver.read_output(OUT)] == [b"0,1,2", b"3,4,5"]
+        lag = driver.lag("collect")
+        assert (lag.pos, lag.lag) == (6, 1)  # k6 is buffered in the batch, not committed
+        driver.advance_time(5000)
+        assert [r.data for r in driver.read_output(OUT)] == [b"6"]
+        assert driver.lag("collect").lag == 0
