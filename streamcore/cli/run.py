@@ -103,7 +103,7 @@ def run_run(ctx: Context) -> int:
     previous = {
         sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)
     }
-    processor = StreamProcessor(ctx.manager, topology, settings)
+    processor = StreamProcessor(ctx.manager, topology, settings, health_delay=args.health_delay)
     server = None
     started = time.monotonic()
     drained = False
@@ -228,6 +228,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--metrics-port", type=int, help="serve /metrics and /health on this port")
     p.add_argument("--metrics-host", default="127.0.0.1", help="address to serve metrics on")
+    p.add_argument(
+        "--health-delay",
+        type=float,
+        default=36 * 3600.0,
+        metavar="SECONDS",
+        help="/health turns 503 this long after a computation terminated (default 36 h)",
+    )
     p.add_argument("--timeout", type=float, help="stop after this many seconds")
     p.add_argument(
         "--stop-timeout", type=float, default=30.0, help="seconds to wait for units to stop"

@@ -195,7 +195,7 @@ class StreamProcessor:
                 if runner.step(timeout) == 0 and tailer is None:
                     unit.stop_event.wait(timeout or _READ_TIMEOUT)
         except Exception as exc:
-            runner._terminate(exc, "the unit crashed")
+            runner.terminate(exc, "the unit crashed")
         finally:
             try:
                 runner.close()

@@ -483,7 +483,7 @@ class ComputationRunner(RebalanceListener):
                 len(items),
             )
             return True
-        self._terminate(failure, f"{what} failed after {attempts} attempts")
+        self.terminate(failure, f"{what} failed after {attempts} attempts")
         return False
 
     def _undecodable(self, rec: LogRecord[Any], stream: InputStream, failure: CodecError) -> bool:
@@ -491,7 +491,8 @@ class ComputationRunner(RebalanceListener):
         record = Record(rec.key, bytes(rec.message))
         return self._fallback(failure, 1, rec, stream, record, undecodable=True)
 
-    def _terminate(self, failure: BaseException, what: str) -> None:
+    def terminate(self, failure: BaseException, what: str) -> None:
+        """End the unit after a failure it cannot recover from (nothing more is committed)."""
         stats = self.stats
         stats.state = TERMINATED
         stats.failure = f"{what}: {type(failure).__name__}: {failure}"
@@ -542,7 +543,7 @@ class ComputationRunner(RebalanceListener):
             except Exception as exc:
                 self.stats.checkpoint_failures += 1
                 if attempt >= self._checkpoint_retries:
-                    self._terminate(
+                    self.terminate(
                         CheckpointError(f"{type(exc).__name__}: {exc}"),
                         f"checkpoint failed {attempt + 1} times",
                     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from streamcore.cli.main import main
 from streamcore.codecs import get_codec
 from streamcore.log import open_log_manager
 from streamcore.record import Record
@@ -128,10 +130,21 @@ def test_sigkill_mid_batch_then_restart_loses_nothing(app: Path) -> None:
     assert "copy" in out and "drained" in out
 
 
-def test_sigterm_checkpoints_and_exits_0(app: Path) -> None:
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_sigterm_checkpoints_and_exits_0(app: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ledger = app / "ledger.txt"
-    process = start(app)
+    port = free_port()
+    process = start(app, "--metrics-port", str(port))
     wait_for_lines(ledger, 200, process)
+    assert main(["metrics", "--port", str(port)]) == 0
+    scraped = capsys.readouterr().out
+    assert 'streamcore_computation_running_units{computation="copy"} 1.0' in scraped
+    assert 'streamcore_computation_processed_total{computation="copy"}' in scraped
     process.send_signal(signal.SIGTERM)
     out, err = process.communicate(timeout=30)
     assert process.returncode == 0, err
