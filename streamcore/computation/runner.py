@@ -293,6 +293,8 @@ class ComputationRunner(RebalanceListener):
             except CodecError as exc:
                 if not self._undecodable(rec, stream, exc):
                     break
+                context._signal &= ~_ASK  # dead-lettered or skipped: checkpoint up to here
+                asked, asked_mark = index, len(journal)
                 continue
             if read_filter is not None:
                 record = read_filter.after_read(record, LogOffset(partition, rec.offset))

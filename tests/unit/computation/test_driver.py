@@ -179,6 +179,10 @@ def test_undecodable_bytes_are_dead_lettered_without_retries() -> None:
         assert letter.undecodable and letter.record.data == b"\x00not a record"
         assert letter.error_type == "CodecError" and letter.attempts == 1
         assert driver.stats("upper").retried == 0
+        driver.manager.appender(IN).append("k3", b"\x00garbage, last of its batch")
+        driver.advance_time(0)
+        assert [r.key for r in driver.read_dlq(DLQ)] == ["k3"]
+        assert driver.lag("upper").lag == 0
 
 
 def test_poison_pill_checkpoints_and_stops() -> None:
