@@ -107,10 +107,6 @@ class Registry:
         """Register a queue this process only puts to (no consumer here)."""
         return self.register(queue, None, **options)
 
-    def unregister(self, queue: str) -> None:
-        with self._lock:
-            self._specs.pop(queue, None)
-
     def get(self, queue: str) -> QueueSpec:
         spec = self._specs.get(queue)
         if spec is None:
@@ -126,9 +122,6 @@ class Registry:
     def consumed(self) -> list[QueueSpec]:
         """Queues with a consumer in this process, by name."""
         return sorted((s for s in self._specs.values() if s.consumer), key=lambda s: s.name)
-
-    def names(self) -> list[str]:
-        return sorted(self._specs)
 
 
 default_registry = Registry()

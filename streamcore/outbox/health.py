@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import sqlalchemy as sa
 
@@ -26,9 +25,6 @@ class Health:
     healthy: bool
     reason: str
     stale_errors: dict[str, int] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"healthy": self.healthy, "reason": self.reason, "stale_errors": self.stale_errors}
 
 
 def stale_errors(

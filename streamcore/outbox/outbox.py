@@ -119,7 +119,6 @@ class Outbox:
             poll_interval=self.poll_interval,
             watcher=self.watcher,
             counters=self.counters,
-            on_error=lambda: None,
         )
         self._poller = RetryPoller(
             self.engine,

@@ -12,7 +12,6 @@ import collections
 import logging
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
@@ -80,7 +79,6 @@ class WorkerPool:
         poll_interval: float,
         watcher: ExecutionWatcher,
         counters: Counters,
-        on_error: Callable[[], None],
     ) -> None:
         self.engine = engine
         self.registry = registry
@@ -88,7 +86,6 @@ class WorkerPool:
         self.poll_interval = poll_interval
         self.watcher = watcher
         self.counters = counters
-        self.on_error = on_error
         self.wakeup = Wakeup()
         self._stopping = threading.Event()
         self._threads = [
@@ -195,4 +192,3 @@ class WorkerPool:
                 time.sleep(min(2**attempt * 0.1, 5.0))
         if failed is not None:
             self.counters.add(queue, "error")
-            self.on_error()

@@ -69,12 +69,6 @@ class RelayConsumer:
         offset = self.appender().append(key, self.to_message(key, payload))
         return str(offset)
 
-    def close(self) -> None:
-        with self._lock:
-            if self._appender is not None:
-                self._appender.close()
-                self._appender = None
-
 
 def relay(
     queue: str,

@@ -180,12 +180,3 @@ def oldest_error(conn: sa.Connection, queue: str) -> int | None:
         .order_by(jobs.c.error_ms, jobs.c.seq)
         .limit(1)
     ).scalar()
-
-
-def oldest_init(conn: sa.Connection, queue: str) -> int | None:
-    return conn.execute(
-        sa.select(jobs.c.seq)
-        .where(jobs.c.queue == queue, jobs.c.status == INIT)
-        .order_by(jobs.c.seq)
-        .limit(1)
-    ).scalar()
