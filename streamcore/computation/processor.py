@@ -197,17 +197,18 @@ class StreamProcessor:
         except Exception as exc:
             runner.terminate(exc, "the unit crashed")
         finally:
+            if runner.stats.state == TERMINATED:
+                # The whole computation stops (before this unit's partitions move to them).
+                for sibling in self._units.get(runner.name, ()):
+                    if sibling is not unit:
+                        sibling.runner.request_stop()
+                        sibling.stop_event.set()
             try:
                 runner.close()
             except Exception:
                 logger.exception(
                     "closing unit %d of computation %s failed", runner.unit, runner.name
                 )
-        if runner.stats.state == TERMINATED:
-            for sibling in self._units.get(runner.name, ()):
-                if sibling is not unit:
-                    sibling.runner.request_stop()
-                    sibling.stop_event.set()
 
     # -- stopping -------------------------------------------------------------------------------
     def _all_units(self) -> list[_Unit]:
