@@ -58,7 +58,12 @@ install_server() {
   fi
 }
 
-as_user() { runuser -u "$(os_user)" -- "$@"; }
+# As root, run the server as $(os_user); as anyone else, as that user.
+run_as=()
+if [[ "$(id -u)" == 0 ]]; then run_as=(runuser -u "$(os_user)" --); fi
+as_user() { "${run_as[@]}" "$@"; }
+
+own() { if [[ "$(id -u)" == 0 ]]; then chown "$(os_user)" "$@"; fi; }
 
 running() { [[ -n "${bin:-}" ]] && "$bin/pg_isready" -q -h 127.0.0.1 -p "$port" -t 2; }
 
@@ -74,9 +79,13 @@ tail_log() {
 init_cluster() {
   local user
   user="$(os_user)"
-  id "$user" >/dev/null 2>&1 || fail "OS user $user does not exist; set STREAMCORE_POSTGRES_USER to a non-root user"
+  if [[ "$(id -u)" == 0 ]]; then
+    id "$user" >/dev/null 2>&1 || fail "OS user $user does not exist; set STREAMCORE_POSTGRES_USER to a non-root user"
+  else
+    user="$(id -un)"
+  fi
   mkdir -p "$home" "$socket_dir"
-  chown "$user" "$home" "$socket_dir"
+  own "$home" "$socket_dir"
   if [[ ! -f "$data/PG_VERSION" ]]; then
     say "initialising the cluster in $data (as OS user $user)"
     rm -rf "$data"
@@ -104,9 +113,9 @@ start() {
   fi
   init_cluster
   say "starting on 127.0.0.1:$port (log: $log_file)"
-  touch "$log_file" && chown "$(os_user)" "$log_file"
+  touch "$log_file" && own "$log_file"
   # setsid: the server survives the shell (and make, and pytest) that started it.
-  if ! setsid runuser -u "$(os_user)" -- "$bin/pg_ctl" -D "$data" -l "$log_file" -w \
+  if ! setsid "${run_as[@]}" "$bin/pg_ctl" -D "$data" -l "$log_file" -w \
     -t "$start_timeout" -o "-p $port" start </dev/null >"$home/pg_ctl.log" 2>&1; then
     cat "$home/pg_ctl.log" >&2
     tail_log
