@@ -216,3 +216,66 @@ def read_delta(table: Path, columns: list[str] | None = None) -> pa.Table:
 
 def latest_delta_version(table: Path) -> int:
     return max(int(p.stem) for p in (table / "_delta_log").glob("*.json"))
+
+
+def log_documents(streamcore_home: Path, stream: str = "import/docs") -> list[dict[str, Any]]:
+    """Every Document in `stream`, decoded by streamcore's own codecs (Record envelope, then the
+    Avro single-object payload): what the producer wrote, independently of Spark."""
+    from streamcore.codecs import get_codec
+    from streamcore.config import LogDefaults, StreamcoreConfig
+    from streamcore.log.api import LogPartition
+    from streamcore.log.local.manager import LocalLogManager
+
+    config = StreamcoreConfig(home=streamcore_home, log=LogDefaults())
+    envelope = get_codec("avro", config=config)
+    document = get_codec("avro", "org.streamcore.importer.Document", config=config)
+    manager = LocalLogManager(config=config)
+    docs = []
+    try:
+        for partition, end in enumerate(manager.end_offsets(stream)):
+            for offset in range(end):
+                found = manager.record_at(LogPartition.of(stream, partition), offset)
+                assert found is not None, f"{stream}-{partition}:{offset} is missing"
+                record = envelope.decode(found[1])
+                doc = document.decode(record.data)
+                assert record.key == doc["id"], (record.key, doc["id"])
+                docs.append(doc)
+    finally:
+        manager.close()
+    return docs
+
+
+def group_positions(streamcore_home: Path, group: str, stream: str = "import/docs") -> list[Any]:
+    from streamcore.config import LogDefaults, StreamcoreConfig
+    from streamcore.log.local.manager import LocalLogManager
+
+    manager = LocalLogManager(config=StreamcoreConfig(home=streamcore_home, log=LogDefaults()))
+    try:
+        return [manager.committed(stream, group), manager.end_offsets(stream)]
+    finally:
+        manager.close()
+
+
+def assert_imported(streamcore_home: Path, consumed: dict[str, Any]) -> None:
+    """The Delta `repository` table, read without Spark, holds exactly the documents of the log
+    (ids and titles), once each; the quarantine has the rest; the group's positions reached the
+    end; the summary's counts and version are the table's."""
+    docs = log_documents(streamcore_home)
+    assert docs, "the producer wrote nothing"
+    table = read_delta(streamcore_home / "delta" / "repository", ["id", "title"])
+    ids = table.column("id").to_pylist()
+    assert len(ids) == len(set(ids)), "duplicate ids in repository"
+    quarantined: set[str] = set()
+    if consumed["quarantined"]:
+        q = read_delta(streamcore_home / "delta" / "quarantine")
+        quarantined = {i for i in q.column("id").to_pylist() if i is not None}
+    assert set(ids) | quarantined == {d["id"] for d in docs}
+    assert len(ids) == consumed["imported"]
+    assert consumed["read"] == len(docs) == consumed["imported"] + consumed["quarantined"]
+    titles = dict(zip(ids, table.column("title").to_pylist(), strict=True))
+    assert all(titles[d["id"]] == d["title"] for d in docs if d["id"] in titles)
+    assert consumed["delta_version"] == latest_delta_version(
+        streamcore_home / "delta" / "repository"
+    )
+    committed, end = group_positions(streamcore_home, "import/repository")
+    assert committed == end, f"positions {committed} did not reach the end {end}"
