@@ -53,6 +53,9 @@ class DslComputation(Computation):
         self._logical = {stream: f"o{i}" for i, stream in enumerate(segment.outputs, 1)}
         self._decode = segment.codec.decode
         self._root = _fan_out([self._compile(child) for child in segment.root.children])
+        log.debug(
+            "DSL computation %s: %s -> %s", segment.name, segment.source, ", ".join(segment.outputs)
+        )
 
     @classmethod
     def supplier(cls, segment: Segment) -> Callable[[], DslComputation]:

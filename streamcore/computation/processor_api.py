@@ -260,6 +260,13 @@ class ProcessorComputation(Computation):
         due = timestamp_ms + self._interval_ms
         if due <= now:  # late (a long pause): skip the missed firings instead of bursting
             due = now + self._interval_ms - (now - timestamp_ms) % self._interval_ms
+            log.info(
+                "processor %s: punctuation due at %d ran at %d; skipping the %d missed firing(s)",
+                self.metadata.name,
+                timestamp_ms,
+                now,
+                (now - timestamp_ms) // self._interval_ms,
+            )
         context.set_timer(PUNCTUATE_TIMER, due)
 
     def destroy(self) -> None:

@@ -158,7 +158,7 @@ def test_per_stream_codecs():
     driver.close()
 
 
-def test_schedule_calls_punctuate_on_the_clock_without_repeating_missed_firings():
+def test_schedule_calls_punctuate_on_the_clock_without_repeating_missed_firings(caplog):
     class Ticker(Recorder):
         def init(self, context) -> None:
             super().init(context)
@@ -173,8 +173,10 @@ def test_schedule_calls_punctuate_on_the_clock_without_repeating_missed_firings(
     first = proc.punctuations[0]
     driver.advance_time(1000)
     assert proc.punctuations == [first, first + 1000]
+    caplog.set_level("INFO", logger="streamcore.computation.processor_api")
     driver.advance_time(3500)  # one late firing, then back on the 1 s grid
     assert proc.punctuations == [first, first + 1000, first + 2000]
+    assert "skipping the 3 missed firing(s)" in caplog.text
     driver.advance_time(500)
     assert proc.punctuations[-1] == first + 5000
     ticks = [json.loads(r.data)["at"] for r in driver.read_output("app/a")]
