@@ -227,11 +227,7 @@ class ProcessorComputation(Computation):
 
     def schedule(self, context: ComputationContext, interval_ms: int) -> None:
         self._interval_ms = interval_ms
-        context.set_timer(PUNCTUATE_TIMER, self._now_ms(context) + interval_ms)
-
-    @staticmethod
-    def _now_ms(context: ComputationContext) -> int:
-        return context.now_ms()
+        context.set_timer(PUNCTUATE_TIMER, context.now_ms() + interval_ms)
 
     def process_record(
         self, context: ComputationContext, input_stream: str, record: Record
@@ -240,7 +236,11 @@ class ProcessorComputation(Computation):
             return
         assert self._context is not None
         stream, decode = self._input[input_stream]
-        value = decode(record.data)
+        try:
+            value = decode(record.data)
+        except Exception as exc:
+            exc.add_note(f"decoding a value of {stream!r} (processor {self.metadata.name})")
+            raise
         pctx = self._context
         pctx._record, pctx._stream = record, stream
         try:
@@ -256,7 +256,7 @@ class ProcessorComputation(Computation):
         self._processor.punctuate(timestamp_ms)
         if self._auto_commit:
             context.ask_for_checkpoint()
-        now = self._now_ms(context)
+        now = context.now_ms()
         due = timestamp_ms + self._interval_ms
         if due <= now:  # late (a long pause): skip the missed firings instead of bursting
             due = now + self._interval_ms - (now - timestamp_ms) % self._interval_ms
