@@ -28,7 +28,9 @@ WORKER = textwrap.dedent(
     url, marker = sys.argv[1], Path(sys.argv[2])
 
     def consumer(payload):
-        marker.write_text(str(payload))
+        partial = marker.with_suffix(".tmp")
+        partial.write_text(str(payload))
+        partial.replace(marker)  # atomic: the test never sees a half-written marker
         time.sleep(120)  # killed long before this ends
 
     registry = Registry()
