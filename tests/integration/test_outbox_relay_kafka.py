@@ -45,6 +45,7 @@ class PrivateBroker:
             "STREAMCORE_KAFKA_PORT": str(free_port()),
             "STREAMCORE_KAFKA_CONTROLLER_PORT": str(free_port()),
             "STREAMCORE_KAFKA_HOME": str(home),
+            "STREAMCORE_KAFKA_START_TIMEOUT": "120",  # a loaded CI machine starts it slowly
         }
         self.address = f"127.0.0.1:{self.env['STREAMCORE_KAFKA_PORT']}"
 
