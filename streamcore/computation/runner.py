@@ -609,6 +609,7 @@ class ComputationRunner(RebalanceListener):
                     record.watermark = low_watermark
             if items:
                 out.appender.append_batch(items)
+                self.stats.last_activity = time.monotonic()
             self.stats.produced += len(items)
             out.buffer.clear()
         self.context._journal.clear()
