@@ -340,3 +340,32 @@ def test_partitions_move_to_a_second_processor_without_loss(manager: LogManager)
     assert set(keys) == {r.key for r in records}
     assert len(keys) - len(records) <= 4 * 50  # at most the uncommitted window per partition
     assert first.lag("parse").lag == 0
+
+
+class Emit(Computation):
+    """A source: five records, one every 50 ms, from a timer."""
+
+    def __init__(self) -> None:
+        super().__init__("emit", 0, 1)
+        self.sent = 0
+
+    def init(self, context) -> None:
+        context.set_timer("next", context.now_ms() + 50)
+
+    def process_record(self, context, input_stream, record) -> None:
+        raise AssertionError("a source reads no record")
+
+    def process_timer(self, context, key, timestamp_ms) -> None:
+        self.sent += 1
+        context.produce_record("o1", f"e{self.sent}", b"")
+        context.ask_for_checkpoint()
+        if self.sent < 5:
+            context.set_timer("next", timestamp_ms + 50)
+
+
+def test_a_source_drains_once_it_stops_producing(local_or_memory: LogManager) -> None:
+    manager = local_or_memory
+    topology = Topology.builder().add_computation(Emit, ["o1:app/out"]).build()
+    processor = StreamProcessor(manager, topology, Settings(drain_quiet=0.2)).start()
+    assert processor.drain_and_stop(20)
+    assert [r.key for r in read_all(manager, "app/out")] == [f"e{i}" for i in range(1, 6)]
