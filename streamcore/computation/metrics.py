@@ -47,7 +47,7 @@ COUNTERS = (
     ("skipped", "failed records skipped by the policy"),
     ("dead_lettered", "failed records appended to the dead-letter stream"),
     ("timers", "timers fired"),
-    ("produced", "records appended to output streams at checkpoints"),
+    ("produced", "records appended to output and dead-letter streams at checkpoints"),
     ("checkpoints", "checkpoints taken"),
     ("checkpoint_failures", "failed checkpoint attempts"),
 )

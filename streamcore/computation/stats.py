@@ -63,7 +63,7 @@ class UnitStats:
         self.skipped = 0
         self.dead_lettered = 0
         self.timers = 0
-        self.produced = 0  # records appended to output streams at checkpoints
+        self.produced = 0  # records appended to output and dead-letter streams
         self.checkpoints = 0
         self.checkpoint_failures = 0
         self.bucket_counts = [0] * (len(BUCKETS) + 1)
