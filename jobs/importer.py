@@ -37,6 +37,7 @@ from streamcore.names import Name
 logger = logging.getLogger("jobs.importer")
 
 DOCUMENT_SCHEMA = "org.streamcore.importer.Document"
+DECODES = f"payload decodes as {DOCUMENT_SCHEMA}"  # the failure of undecodable rows
 FAULT_ENV = "STREAMCORE_FAULT"
 _TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _FORMATS = ("jsonl", "csv", "parquet", "avro")
@@ -60,7 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
     produce.add_argument("--path", help="file or folder of files (--source files)")
     produce.add_argument("--format", choices=_FORMATS, help="default: from the file extension")
     produce.add_argument("--count", type=int, default=1000, help="random documents to generate")
-    produce.add_argument("--partitions", type=int, default=4, help="partitions of the stream")
+    produce.add_argument(
+        "--partitions",
+        type=int,
+        help="partitions of the stream when it is created (default 4; an existing stream keeps "
+        "its size)",
+    )
     produce.add_argument("--avg-blob-size", type=int, default=1024, help="mean blob size (bytes)")
     produce.add_argument("--seed", type=int, default=0, help="random seed (reproducible runs)")
 
@@ -104,7 +110,7 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
                     args.format = detect_format(args.path)
                 except StreamcoreError as exc:
                     parser.error(str(exc))
-        if not 1 <= args.partitions <= 1000:
+        if args.partitions is not None and not 1 <= args.partitions <= 1000:
             parser.error(f"--partitions must be 1..1000, got {args.partitions}")
         if args.avg_blob_size < 0:
             parser.error(f"--avg-blob-size must be >= 0 bytes, got {args.avg_blob_size}")
@@ -142,7 +148,10 @@ def produce(args: argparse.Namespace) -> dict[str, Any]:
     stream = Name.of(args.stream)
     spark = build_session("importer-produce", args.master)
     try:
-        manager.create(stream, args.partitions)
+        if not manager.exists(stream):
+            manager.create(stream, args.partitions or 4)
+        elif args.partitions is not None:
+            manager.create(stream, args.partitions)  # LogExistsError if the sizes differ
         partitions = manager.size(stream)
         if args.source == "random":
             docs = random_documents(
@@ -187,7 +196,13 @@ def consume(args: argparse.Namespace) -> dict[str, Any]:
 
     from jobs.spark.avro import decode_payload
     from jobs.spark.delta_sink import DeltaBatchSink, commit_positions, plan_batch
-    from jobs.spark.expectations import failed_expectations, load_suite
+    from jobs.spark.expectations import (
+        any_failure,
+        failed_expectations,
+        failure_counts,
+        load_suite,
+    )
+    from jobs.spark.phases import Phases
     from jobs.spark.quarantine import quarantine_rows, write_quarantine
     from jobs.spark.repository import upsert_documents
     from jobs.spark.session import build_session
@@ -201,7 +216,9 @@ def consume(args: argparse.Namespace) -> dict[str, Any]:
     table_path = str(config.home / "delta" / args.table)
     quarantine_path = str(config.home / "delta" / "quarantine")
     app_id = f"importer/{group}"
-    spark = build_session("importer-consume", args.master)
+    phases = Phases()
+    with phases("session"):
+        spark = build_session("importer-consume", args.master)
     started = time.monotonic()
     cached = None
     try:
@@ -210,7 +227,8 @@ def consume(args: argparse.Namespace) -> dict[str, Any]:
                 f"stream {stream} does not exist; run `importer produce` first (or check --stream)"
             )
         sink = DeltaBatchSink(spark, table_path, app_id)
-        plan = plan_batch(sink, manager, stream, group, max_records=args.batch_size)
+        with phases("plan"):
+            plan = plan_batch(sink, manager, stream, group, max_records=args.batch_size)
         summary: dict[str, Any] = {
             "group": group,
             "batch": plan.batch,
@@ -234,24 +252,20 @@ def consume(args: argparse.Namespace) -> dict[str, Any]:
         records = read_stream(spark, manager, stream, plan.ranges)
         decoded = decode_payload(records, schema, store)
         undecodable = F.col("record_error").isNotNull() | F.col("payload_error").isNotNull()
-        checked = decoded.withColumn(
-            "failed_expectations",
-            F.when(undecodable, F.array(F.lit("payload decodes as " + DOCUMENT_SCHEMA))).otherwise(
-                failed_expectations(suite)
-            ),
-        )
-        cached = checked.persist(StorageLevel.MEMORY_AND_DISK)
-        counts = cached.groupBy(F.size("failed_expectations") > 0).count().collect()
-        read = sum(r["count"] for r in counts)
-        bad_count = sum(r["count"] for r in counts if r[0])
+        cached = decoded.persist(StorageLevel.MEMORY_AND_DISK)
+        with phases("read_decode_check"):
+            counts = failure_counts(cached, suite, also=undecodable)
+        read, bad_count = counts.pop("rows"), counts.pop("failing")
+        counts[DECODES] = counts.pop("*")
+        per_expectation = {k: v for k, v in sorted(counts.items(), key=lambda kv: -kv[1]) if v}
         fields = [f["name"] for f in schema.raw["fields"]]
-        report = validate(
-            cached.where(~undecodable).select(*fields),
-            suite,
-            config.home / "gx",
-            run_name=f"{Name.of(group).id}-batch-{plan.batch}",
-        )
-        per_expectation = _failure_counts(cached) if bad_count else {}
+        with phases("validate"):
+            report = validate(
+                cached.where(~undecodable).select(*fields),
+                suite,
+                config.home / "gx",
+                run_name=f"{Name.of(group).id}-batch-{plan.batch}",
+            )
         ratio = bad_count / read if read else 0.0
         validation = {
             **report.to_json(),
@@ -267,39 +281,42 @@ def consume(args: argparse.Namespace) -> dict[str, Any]:
                 f"and the positions of {group} did not move: fix the producer, or rerun with a "
                 "higher --failure-threshold to quarantine them"
             )
-            error.summary = {**summary, "imported": 0, "quarantined": 0}  # type: ignore[attr-defined]
+            error.summary = {  # type: ignore[attr-defined]
+                **summary,
+                "imported": 0,
+                "quarantined": 0,
+                "phases": phases.seconds,
+            }
             raise error
+        failing = undecodable | any_failure(suite)
         if bad_count:
-            bad = cached.where(F.size("failed_expectations") > 0)
-            write_quarantine(quarantine_rows(bad, job=app_id, batch=plan.batch), quarantine_path)
-        good = cached.where(F.size("failed_expectations") == 0)
-        version = upsert_documents(sink, plan, good, fields)
+            bad = cached.where(failing).withColumn(
+                "failed_expectations",
+                F.when(undecodable, F.array(F.lit(DECODES))).otherwise(failed_expectations(suite)),
+            )
+            with phases("quarantine"):
+                rows = quarantine_rows(bad, job=app_id, batch=plan.batch)
+                write_quarantine(rows, quarantine_path)
+        good = cached.where(~failing)
+        fault_point("importer.before_delta_commit")
+        with phases("merge"):
+            version = upsert_documents(sink, plan, good, fields)
         fault_point("importer.after_delta_commit")
-        commit_positions(manager, plan)
+        with phases("commit_positions"):
+            commit_positions(manager, plan)
         seconds = time.monotonic() - started
         summary |= {
             "imported": read - bad_count,
             "quarantined": bad_count,
             "delta_version": version if version is not None else sink.version(),
             "docs_per_s": round(read / seconds, 1) if seconds > 0 else None,
+            "phases": phases.seconds,
         }
         return summary
     finally:
         if cached is not None:
             cached.unpersist()
         manager.close()
-
-
-def _failure_counts(df: Any) -> dict[str, int]:
-    from pyspark.sql import functions as F
-
-    rows = (
-        df.select(F.explode("failed_expectations").alias("expectation"))
-        .groupBy("expectation")
-        .count()
-        .collect()
-    )
-    return {r["expectation"]: int(r["count"]) for r in sorted(rows, key=lambda r: -r["count"])}
 
 
 def fault_point(name: str) -> None:

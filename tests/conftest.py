@@ -7,7 +7,13 @@ import os
 
 import pytest
 
-pytest_plugins = ("pytester", "kafka_broker", "postgres_server", "outbox_databases")
+pytest_plugins = (
+    "pytester",
+    "kafka_broker",
+    "postgres_server",
+    "outbox_databases",
+    "spark_session",
+)
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 

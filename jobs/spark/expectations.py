@@ -22,14 +22,22 @@ from functools import reduce
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import Column
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from streamcore.codecs import ParsedSchema
 from streamcore.config import PROJECT_ROOT
 from streamcore.errors import ConfigError
 
-__all__ = ["EXPECTATIONS_DIR", "Expectation", "Suite", "failed_expectations", "load_suite"]
+__all__ = [
+    "EXPECTATIONS_DIR",
+    "Expectation",
+    "Suite",
+    "any_failure",
+    "failed_expectations",
+    "failure_counts",
+    "load_suite",
+]
 
 EXPECTATIONS_DIR = PROJECT_ROOT / "include" / "expectations"
 _SPARK_TYPES = {
@@ -220,8 +228,38 @@ def load_suite(schema: ParsedSchema, directory: Path | None = None) -> Suite:
 
 
 def failed_expectations(suite: Suite) -> Column:
-    """An array<string> column: the names of the row-level expectations each row fails."""
+    """An array<string> column: the names of the row-level expectations each row fails.
+    (`array_compact` is an interpreted expression: apply it to the failing rows only.)"""
     checks = [F.when(e.failure(), F.lit(e.name)) for e in suite.row_level]
     if not checks:
         return F.array().cast("array<string>")
-    return F.filter(F.array(*checks), lambda x: x.isNotNull())
+    return F.array_compact(F.array(*checks))
+
+
+def any_failure(suite: Suite) -> Column:
+    """True for a row that fails at least one row-level expectation (compiled, cheap)."""
+    checks = [e.failure() for e in suite.row_level]
+    return reduce(lambda a, b: a | b, checks) if checks else F.lit(False)
+
+
+def failure_counts(df: DataFrame, suite: Suite, *, also: Column | None = None) -> dict[str, int]:
+    """In one pass over `df`: `rows`, and the number of rows failing each row-level expectation
+    (by name). `also` is one more failure predicate (e.g. "the payload did not decode"), counted
+    as `"*"`; rows it holds for are not checked against the expectations. `"failing"` is the
+    number of rows failing anything."""
+    row_level = suite.row_level
+    aggregates = [F.count(F.lit(1)).alias("rows")]
+    for i, e in enumerate(row_level):
+        broken = e.failure() if also is None else (~also & e.failure())
+        aggregates.append(F.sum(broken.cast("long")).alias(f"e{i}"))
+    failing = any_failure(suite) if also is None else (any_failure(suite) | also)
+    aggregates.append(F.sum(failing.cast("long")).alias("failing"))
+    if also is not None:
+        aggregates.append(F.sum(also.cast("long")).alias("also"))
+    row = df.agg(*aggregates).first()
+    counts = {"rows": int(row["rows"]), "failing": int(row["failing"] or 0)}
+    if also is not None:
+        counts["*"] = int(row["also"] or 0)
+    for i, e in enumerate(row_level):
+        counts[e.name] = counts.get(e.name, 0) + int(row[f"e{i}"] or 0)
+    return counts
