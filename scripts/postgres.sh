@@ -19,9 +19,6 @@ root="$PWD"
 port="${STREAMCORE_POSTGRES_PORT:-55432}"
 home="${STREAMCORE_POSTGRES_HOME:-$root/.cache/postgres}"
 start_timeout="${STREAMCORE_POSTGRES_START_TIMEOUT:-60}"
-data="$home/data"
-socket_dir="$home/run"
-log_file="$home/server.log"
 database=streamcore
 role=streamcore
 
@@ -58,10 +55,26 @@ install_server() {
   fi
 }
 
-# As root, run the server as $(os_user); as anyone else, as that user.
-run_as=()
-if [[ "$(id -u)" == 0 ]]; then run_as=(runuser -u "$(os_user)" --); fi
-as_user() { "${run_as[@]}" "$@"; }
+# As root, run the server as $(os_user) (asked each time: installing the package creates the
+# `postgres` user); as anyone else, as that user.
+as_user() {
+  # from /: the clone's folder may be closed to the server's user (all paths here are absolute)
+  if [[ "$(id -u)" == 0 ]]; then (cd / && runuser -u "$(os_user)" -- "$@"); else "$@"; fi
+}
+
+# Where the cluster lives: $home, unless the server's OS user cannot reach it (a clone under a
+# private folder such as /root); then a folder of its own under /var/tmp, named after the clone.
+cluster_paths() {
+  local dir="$home"
+  if [[ "$(id -u)" == 0 ]] && id "$(os_user)" >/dev/null 2>&1 \
+    && ! runuser -u "$(os_user)" -- test -x "$home"; then
+    dir="/var/tmp/streamcore-postgres-$(echo "$root" | sha256sum | cut -c1-12)"
+    mkdir -p "$dir"
+  fi
+  data="$dir/data"
+  socket_dir="$dir/run"
+  log_file="$dir/server.log"
+}
 
 own() { if [[ "$(id -u)" == 0 ]]; then chown "$(os_user)" "$@"; fi; }
 
@@ -84,13 +97,13 @@ init_cluster() {
   else
     user="$(id -un)"
   fi
-  mkdir -p "$home" "$socket_dir"
-  own "$home" "$socket_dir"
+  mkdir -p "$socket_dir"
+  own "$(dirname "$data")" "$socket_dir"
   if [[ ! -f "$data/PG_VERSION" ]]; then
     say "initialising the cluster in $data (as OS user $user)"
     rm -rf "$data"
     as_user "$bin/initdb" -D "$data" -U "$role" --auth=trust -E UTF8 --locale=C.UTF-8 \
-      >"$home/initdb.log" 2>&1 || { cat "$home/initdb.log" >&2; fail "initdb failed (see above)"; }
+      >"$home/initdb.log" 2>&1 || { cat "$home/initdb.log" >&2; fail "initdb of $data failed (see above)"; }
     cat >>"$data/postgresql.conf" <<EOF
 # Written by scripts/postgres.sh: loopback only, socket in $socket_dir.
 listen_addresses = '127.0.0.1'
@@ -111,12 +124,15 @@ start() {
     say "already running on 127.0.0.1:$port"
     return 0
   fi
+  cluster_paths
   init_cluster
   say "starting on 127.0.0.1:$port (log: $log_file)"
   touch "$log_file" && own "$log_file"
   # setsid: the server survives the shell (and make, and pytest) that started it.
-  if ! setsid "${run_as[@]}" "$bin/pg_ctl" -D "$data" -l "$log_file" -w \
-    -t "$start_timeout" -o "-p $port" start </dev/null >"$home/pg_ctl.log" 2>&1; then
+  local run_as=()
+  if [[ "$(id -u)" == 0 ]]; then run_as=(runuser -u "$(os_user)" --); fi
+  if ! (cd / && setsid "${run_as[@]}" "$bin/pg_ctl" -D "$data" -l "$log_file" -w \
+    -t "$start_timeout" -o "-p $port" start </dev/null >"$home/pg_ctl.log" 2>&1); then
     cat "$home/pg_ctl.log" >&2
     tail_log
     fail "the server did not start on 127.0.0.1:$port (log above); is the port taken? set STREAMCORE_POSTGRES_PORT"
@@ -136,6 +152,7 @@ start() {
 
 stop() {
   bin="$(find_bin || true)"
+  cluster_paths
   if [[ -z "$bin" || ! -f "$data/postmaster.pid" ]]; then
     say "not running"
     return 0
@@ -148,6 +165,7 @@ stop() {
 
 status() {
   bin="$(find_bin || true)"
+  cluster_paths
   if running; then
     say "running (pid $(server_pid || echo '?')) on 127.0.0.1:$port"
     return 0
@@ -164,8 +182,14 @@ case "${1:-}" in
     flock -w 120 9 || fail "another start holds $home/.lock"
     start
     ;;
-  stop) stop ;;
-  status) status ;;
+  stop)
+    mkdir -p "$home"
+    stop
+    ;;
+  status)
+    mkdir -p "$home"
+    status
+    ;;
   url) echo "postgresql+psycopg://$role@127.0.0.1:$port/$database" ;;
   *)
     echo "usage: $0 start|stop|status|url" >&2
