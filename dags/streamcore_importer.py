@@ -156,20 +156,35 @@ def importer_arguments(params: dict[str, Any], home: Path) -> dict[str, list[str
 
 
 def render_summary(produced: dict[str, Any], consumed: dict[str, Any]) -> str:
+    """What a run did, as an aligned two-column table."""
     validation = consumed.get("validation") or {}
     failed = validation.get("failed_expectations") or []
+    seconds = (produced.get("seconds") or 0) + (consumed.get("seconds") or 0)
     rows = [
         ("documents produced", f"{produced.get('documents', 0):,}"),
-        ("produce rate", f"{produced.get('docs_per_s', 0):,.0f} docs/s"),
         ("records read", f"{consumed.get('read', 0):,}"),
         ("documents imported", f"{consumed.get('imported', 0):,}"),
         ("quarantined", f"{consumed.get('quarantined', 0):,}"),
-        ("consume rate", f"{consumed.get('docs_per_s', 0):,.0f} docs/s"),
-        ("Delta table", str(consumed.get("table_path", "?"))),
-        ("Delta version", str(consumed.get("delta_version", "?"))),
-        ("failure ratio", f"{validation.get('failure_ratio', 0):.4f}"),
+        ("failure ratio", f"{validation.get('failure_ratio') or 0:.4f}"),
         ("failed expectations", ", ".join(map(str, failed)) or "none"),
-        ("Data Docs", str(consumed.get("data_docs", "?"))),
+        (
+            "produce",
+            f"{produced.get('seconds', 0):.1f} s, {produced.get('docs_per_s') or 0:,.0f} docs/s",
+        ),
+        (
+            "consume",
+            f"{consumed.get('seconds', 0):.1f} s, {consumed.get('docs_per_s') or 0:,.0f} docs/s",
+        ),
+        (
+            "end to end (both jobs)",
+            f"{seconds:.1f} s, {consumed.get('read', 0) / seconds if seconds else 0:,.0f} docs/s",
+        ),
+        (
+            "Delta table",
+            f"{consumed.get('table_path', '?')} (version {consumed.get('delta_version')})",
+        ),
+        ("quarantine table", str(consumed.get("quarantine_path", "?"))),
+        ("Data Docs", str(consumed.get("data_docs") or "none (nothing to validate)")),
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
@@ -218,16 +233,17 @@ def streamcore_importer() -> None:
         """Logs what the run did and keeps it under STREAMCORE_HOME/runs/importer/."""
         context = get_current_context()
         run_id = context["dag_run"].run_id
+        report = render_summary(produced, consumed)
         record = {
             "dag_id": context["dag"].dag_id,
             "run_id": run_id,
             "params": dict(context["params"]),
             "produce": produced,
             "consume": consumed,
+            "report": report,
         }
         path = write_run_record("importer", run_id, record)
-        table = render_summary(produced, consumed)
-        logger.info("importer run %s\n%s\nrun record: %s", run_id, table, path)
+        logger.info("importer run %s\n%s\nrun record: %s", run_id, report, path)
         return record
 
     summary(produce.output, consume.output)

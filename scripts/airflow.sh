@@ -10,6 +10,8 @@
 #   scripts/airflow.sh stop     stop the whole process group of that standalone (TERM, then KILL)
 #   scripts/airflow.sh status   running (pid, URL) or stopped; exit code 0 = running, 3 = stopped
 #   scripts/airflow.sh token    print a REST API access token (POST /auth/token as admin)
+#   scripts/airflow.sh demo [N] init, then one run of the importer DAG in-process (`airflow dags
+#                               test`, N random documents, default 20000) and its summary
 #   scripts/airflow.sh env      print `export` lines for running the airflow CLI against this home:
 #                               eval "$(scripts/airflow.sh env)"; airflow dags list
 #
@@ -274,6 +276,49 @@ except (urllib.error.URLError, OSError) as exc:
 EOF
 }
 
+# Task starts/ends and the jobs' own progress lines out of `airflow dags test`'s output.
+progress() {
+  grep --line-buffered -E '\[DAG TEST\] (starting|end task)|INFO jobs\.|ERROR|Task failed' \
+    | sed -u -E 's/^[0-9-]+T([0-9:]+)\.[0-9]+Z \[[a-z ]+\] /\1 /; s/ +\[[A-Za-z_.]+\] loc=\S+//;
+        s/\[DAG TEST\] //; s/ map_index=-1//; s/[0-9-]+ [0-9:,]+ INFO //' \
+    | cut -c1-160
+}
+
+demo() {
+  local count="${1:-20000}"
+  [[ "$count" =~ ^[1-9][0-9]*$ ]] || fail "DEMO_COUNT must be a positive whole number, got '$count'"
+  init
+  local stamp run_log marker record started=$SECONDS
+  stamp="$(date -u +%Y%m%dT%H%M%SZ)"
+  run_log="$AIRFLOW_HOME/logs/demo-$stamp.log"
+  marker="$AIRFLOW_HOME/logs/.demo-$stamp"
+  touch "$marker"
+  say "running DAG streamcore_importer once with count=$count into STREAMCORE_HOME=$STREAMCORE_HOME"
+  say "(two spark-submits, a few minutes on 2 cores; full log: $run_log)"
+  set +e
+  "$venv_bin/airflow" dags test streamcore_importer -c "{\"count\": $count}" 2>&1 \
+    | tee "$run_log" | progress
+  local rc=${PIPESTATUS[0]}
+  set -e
+  record="$(find "$STREAMCORE_HOME/runs/importer" -name '*.json' -newer "$marker" 2>/dev/null | head -n 1)"
+  rm -f "$marker"
+  if ((rc != 0)) || [[ -z "$record" ]]; then
+    grep -E 'Error|Exception|rejects|failed' "$run_log" | tail -n 15 >&2 || true
+    fail "the DAG run failed (exit $rc); the errors above come from $run_log"
+  fi
+  echo
+  "$venv_bin/python" - "$record" "$((SECONDS - started))" <<'PY'
+import json, sys
+record = json.load(open(sys.argv[1]))
+print(f"streamcore importer demo: DAG run {record['run_id']} ({sys.argv[2]} s with Airflow)")
+print()
+print(record["report"])
+print()
+print(f"run record: {sys.argv[1]}")
+PY
+  echo "next: make airflow (UI on $url), then trigger streamcore_importer with your own parameters"
+}
+
 env_exports() {
   cat <<EOF
 export AIRFLOW_HOME='$AIRFLOW_HOME'
@@ -294,8 +339,14 @@ case "${1:-}" in
   status) status ;;
   token) token ;;
   env) env_exports ;;
+  demo)
+    mkdir -p "$AIRFLOW_HOME"
+    exec 9>"$AIRFLOW_HOME/.lock"
+    flock -w 120 9 || fail "another init/start holds $AIRFLOW_HOME/.lock"
+    demo "${2:-}"
+    ;;
   *)
-    echo "usage: $0 init|start|stop|status|token|env" >&2
+    echo "usage: $0 init|start|stop|status|token|env|demo [N]" >&2
     exit 2
     ;;
 esac
