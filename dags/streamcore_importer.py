@@ -6,6 +6,7 @@ validate → produce (spark-submit jobs/importer.py produce) → consume (… co
 from __future__ import annotations
 
 import logging
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,9 @@ Imports documents into the Delta table **`repository`** (upsert by id) through t
   when the share of failing rows exceeds `failure_threshold`.
 - **summary** logs a table of what the run did and keeps it in
   `STREAMCORE_HOME/runs/importer/<run id>.json`.
+
+Random documents are seeded by the run id unless `seed` is given: retrying a run regenerates the
+same ids (the MERGE by id absorbs them), a new run adds new documents.
 
 Spark master: connection `spark_default` (`local[*]` by default; `spark://host:7077` for a
 cluster). Re-running or clearing a run is safe: consume is idempotent and crash-safe. Data Docs of
@@ -95,6 +99,15 @@ PARAMS = {
         title="Average blob size",
         description="source=random: average blob size in bytes of the generated documents.",
     ),
+    "seed": Param(
+        None,
+        type=["null", "integer"],
+        minimum=0,
+        title="Seed",
+        description="source=random: seed of the generator (ids derive from seed and index). "
+        "Empty = derived from the run id: a retry regenerates the same documents (the MERGE by "
+        "id absorbs them), another run adds new ones.",
+    ),
     "batch_size": Param(
         0,
         type="integer",
@@ -115,10 +128,10 @@ PARAMS = {
 }
 
 
-def importer_arguments(params: dict[str, Any], home: Path) -> dict[str, list[str]]:
-    """The produce and consume arguments of jobs/importer.py for `params`, checked by the job's
-    own argument checks (ranges, path, format) plus those of parameters that go together.
-    Raises AirflowFailException naming the parameter and the fix."""
+def importer_arguments(params: dict[str, Any], home: Path, run_id: str) -> dict[str, list[str]]:
+    """The produce and consume arguments of jobs/importer.py for `params` of run `run_id`,
+    checked by the job's own argument checks (ranges, path, format) plus those of parameters that
+    go together. Raises AirflowFailException naming the parameter and the fix."""
     source, path, fmt = params["source"], params.get("path"), params.get("format")
     produce = ["produce", "--source", source, "--partitions", str(params["partitions"])]
     if source == "files":
@@ -137,6 +150,8 @@ def importer_arguments(params: dict[str, Any], home: Path) -> dict[str, list[str
             )
         produce += ["--count", str(params["count"])]
         produce += ["--avg-blob-size", str(params["avg_blob_size"])]
+        seed = params.get("seed")
+        produce += ["--seed", str(zlib.crc32(run_id.encode()) if seed is None else seed)]
     common = ["--stream", STREAM, "--home", str(home)]
     consume = [
         "consume",
@@ -205,9 +220,11 @@ def streamcore_importer() -> None:
     @task(retries=0, multiple_outputs=True)
     def validate() -> dict[str, Any]:
         """Checks the run's parameters and Spark set-up; bad input fails here without retries."""
-        params = get_current_context()["params"]
+        context = get_current_context()
         master = check_spark_ready()
-        arguments = importer_arguments(dict(params), streamcore_home())
+        arguments = importer_arguments(
+            dict(context["params"]), streamcore_home(), context["dag_run"].run_id
+        )
         logger.info("spark master %s; produce %s; consume %s", master, *arguments.values())
         return {**arguments, "master": master}
 

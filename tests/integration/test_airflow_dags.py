@@ -174,13 +174,18 @@ def test_validate_checks_parameters_together(af: AirflowEnv, tmp_path: Path) -> 
         import streamcore_importer as m
         from airflow.sdk.exceptions import AirflowFailException
         base = {{"count": 10, "partitions": 2, "avg_blob_size": 100, "batch_size": 0,
-                 "failure_threshold": 0.1}}
+                 "failure_threshold": 0.1, "seed": None}}
+        seeded = m.importer_arguments({{**base, "source": "random", "path": None,
+                                        "format": None, "seed": 7}}, Path("/h"), "run-1")
         out = {{}}
         for name, (conf, _) in {cases!r}.items():
             try:
-                out[name] = m.importer_arguments({{**base, **conf}}, Path("/h"))
+                out[name] = m.importer_arguments({{**base, **conf}}, Path("/h"), "run-1")
             except AirflowFailException as exc:
                 out[name] = str(exc)
+        out["seeded"] = seeded
+        out["other_run"] = m.importer_arguments({{**base, "source": "random", "path": None,
+                                                  "format": None}}, Path("/h"), "run-2")
         print(json.dumps(out))
         """,
     )
@@ -193,6 +198,13 @@ def test_validate_checks_parameters_together(af: AirflowEnv, tmp_path: Path) -> 
     assert random_args["produce"][:3] == ["produce", "--source", "random"]
     assert "--count" in random_args["produce"] and "--path" not in random_args["produce"]
     assert random_args["consume"][0] == "consume"
+
+    def seed(args: dict[str, list[str]]) -> str:
+        return args["produce"][args["produce"].index("--seed") + 1]
+
+    # a run's seed is fixed (retries regenerate the same ids), runs differ, `seed` overrides
+    assert seed(random_args) != seed(result["other_run"])
+    assert seed(result["seeded"]) == "7"
     assert random_args["consume"][-4:] == ["--stream", "import/docs", "--home", "/h"]
     files_args = result["files"]["produce"]
     assert files_args[files_args.index("--path") + 1] == str(docs)
