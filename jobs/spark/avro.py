@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro, to_avro
 from pyspark.sql.types import StructType
@@ -97,9 +97,9 @@ def decode_payload(
     )
 
 
-def spark_schema(df: DataFrame, reader: ParsedSchema) -> StructType:
+def spark_schema(spark: SparkSession, reader: ParsedSchema) -> StructType:
     """The Spark struct type spark-avro maps `reader` to (for conforming input DataFrames)."""
-    probe = df.sparkSession.range(0).select(
+    probe = spark.range(0).select(
         from_avro(F.lit(b"").cast("binary"), avro_json(reader)).alias("d")
     )
     return probe.schema["d"].dataType  # type: ignore[return-value]
