@@ -82,6 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="fail when more than this fraction of the rows fails expectations (0..1)",
     )
     consume.add_argument("--table", default="repository", help="Delta table under home/delta")
+    consume.add_argument(
+        "--gx-result-format",
+        choices=("BOOLEAN_ONLY", "BASIC", "SUMMARY", "COMPLETE"),
+        default="SUMMARY",
+        help="detail of the Great Expectations report and Data Docs (SUMMARY: unexpected counts "
+        "and examples; BOOLEAN_ONLY: pass/fail, about twice as fast)",
+    )
     return parser
 
 
@@ -141,12 +148,15 @@ def produce(args: argparse.Namespace) -> dict[str, Any]:
     from jobs.spark.avro import encode_payload, encode_record, spark_schema
     from jobs.spark.documents import check_encodable, random_documents, read_documents
     from jobs.spark.log_writer import append_dataframe
+    from jobs.spark.phases import Phases
     from jobs.spark.session import build_session
 
     _config, manager, store = _context()
     schema = store.by_name(DOCUMENT_SCHEMA)
     stream = Name.of(args.stream)
-    spark = build_session("importer-produce", args.master)
+    phases = Phases()
+    with phases("session"):
+        spark = build_session("importer-produce", args.master)
     try:
         if not manager.exists(stream):
             manager.create(stream, args.partitions or 4)
@@ -164,7 +174,8 @@ def produce(args: argparse.Namespace) -> dict[str, Any]:
             layout = "by_task"  # generated ids are unique: no key needs a fixed partition
         else:
             docs = read_documents(spark, args.path, args.format, spark_schema(spark, schema))
-            check_encodable(docs, schema)
+            with phases("check_input"):
+                check_encodable(docs, schema)
             layout = "by_key"
         now_ms = time.time_ns() // 1_000_000
         payload = encode_payload([F.col(c) for c in docs.columns], schema)
@@ -173,7 +184,8 @@ def produce(args: argparse.Namespace) -> dict[str, Any]:
             encode_record(F.col("id"), payload, F.lit(now_ms << 17)).alias("value"),
         )
         started = time.monotonic()
-        counts = append_dataframe(records, manager, stream, layout=layout)
+        with phases("generate_encode_append"):
+            counts = append_dataframe(records, manager, stream, layout=layout)
         seconds = time.monotonic() - started
     finally:
         manager.close()
@@ -184,8 +196,8 @@ def produce(args: argparse.Namespace) -> dict[str, Any]:
         "documents": total,
         "per_partition": {str(p): n for p, n in sorted(counts.items())},
         "source": args.source,
-        "append_seconds": round(seconds, 3),
         "docs_per_s": round(total / seconds, 1) if seconds > 0 else None,
+        "phases": phases.seconds,
     }
 
 
@@ -265,6 +277,7 @@ def consume(args: argparse.Namespace) -> dict[str, Any]:
                 suite,
                 config.home / "gx",
                 run_name=f"{Name.of(group).id}-batch-{plan.batch}",
+                result_format=args.gx_result_format,
             )
         ratio = bad_count / read if read else 0.0
         validation = {

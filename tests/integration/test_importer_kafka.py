@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 from kafka_broker import scratch_prefix
-from spark_session import read_delta, run_importer
+from spark_session import FAST, read_delta, run_importer
 
 from streamcore.config import load_config
 from streamcore.log import open_log_manager
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka]
+pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(1200)]
 
 
 def test_importer_on_kafka(spark, kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -23,7 +23,7 @@ def test_importer_on_kafka(spark, kafka_bootstrap: str, monkeypatch: pytest.Monk
     code, produced = run_importer("produce", "--count", "250", "--partitions", "2", "--seed", "9")
     assert code == 0, produced
     assert produced["documents"] == 250
-    code, summary = run_importer("consume")
+    code, summary = run_importer("consume", *FAST)
     assert code == 0, summary
     assert (summary["read"], summary["imported"]) == (250, 250)
     table = read_delta(Path(os.environ["STREAMCORE_HOME"]) / "delta" / "repository")
@@ -31,5 +31,5 @@ def test_importer_on_kafka(spark, kafka_bootstrap: str, monkeypatch: pytest.Monk
     with open_log_manager(load_config()) as manager:
         ends = manager.end_offsets("import/docs")
         assert manager.committed("import/docs", "import/repository") == ends
-    code, again = run_importer("consume")
+    code, again = run_importer("consume", *FAST)
     assert code == 0 and again["read"] == 0

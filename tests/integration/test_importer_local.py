@@ -11,12 +11,13 @@ import time
 from pathlib import Path
 
 import pytest
-from spark_session import delta_version, read_delta, run_importer, run_importer_process
+from spark_session import FAST, delta_version, read_delta, run_importer, run_importer_process
 
 from streamcore.config import load_config
 from streamcore.log import open_log_manager
 
-pytestmark = pytest.mark.spark
+# Several Spark jobs and GX validations each: generous on a loaded 2-core machine.
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(1200)]
 
 
 def _home() -> Path:
@@ -44,7 +45,7 @@ def test_produce_then_consume_lands_every_document_once(spark) -> None:
     assert produced["partitions"] == 3
     assert sum(_ends()) == 400
 
-    code, summary = run_importer("consume")
+    code, summary = run_importer("consume", *FAST)
     assert code == 0, summary
     assert (summary["read"], summary["imported"], summary["quarantined"]) == (400, 400, 0)
     assert summary["batch"] == 0
@@ -60,16 +61,16 @@ def test_produce_then_consume_lands_every_document_once(spark) -> None:
     }
 
     # Nothing new: a rerun reads nothing and writes nothing.
-    code, again = run_importer("consume")
+    code, again = run_importer("consume", *FAST)
     assert code == 0 and again["read"] == 0
     assert delta_version(table) == summary["delta_version"]
 
     # More documents (the same seed: the same 400 ids again, plus 100 new): upserted by id.
     code, _ = run_importer("produce", "--count", "500", "--seed", "7")
     assert code == 0
-    code, third = run_importer("consume", "--batch-size", "300")
+    code, third = run_importer("consume", *FAST, "--batch-size", "300")
     assert code == 0 and third["batch"] == 1 and third["read"] == 300
-    code, fourth = run_importer("consume")
+    code, fourth = run_importer("consume", *FAST)
     assert code == 0 and fourth["batch"] == 2 and fourth["read"] == 200
     ids = _ids(table)
     assert len(ids) == 500 and len(set(ids)) == 500
@@ -82,14 +83,18 @@ def test_crash_between_delta_commit_and_position_commit(spark) -> None:
     code, _ = run_importer("produce", "--count", "300", "--partitions", "2", "--seed", "3")
     assert code == 0
     crashed = run_importer_process(
-        "consume", "--master", "local[1]", env={"STREAMCORE_FAULT": "importer.after_delta_commit"}
+        "consume",
+        *FAST,
+        "--master",
+        "local[1]",
+        env={"STREAMCORE_FAULT": "importer.after_delta_commit"},
     )
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
     table = _home() / "delta" / "repository"
     assert len(_ids(table)) == 300  # the batch reached Delta ...
     assert _committed() == [None, None]  # ... but not the log
 
-    code, summary = run_importer("consume")
+    code, summary = run_importer("consume", *FAST)
     assert code == 0, summary
     assert summary["recovered_positions"] == {str(p): e for p, e in enumerate(_ends())}
     assert summary["read"] == 0
@@ -99,7 +104,7 @@ def test_crash_between_delta_commit_and_position_commit(spark) -> None:
 
     # The next batch after the recovery is numbered after the crashed one and lands normally.
     code, _ = run_importer("produce", "--count", "350", "--seed", "3")
-    code, after = run_importer("consume")
+    code, after = run_importer("consume", *FAST)
     assert code == 0 and after["batch"] == 1 and after["read"] == 350
     ids = _ids(table)
     assert len(ids) == 350 and len(set(ids)) == 350
@@ -110,11 +115,11 @@ def test_crash_before_the_delta_commit_rereads_the_batch(spark) -> None:
     code, _ = run_importer("produce", "--count", "120", "--partitions", "2", "--seed", "5")
     assert code == 0
     env = {"STREAMCORE_FAULT": "importer.before_delta_commit"}
-    crashed = run_importer_process("consume", "--master", "local[1]", env=env)
+    crashed = run_importer_process("consume", *FAST, "--master", "local[1]", env=env)
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
     assert not (_home() / "delta" / "repository").exists()
     assert _committed() == [None, None]
-    code, summary = run_importer("consume")
+    code, summary = run_importer("consume", *FAST)
     assert code == 0 and summary["batch"] == 0 and summary["read"] == 120
     assert len(set(_ids(_home() / "delta" / "repository"))) == 120
 

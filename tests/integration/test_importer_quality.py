@@ -10,14 +10,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from spark_session import read_delta, run_importer
+from spark_session import FAST, read_delta, run_importer
 
 from streamcore.codecs import SchemaStore, get_codec
 from streamcore.config import load_config
 from streamcore.log import open_log_manager
 from streamcore.record import Record
 
-pytestmark = pytest.mark.spark
+# Several Spark jobs and GX validations each: generous on a loaded 2-core machine.
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(1200)]
 DOCUMENT = "org.streamcore.importer.Document"
 
 
@@ -69,7 +70,7 @@ def test_bad_rows_go_to_quarantine_with_reasons(spark) -> None:
     expected = _append_bad_records()
 
     # 3 bad rows in 100 is 3 %: over a 1 % threshold, the job fails and imports nothing.
-    code, failed = run_importer("consume", "--failure-threshold", "0.01")
+    code, failed = run_importer("consume", *FAST, "--failure-threshold", "0.01")
     assert code == 1
     assert failed["status"] == "failed" and "over the --failure-threshold" in failed["error"]
     for name in expected.values():
@@ -130,7 +131,7 @@ def test_file_sources_jsonl_csv_parquet(spark, tmp_path: Path) -> None:
     for path in (jsonl, csv, parquet):
         code, produced = run_importer("produce", "--source", "files", "--path", str(path))
         assert code == 0, produced
-    code, summary = run_importer("consume")
+    code, summary = run_importer("consume", *FAST)
     assert code == 0, summary
     assert summary["read"] == 7 and summary["imported"] == 7
     table = {r["id"]: r for r in read_delta(_home() / "delta" / "repository").to_pylist()}
