@@ -96,13 +96,15 @@ def baseline(spark: Any, count: int, partitions: int, path: Path) -> float:
     return time.monotonic() - started
 
 
-def importer_run(count: int, partitions: int, home: Path) -> dict[str, Any]:
+def importer_run(count: int, partitions: int, home: Path, result_format: str) -> dict[str, Any]:
     os.environ["STREAMCORE_HOME"] = str(home)
     started = time.monotonic()
     run_importer("produce", "--count", str(count), "--partitions", str(partitions), "--seed", "1")
     produce_s = time.monotonic() - started
     started = time.monotonic()
-    consumed = run_importer("consume", "--failure-threshold", "0")
+    consumed = run_importer(
+        "consume", "--failure-threshold", "0", "--gx-result-format", result_format
+    )
     consume_s = time.monotonic() - started
     if consumed["imported"] != count:
         raise SystemExit(f"imported {consumed['imported']} of {count} documents")
@@ -115,6 +117,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=4, help="log partitions (default 4)")
     parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     parser.add_argument("--warmup", type=int, default=20_000, help="documents of the warm-up")
+    parser.add_argument(
+        "--gx-result-format",
+        default="SUMMARY",
+        choices=("BOOLEAN_ONLY", "BASIC", "SUMMARY"),
+        help="GX report detail of the consume step (default SUMMARY, the importer's default)",
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
     if args.count < 1 or args.partitions < 1:
@@ -128,11 +136,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         progress.start("warm-up", args.warmup)
         baseline(spark, args.warmup, args.partitions, work / "warmup-baseline")
-        importer_run(args.warmup, args.partitions, work / "warmup-home")
+        importer_run(args.warmup, args.partitions, work / "warmup-home", args.gx_result_format)
         progress.start("baseline (plain Spark -> Delta)", args.count)
         base_s = baseline(spark, args.count, args.partitions, work / "baseline")
         progress.start("importer (produce -> log -> consume -> GX -> Delta)", args.count)
-        run = importer_run(args.count, args.partitions, work / "home")
+        run = importer_run(args.count, args.partitions, work / "home", args.gx_result_format)
     finally:
         progress.stop()
         spark.stop()
@@ -145,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         "documents": n,
         "partitions": args.partitions,
         "master": args.master,
+        "gx_result_format": args.gx_result_format,
         "baseline": {"seconds": round(base_s, 2), "docs_per_s": round(n / base_s)},
         "produce": {
             "seconds": round(run["produce_s"], 2),

@@ -264,7 +264,11 @@ def consume(args: argparse.Namespace) -> dict[str, Any]:
         records = read_stream(spark, manager, stream, plan.ranges)
         decoded = decode_payload(records, schema, store)
         undecodable = F.col("record_error").isNotNull() | F.col("payload_error").isNotNull()
-        cached = decoded.persist(StorageLevel.MEMORY_AND_DISK)
+        # The row checks run in the pass that fills the cache; the raw payload is only kept for
+        # the rows that go to quarantine (the good ones need their decoded columns only).
+        checked = decoded.withColumn("_failing", undecodable | any_failure(suite))
+        checked = checked.withColumn("data", F.when(F.col("_failing"), F.col("data")))
+        cached = checked.persist(StorageLevel.MEMORY_AND_DISK)
         with phases("read_decode_check"):
             counts = failure_counts(cached, suite, also=undecodable)
         read, bad_count = counts.pop("rows"), counts.pop("failing")
@@ -301,7 +305,7 @@ def consume(args: argparse.Namespace) -> dict[str, Any]:
                 "phases": phases.seconds,
             }
             raise error
-        failing = undecodable | any_failure(suite)
+        failing = F.col("_failing")
         if bad_count:
             bad = cached.where(failing).withColumn(
                 "failed_expectations",

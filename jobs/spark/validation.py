@@ -65,14 +65,14 @@ def validate(
     batch_def = next((b for b in asset.batch_definitions if b.name == "whole"), None)
     if batch_def is None:
         batch_def = asset.add_batch_definition_whole_dataframe("whole")
-    gx_suite = gx.ExpectationSuite(suite.name)
     with warnings.catch_warnings():
         # String row conditions (condition_parser="spark") are deprecated for GX 2.0; they are
         # what the suite files hold, and they still work in 1.x.
         warnings.simplefilter("ignore", DeprecationWarning)
+        gx_suite = gx.ExpectationSuite(suite.name)
         for expectation in suite.expectations:
             gx_suite.add_expectation(expectation.to_gx())
-    gx_suite = ctx.suites.add_or_update(gx_suite)
+        gx_suite = ctx.suites.add_or_update(gx_suite)
     definition = ctx.validation_definitions.add_or_update(
         gx.ValidationDefinition(data=batch_def, suite=gx_suite, name=f"{suite.name}-validation")
     )
