@@ -318,6 +318,8 @@ def consume(args: argparse.Namespace) -> dict[str, Any]:
         fault_point("importer.before_delta_commit")
         with phases("merge"):
             version = upsert_documents(sink, plan, good, fields)
+        if version is None:
+            _check_same_batch(sink, plan)
         fault_point("importer.after_delta_commit")
         with phases("commit_positions"):
             commit_positions(manager, plan)
@@ -334,6 +336,21 @@ def consume(args: argparse.Namespace) -> dict[str, Any]:
         if cached is not None:
             cached.unpersist()
         manager.close()
+
+
+def _check_same_batch(sink: Any, plan: Any) -> None:
+    """Delta skipped the write because the table has this batch number already: only possible if
+    another run of the same group landed it meanwhile (runs of a group must not overlap). Moving
+    the positions is safe only if that run covered exactly this range."""
+    landed = sink.last_batch()
+    mine = {p: end for p, (_, end) in plan.ranges.items()}
+    if landed is None or landed.batch != plan.batch or landed.ends != mine:
+        raise StreamcoreError(
+            f"batch {plan.batch} of {sink.app_id} was landed by another run with other offsets "
+            f"({landed.ends if landed else 'unknown'}, this run read up to {mine}): two consume "
+            "runs of one group overlapped. Nothing was committed by this run; run it again (it "
+            "recovers from the other run's batch) and keep one run per group at a time"
+        )
 
 
 def fault_point(name: str) -> None:

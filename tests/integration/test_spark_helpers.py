@@ -5,6 +5,7 @@ the exactly-once Delta sink."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from spark_session import ROOT, read_delta
 
 from streamcore.codecs import SchemaStore, get_codec
 from streamcore.config import load_config
-from streamcore.errors import LogError
+from streamcore.errors import LogError, StreamcoreError
 from streamcore.log import LocalLogManager, LogPartition
 from streamcore.log.partitioner import partition_for_key
 from streamcore.record import Record
@@ -290,3 +291,10 @@ def test_sink_records_batches_and_recover_commits_landed_positions(spark, local,
     assert local.committed("test/exact", "g") == [5, 5]
     commit_positions(local, again)
     assert local.committed("test/exact", "g") == [5, 5]
+    # A write Delta skipped is only accepted if the landed batch covered the same range.
+    from jobs.importer import _check_same_batch
+
+    _check_same_batch(sink, plan)
+    overlapping = dataclasses.replace(plan, ranges={0: (0, 6), 1: (0, 5)})
+    with pytest.raises(StreamcoreError, match="two consume runs of one group overlapped"):
+        _check_same_batch(sink, overlapping)
