@@ -167,12 +167,11 @@ class PartitionCursor:
             if found is None:
                 return []
             batch, start = found
-            records = batch.records(start)
-        if len(records) > max_records:
+            records = batch.records(start, start + max_records)
+        if start + len(records) < batch.count:
             # Keep the rest for the next call: re-seek inside the same batch.
             self._batch = batch
-            self._position = records[max_records][0]
-            records = records[:max_records]
+            self._position = batch.base_offset + start + len(records)
         return records
 
     def next_arrow(self, max_records: int) -> Any:

@@ -248,16 +248,24 @@ class Batch:
     def timestamp(self, i: int) -> int:
         return self.first_ts if self.timestamps is None else self.timestamps[i]
 
-    def records(self, start: int = 0) -> list[tuple[int, int, str, bytes]]:
-        """(offset, timestamp, key, value) for records `start..count-1` of this batch."""
+    def records(self, start: int = 0, stop: int | None = None) -> list[tuple[int, int, str, bytes]]:
+        """(offset, timestamp, key, value) for records `start..stop-1` (default: to the end).
+
+        Only the requested slice is materialised, so reading a large batch in chunks costs
+        linear time overall.
+        """
+        stop = self.count if stop is None else min(stop, self.count)
+        if start >= stop:
+            return []
         body = self.body
-        ko = self.key_offsets.tolist()
-        vo = self.value_offsets.tolist()
+        ko = self.key_offsets[start : stop + 1].tolist()
+        vo = self.value_offsets[start : stop + 1].tolist()
         ks, vs = self.key_start, self.value_start
-        keys = bytes(body[ks + ko[start] : ks + ko[-1]])
-        values = bytes(body[vs + vo[start] : vs + vo[-1]])
-        kbase, vbase = ko[start], vo[start]
-        base = self.base_offset
+        keys = bytes(body[ks + ko[0] : ks + ko[-1]])
+        values = bytes(body[vs + vo[0] : vs + vo[-1]])
+        kbase, vbase = ko[0], vo[0]
+        base = self.base_offset + start
+        n = stop - start
         if self.timestamps is None:
             ts = self.first_ts
             return [
@@ -267,9 +275,9 @@ class Batch:
                     keys[ko[i] - kbase : ko[i + 1] - kbase].decode(),
                     values[vo[i] - vbase : vo[i + 1] - vbase],
                 )
-                for i in range(start, self.count)
+                for i in range(n)
             ]
-        tss = self.timestamps
+        tss = self.timestamps[start:stop].tolist()
         return [
             (
                 base + i,
@@ -277,7 +285,7 @@ class Batch:
                 keys[ko[i] - kbase : ko[i + 1] - kbase].decode(),
                 values[vo[i] - vbase : vo[i + 1] - vbase],
             )
-            for i in range(start, self.count)
+            for i in range(n)
         ]
 
 
