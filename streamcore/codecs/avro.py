@@ -188,9 +188,13 @@ class AvroCodec(Codec[dict[str, Any]]):
                 f"datum nests deeper than {MAX_DATUM_DEPTH} levels (or contains itself); "
                 f"schema {self.schema.label} could not decode it back"
             )
+        # A quiet pass first: with raise_errors=True fastavro builds (and JSON-dumps) an error
+        # object for every union branch that does not match, several times the cost of the
+        # check itself; the raising pass runs only to explain a datum already known to be bad.
         if self._validate:
             try:
-                validate(message, self.schema.parsed, raise_errors=True)
+                if not validate(message, self.schema.parsed, raise_errors=False):
+                    validate(message, self.schema.parsed, raise_errors=True)
             except Exception as exc:
                 raise self.error(
                     f"datum does not match schema {self.schema.label}: {_one_line(exc)}"
