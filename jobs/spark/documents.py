@@ -137,7 +137,8 @@ def read_documents(
         lenient = StructType([StructField(f.name, f.dataType, True) for f in document_type.fields])
         df = spark.read.schema(lenient).json(path)
     elif fmt == "csv":
-        df = spark.read.option("header", "true").option("multiLine", "true").csv(path)
+        # RFC 4180 quoting ("" inside a quoted cell), as spreadsheets and Python's csv write it.
+        df = spark.read.options(header="true", multiLine="true", escape='"').csv(path)
     elif fmt == "parquet":
         df = spark.read.parquet(path)
     elif fmt == "avro":
