@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import os
 import signal
+import struct
 import subprocess
 import sys
 import textwrap
 import time
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -743,9 +745,9 @@ class TestCommittedPositions:
         ("damage", "what"),
         [
             (lambda b: b[:10], "10 bytes"),
-            (lambda b: b + b"x", "21 bytes"),
+            (lambda b: b + b"x", "49 bytes"),
             (lambda b: b"", "0 bytes"),
-            (lambda b: bytes([b[0] ^ 1]) + b[1:], "checksum mismatch"),
+            (lambda b: bytes(x ^ 1 for x in b), "checksum mismatch"),
         ],
         ids=["short", "long", "empty", "bit-flip"],
     )
@@ -766,6 +768,31 @@ class TestCommittedPositions:
         # the group can be repaired by committing a position directly
         m.commit_position(LogPartition.of(name, 0), "grp", 0)
         assert m.committed(name, "grp") == [0]
+
+    def test_a_torn_newest_slot_falls_back_to_the_previous_position(self, log_with) -> None:
+        m, name = log_with(1)
+        partition = LogPartition.of(name, 0)
+        m.commit_position(partition, "grp", 5)
+        m.commit_position(partition, "grp", 9)  # sequence 1, in the second slot
+        path = m.folder(name) / "groups" / "grp" / "p-00"
+        data = bytearray(path.read_bytes())
+        data[24:32] = b"\xff" * 8  # what a crash in the middle of that write can leave
+        path.write_bytes(bytes(data))
+        assert m.committed(name, "grp") == [5]
+        m.commit_position(partition, "grp", 12)
+        m.commit_position(partition, "grp", 13)
+        assert m.committed(name, "grp") == [13]
+
+    def test_the_older_one_slot_layout_is_read_and_rewritten(self, log_with) -> None:
+        m, name = log_with(1)
+        path = m.folder(name) / "groups" / "grp" / "p-00"
+        path.parent.mkdir(parents=True)
+        head = struct.pack("<qq", 7, 0)
+        path.write_bytes(head + struct.pack("<I", zlib.crc32(head)))
+        assert m.committed(name, "grp") == [7]
+        m.commit_position(LogPartition.of(name, 0), "grp", 8)
+        assert m.committed(name, "grp") == [8]
+        assert len(path.read_bytes()) == 48
 
 
 class TestRetention:
