@@ -15,64 +15,35 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
-import threading
 import uuid
-from pathlib import Path
 
 import pytest
+from scripted_server import ScriptedServer
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "kafka.sh"
 SCRATCH = "sctest-"
 SESSION_PREFIX = f"{SCRATCH}{uuid.uuid4().hex[:8]}-"
 logger = logging.getLogger(__name__)
 
-_lock = threading.Lock()
-_state: dict[str, object] = {"address": None, "started": False, "error": None, "used": False}
-
-
-def _address() -> str:
-    return f"127.0.0.1:{os.environ.get('STREAMCORE_KAFKA_PORT', '9092')}"
-
-
-def _run(command: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(SCRIPT), command], capture_output=True, text=True, timeout=timeout, cwd=ROOT
-    )
+SERVER = ScriptedServer(
+    "kafka.sh",
+    "Kafka broker",
+    "kafka",
+    start_timeout=120,
+    address=lambda _: f"127.0.0.1:{os.environ.get('STREAMCORE_KAFKA_PORT', '9092')}",
+    running=lambda status: status.returncode == 0 and "not answering" not in status.stdout,
+)
+_scratch_used = False
 
 
 def ensure_broker() -> str:
     """The bootstrap address of a running local broker, started if needed (once per session)."""
-    with _lock:
-        if _state["address"] is not None:
-            return str(_state["address"])
-        if _state["error"] is not None:
-            pytest.fail(str(_state["error"]), pytrace=False)
-        status = _run("status", 60)
-        started = False
-        if status.returncode != 0 or "not answering" in status.stdout:
-            try:
-                result = _run("start", 120)
-            except subprocess.TimeoutExpired:
-                _state["error"] = "scripts/kafka.sh start did not finish within 120 s"
-                pytest.fail(str(_state["error"]), pytrace=False)
-            if result.returncode != 0:
-                _state["error"] = (
-                    "the local Kafka broker could not start (scripts/kafka.sh start, exit "
-                    f"{result.returncode}); the tests marked kafka need it.\n{result.stdout}"
-                    f"{result.stderr}"
-                )
-                pytest.fail(str(_state["error"]), pytrace=False)
-            started = "already running" not in result.stdout
-        _state["address"] = _address()
-        _state["started"] = started
-        return str(_state["address"])
+    return SERVER.ensure()
 
 
 def scratch_prefix() -> str:
     """A fresh topic and group prefix; its topics and groups go at the end of the session."""
-    _state["used"] = True
+    global _scratch_used
+    _scratch_used = True
     return f"{SESSION_PREFIX}{uuid.uuid4().hex[:8]}-"
 
 
@@ -105,13 +76,11 @@ def _cleanup(address: str) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    address = _state["address"]
-    if address is None:
+    if SERVER.address is None:
         return
-    if _state["used"]:
+    if _scratch_used:
         try:
-            _cleanup(str(address))
+            _cleanup(SERVER.address)
         except Exception as exc:  # best effort: never turn a green run red
             logger.warning("scratch Kafka topics not cleaned up: %s", exc)
-    if _state["started"]:
-        _run("stop", 60)
+    SERVER.stop_if_started(60)
