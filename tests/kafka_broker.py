@@ -75,6 +75,9 @@ def _cleanup(address: str) -> None:
             logger.warning("scratch group %s not deleted: %s", group, exc)
 
 
+# trylast: after the session fixtures are torn down (pytest's runner does that in this hook),
+# so nothing still connected sees its server go away.
+@pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if SERVER.address is None:
         return

@@ -35,5 +35,8 @@ def postgres_url() -> str:
     return ensure_postgres()
 
 
+# trylast: after the session fixtures are torn down (pytest's runner does that in this hook),
+# so nothing still connected sees its server go away.
+@pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     SERVER.stop_if_started(120)

@@ -292,3 +292,31 @@ class TestTopicGone:
             LogNotFoundError, match=r"log test/missing does not exist.*create it first"
         ):
             kafka.subscribe("g", ["test/missing"])
+
+
+class TestGroupOffsets:
+    def test_read_through_a_consumer_not_the_admin_api(
+        self, kafka: KafkaLogManager, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """librdkafka 2.16 crashes the process (SIGSEGV in its main thread) when the admin
+        ListConsumerGroupOffsets call meets a coordinator error, which a broker that just
+        started or restarted sends: the manager must never call it (CI died of it once)."""
+
+        def crash(*args: object, **kwargs: object) -> None:
+            raise AssertionError("AdminClient.list_consumer_group_offsets must not be used")
+
+        monkeypatch.setattr(AdminClient, "list_consumer_group_offsets", crash)
+        kafka.create("test/offsets", 2)
+        assert kafka.committed("test/offsets", "app/fresh") == [None, None]
+        kafka.commit_position(LogPartition.of("test/offsets", 1), "app/fresh", 0)
+        assert kafka.committed("test/offsets", "app/fresh") == [None, 0]
+        assert kafka.list_groups("test/offsets") == ["app/fresh"]
+
+    def test_keeps_only_the_recently_used_readers(self, kafka: KafkaLogManager) -> None:
+        kafka.create("test/readers", 1)
+        for i in range(10):
+            assert kafka.committed("test/readers", f"app/g{i}") == [None]
+        assert len(kafka._readers) == 8
+        assert next(iter(kafka._readers)) == kafka.group_id("app/g2")  # g0, g1 were closed
+        kafka.close()
+        assert kafka._readers == {}

@@ -8,6 +8,7 @@ import itertools
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -46,6 +47,7 @@ from streamcore.names import Name
 
 logger = logging.getLogger("streamcore.log.kafka")
 _CREATE_OPTIONS = ("replication_factor", "retention", "topic_config")
+_READERS = 8  # offsets-reading consumers a manager keeps open (least recently used closed)
 
 
 class KafkaLogManager(LogManager):
@@ -75,6 +77,7 @@ class KafkaLogManager(LogManager):
         self._tailers: dict[tuple[str, LogPartition], Any] = {}  # a tailer, or a claim
         self._subscribed: list[LogTailer[Any]] = []
         self._appenders: list[KafkaAppender] = []
+        self._readers: OrderedDict[str, Any] = OrderedDict()  # group id -> offsets reader
         self._lock = threading.RLock()
         self._closed = False
         self._seq = itertools.count(1)
@@ -288,14 +291,22 @@ class KafkaLogManager(LogManager):
         return sorted(g.group_id for g in result.valid if g.group_id.startswith(self.topic_prefix))
 
     def _group_offsets(self, group_id: str, partitions: list[TopicPartition]) -> list[int | None]:
+        """Committed offsets of `group_id`, read through a consumer handle of that group.
+
+        Not `AdminClient.list_consumer_group_offsets`: when the group coordinator answers with a
+        coordinator error (loading after a broker start or restart, moved), librdkafka 2.16
+        re-queries the coordinator through the handle's consumer group, which an admin handle
+        does not have, and the process dies of a segmentation fault in librdkafka's main thread
+        (`rd_kafka_handle_OffsetFetch` -> `rd_kafka_cgrp_op(NULL)`). A consumer handle has the
+        group and retries those errors itself. The consumer never subscribes, so it never joins
+        the group."""
         topic = partitions[0].topic if partitions else None
 
         def call() -> list[int | None]:
-            future = self._admin().list_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(group_id, partitions)],
-                request_timeout=self.timeout,
-            )[group_id]
-            got = future.result(timeout=self.timeout).topic_partitions
+            got = self._offsets_reader(group_id).committed(
+                [TopicPartition(tp.topic, tp.partition) for tp in partitions],
+                timeout=self.timeout,
+            )
             by_key = {(tp.topic, tp.partition): tp for tp in got}
             out: list[int | None] = []
             for tp in partitions:
@@ -306,6 +317,21 @@ class KafkaLogManager(LogManager):
             return out
 
         return self.clients.retry(f"cannot read the offsets of group {group_id}", call, topic)
+
+    def _offsets_reader(self, group_id: str) -> Any:
+        """A consumer of `group_id` used only to read its committed offsets; the last
+        `_READERS` are kept (a consumer costs a connection and a coordinator lookup)."""
+        with self._lock:
+            self._check_open()
+            reader = self._readers.pop(group_id, None)
+            if reader is None:
+                with self.clients.errors("cannot create a consumer"):
+                    reader = Consumer(self.clients.consumer_config(group_id, f"{group_id}-offsets"))
+            self._readers[group_id] = reader  # most recently used last
+            while len(self._readers) > _READERS:
+                _, oldest = self._readers.popitem(last=False)
+                oldest.close()
+            return reader
 
     def _groups_with_offsets(self, topic: str, partitions: list[TopicPartition]) -> list[str]:
         return [
@@ -520,6 +546,9 @@ class KafkaLogManager(LogManager):
                 tailer.close()
             for appender in self._appenders:
                 appender.close()
+            for reader in self._readers.values():
+                reader.close()
+            self._readers.clear()
             self._closed = True
 
 
