@@ -77,6 +77,20 @@ def test_produce_then_consume_lands_every_document_once(spark) -> None:
     assert _committed() == _ends()
 
 
+def test_a_batch_with_two_versions_of_an_id_keeps_the_newest(spark) -> None:
+    """The same 60 documents produced twice before one consume: the batch holds each id twice,
+    and the table gets one row per id, from the later append (the higher offset)."""
+    for _ in range(2):
+        code, _ = run_importer("produce", "--count", "60", "--partitions", "1", "--seed", "11")
+        assert code == 0
+    code, summary = run_importer("consume", *FAST)
+    assert code == 0, summary
+    assert summary["read"] == 120
+    table = read_delta(_home() / "delta" / "repository")
+    assert table.num_rows == 60 and len(set(table.column("id").to_pylist())) == 60
+    assert min(table.column("source_offset").to_pylist()) == 60
+
+
 def test_crash_between_delta_commit_and_position_commit(spark) -> None:
     """SIGKILL the consume job right after its Delta commit: the rerun commits the recorded
     positions first, imports nothing twice and loses nothing."""
