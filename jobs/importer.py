@@ -219,7 +219,7 @@ def consume(args: argparse.Namespace) -> dict[str, Any]:
     from jobs.spark.repository import upsert_documents
     from jobs.spark.session import build_session
     from jobs.spark.streams import read_stream
-    from jobs.spark.validation import validate
+    from jobs.spark.validation import preload, validate
 
     config, manager, store = _context()
     schema = store.by_name(DOCUMENT_SCHEMA)
@@ -231,6 +231,7 @@ def consume(args: argparse.Namespace) -> dict[str, Any]:
     phases = Phases()
     with phases("session"):
         spark = build_session("importer-consume", args.master)
+    preload()
     started = time.monotonic()
     cached = None
     try:

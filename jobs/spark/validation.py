@@ -7,8 +7,10 @@ the metrics with Spark on the DataFrame it is given; cache that DataFrame first.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
+import threading
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +20,7 @@ from pyspark.sql import DataFrame
 
 from jobs.spark.expectations import Suite
 
-__all__ = ["RESULT_FORMATS", "ValidationReport", "validate"]
+__all__ = ["RESULT_FORMATS", "ValidationReport", "preload", "validate"]
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +44,27 @@ class ValidationReport:
 
 
 RESULT_FORMATS = ("BOOLEAN_ONLY", "BASIC", "SUMMARY", "COMPLETE")
+
+
+def preload() -> threading.Thread:
+    """Import Great Expectations in a background thread and return it. The import takes 2.5 to
+    4.5 s, a fixed cost of every validating job; started once the SparkSession is up, it overlaps
+    the Spark jobs that run before the validation (the thread holds the GIL only while Python
+    runs; the driver mostly waits on the JVM). Call it after the session is built: the main
+    thread's own heavy imports are then done, and two threads importing the same packages at
+    once is what can trip Python's import-deadlock detection. A failed import here is ignored:
+    `validate` imports again and raises it."""
+
+    def load() -> None:
+        os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+        try:
+            importlib.import_module("great_expectations.checkpoint")
+        except Exception as exc:  # validate() raises it where the job can report it
+            logger.debug("preloading Great Expectations failed: %s", exc)
+
+    thread = threading.Thread(target=load, name="gx-preload", daemon=True)
+    thread.start()
+    return thread
 
 
 def validate(
