@@ -309,11 +309,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(render_table(columns, table))
     targets = summary["targets"]
+    large = (
+        f", {'met' if targets['sqlite_large_batch_met'] else 'NOT met'} with batch "
+        f"{args.large_batch}"
+        if args.large_batch
+        else ""
+    )
     print(
         f"targets: postgres >= {TARGET_PG_RATIO:.1f}x PgQueuer: "
         f"{'met' if targets['postgres_met'] else 'NOT met'}; sqlite >= {TARGET_SQLITE_RATE:,.0f} "
-        f"jobs/s: {'met' if targets['sqlite_met'] else 'NOT met'} in the batch-{BATCH} shape, "
-        f"{'met' if targets['sqlite_large_batch_met'] else 'NOT met'} with batch {args.large_batch}"
+        f"jobs/s: {'met' if targets['sqlite_met'] else 'NOT met'} in the batch-{BATCH} shape{large}"
     )
     return 0
 

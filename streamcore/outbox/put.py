@@ -124,13 +124,26 @@ def _insert_sql(paramstyle: str) -> str:
 
 _INSERTS = {style: _insert_sql(style) for style in ("pyformat", "named")}
 
+# PostgreSQL: the whole batch and its notification in one statement, one round trip. The
+# caller's transaction has two more (the statement's and COMMIT); an executemany plus a separate
+# pg_notify had one more, and the enqueuing thread pays each round trip again in waiting for the
+# GIL when worker threads share the process. Rows go in array order (seq follows it).
+_PG_INSERT = f"""
+WITH ins AS (
+    INSERT INTO {TABLE} ({", ".join(_COLUMNS)})
+    SELECT %(queue)s, u.id, %(status)s, u.payload, 0, u.dq, u.di, %(now)s, %(now)s
+    FROM unnest(%(ids)s::text[], %(payloads)s::bytea[], %(dqs)s::text[], %(dis)s::text[])
+        WITH ORDINALITY AS u(id, payload, dq, di, n)
+    ORDER BY u.n
+    ON CONFLICT (queue, id) DO NOTHING
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM ins), pg_notify(%(channel)s, %(queue)s)
+"""
 
-def _notify(conn: sa.Connection, queue: str) -> None:
-    if conn.dialect.name == "postgresql":
-        # Delivered by the server on commit; a second identical NOTIFY in one transaction is
-        # folded into the first by PostgreSQL itself.
-        conn.execute(sa.text("SELECT pg_notify(:c, :q)"), {"c": NOTIFY_CHANNEL, "q": queue})
-        return
+
+def _notify_local(conn: sa.Connection, queue: str) -> None:
+    """Wake this process's SQLite workers when the caller's transaction commits."""
     local_hub.watch_commits(conn.engine)
     conn.info.setdefault(PENDING_KEY, set()).add(queue)
 
@@ -174,8 +187,24 @@ def put_many(
     if not rows:
         return []
     _check_dependencies(conn, refs - {(queue, r["id"]) for r in rows}, queue)
-    statement = _INSERTS["pyformat" if conn.dialect.paramstyle == "pyformat" else "named"]
-    inserted = conn.exec_driver_sql(statement, rows[0] if len(rows) == 1 else rows).rowcount
+    postgres = conn.dialect.name == "postgresql"
+    if postgres:
+        inserted = conn.exec_driver_sql(
+            _PG_INSERT,
+            {
+                "queue": queue,
+                "status": INIT,
+                "now": now,
+                "ids": [r["id"] for r in rows],
+                "payloads": [r["payload"] for r in rows],
+                "dqs": [r["depends_queue"] for r in rows],
+                "dis": [r["depends_id"] for r in rows],
+                "channel": NOTIFY_CHANNEL,
+            },
+        ).scalar_one()
+    else:
+        statement = _INSERTS["pyformat" if conn.dialect.paramstyle == "pyformat" else "named"]
+        inserted = conn.exec_driver_sql(statement, rows[0] if len(rows) == 1 else rows).rowcount
     if inserted != len(rows):
         what = (
             f"job id {rows[0]['id']!r} exists"
@@ -186,7 +215,8 @@ def put_many(
             f"queue {queue}: {what} already; ids are unique per queue (roll back this "
             "transaction, or pick another id)"
         )
-    _notify(conn, queue)
+    if not postgres:
+        _notify_local(conn, queue)
     return [r["id"] for r in rows]
 
 

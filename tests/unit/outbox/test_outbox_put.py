@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -87,6 +88,25 @@ def test_put_many_is_all_or_nothing(make_outbox, registry):
         put_many(conn, "q", [4, 5], ids=["a", "b"], registry=registry)
         put_many(conn, "q", [6], ids=["b"], registry=registry)
     assert len(job_rows(outbox.engine)) == 3
+
+
+def test_put_many_keeps_the_batch_order_and_fills_every_column(make_outbox, registry):
+    """Workers claim in `seq` order: a batch must land in the order it was given (PostgreSQL
+    inserts it from arrays in one statement), with its dependencies and timestamps."""
+    registry.register("q", lambda p: p)
+    outbox = make_outbox()
+    with outbox.engine.begin() as conn:
+        put(conn, "q", 0, id="first", registry=registry)
+    ids = [f"job-{n:02d}" for n in range(30, 0, -1)]  # not in sort order
+    with outbox.engine.begin() as conn:
+        put_many(conn, "q", list(range(30)), ids=ids, depends_on=("q", "first"), registry=registry)
+    rows = job_rows(outbox.engine)[1:]
+    assert [r.id for r in rows] == ids
+    assert {(r.status, r.tries, r.depends_queue, r.depends_id) for r in rows} == {
+        (INIT, 0, "q", "first")
+    }
+    assert len({r.created_ms for r in rows}) == 1 and rows[0].created_ms == rows[0].updated_ms
+    assert [json.loads(bytes(r.payload)) for r in rows] == list(range(30))
 
 
 def test_duplicate_id_is_a_clear_error_and_keeps_postgres_tx_usable(make_outbox, registry):
