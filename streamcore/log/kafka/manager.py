@@ -3,13 +3,14 @@ differences with the local log)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import (
@@ -77,7 +78,7 @@ class KafkaLogManager(LogManager):
         self._tailers: dict[tuple[str, LogPartition], Any] = {}  # a tailer, or a claim
         self._subscribed: list[LogTailer[Any]] = []
         self._appenders: list[KafkaAppender] = []
-        self._readers: OrderedDict[str, Any] = OrderedDict()  # group id -> offsets reader
+        self._readers: OrderedDict[str, _Reader] = OrderedDict()  # group id -> offsets reader
         self._lock = threading.RLock()
         self._closed = False
         self._seq = itertools.count(1)
@@ -303,10 +304,11 @@ class KafkaLogManager(LogManager):
         topic = partitions[0].topic if partitions else None
 
         def call() -> list[int | None]:
-            got = self._offsets_reader(group_id).committed(
-                [TopicPartition(tp.topic, tp.partition) for tp in partitions],
-                timeout=self.timeout,
-            )
+            with self._offsets_reader(group_id) as reader:
+                got = reader.committed(
+                    [TopicPartition(tp.topic, tp.partition) for tp in partitions],
+                    timeout=self.timeout,
+                )
             by_key = {(tp.topic, tp.partition): tp for tp in got}
             out: list[int | None] = []
             for tp in partitions:
@@ -318,20 +320,31 @@ class KafkaLogManager(LogManager):
 
         return self.clients.retry(f"cannot read the offsets of group {group_id}", call, topic)
 
-    def _offsets_reader(self, group_id: str) -> Any:
-        """A consumer of `group_id` used only to read its committed offsets; the last
-        `_READERS` are kept (a consumer costs a connection and a coordinator lookup)."""
+    @contextlib.contextmanager
+    def _offsets_reader(self, group_id: str) -> Iterator[Any]:
+        """A consumer of `group_id` used only to read its committed offsets. The `_READERS` most
+        recently used stay open (a consumer costs a connection and a coordinator lookup); one
+        pushed out, or left by `close()`, while another thread still reads through it is closed
+        by that thread when it is done."""
         with self._lock:
             self._check_open()
             reader = self._readers.pop(group_id, None)
             if reader is None:
                 with self.clients.errors("cannot create a consumer"):
-                    reader = Consumer(self.clients.consumer_config(group_id, f"{group_id}-offsets"))
+                    reader = _Reader(
+                        Consumer(self.clients.consumer_config(group_id, f"{group_id}-offsets"))
+                    )
             self._readers[group_id] = reader  # most recently used last
             while len(self._readers) > _READERS:
-                _, oldest = self._readers.popitem(last=False)
-                oldest.close()
-            return reader
+                self._readers.popitem(last=False)[1].retire()
+            reader.users += 1
+        try:
+            yield reader.consumer
+        finally:
+            with self._lock:
+                reader.users -= 1
+                if reader.retired:
+                    reader.retire()
 
     def _groups_with_offsets(self, topic: str, partitions: list[TopicPartition]) -> list[str]:
         return [
@@ -547,9 +560,28 @@ class KafkaLogManager(LogManager):
             for appender in self._appenders:
                 appender.close()
             for reader in self._readers.values():
-                reader.close()
+                reader.retire()
             self._readers.clear()
             self._closed = True
+
+
+class _Reader:
+    """An offsets-reading consumer and how many calls use it; guarded by the manager's lock."""
+
+    __slots__ = ("closed", "consumer", "retired", "users")
+
+    def __init__(self, consumer: Any) -> None:
+        self.consumer = consumer
+        self.users = 0
+        self.retired = False
+        self.closed = False
+
+    def retire(self) -> None:
+        """Close now if no call uses it, else when the last one is done."""
+        self.retired = True
+        if self.users == 0 and not self.closed:
+            self.closed = True
+            self.consumer.close()
 
 
 class _Batch:
