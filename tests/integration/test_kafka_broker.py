@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from streamcore.errors import BrokerUnavailableError
+from streamcore.log.api import LogPartition
 from streamcore.log.kafka import KafkaLogManager
 
 pytestmark = pytest.mark.kafka
@@ -208,3 +209,30 @@ def test_a_broker_that_cannot_start_fails_the_tests_never_skips(
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(errors=2)
     result.stdout.fnmatch_lines(["*the local Kafka broker could not start*", "*make jars*"])
+
+
+def test_group_positions_read_while_the_coordinator_loads(tmp_path: Path) -> None:
+    """Read group positions at once on a brand-new broker and right after a restart, while the
+    group coordinator loads its offsets: the window in which librdkafka's admin offset call
+    crashed the process (now read through a consumer handle). Positions survive the restart."""
+    port, controller = free_port(), free_port()
+    env = {
+        "STREAMCORE_KAFKA_PORT": str(port),
+        "STREAMCORE_KAFKA_CONTROLLER_PORT": str(controller),
+        "STREAMCORE_KAFKA_HOME": str(tmp_path / "kafka"),
+    }
+    address = f"127.0.0.1:{port}"
+    try:
+        assert run("start", env).returncode == 0
+        with KafkaLogManager(address, topic_prefix="coord-", timeout=20.0) as manager:
+            manager.create("test/coord", 2)
+            for n in range(5):  # new groups: each needs the coordinator
+                assert manager.committed("test/coord", f"app/fresh-{n}") == [None, None]
+            manager.commit_position(LogPartition.of("test/coord", 1), "app/kept", 7)
+        assert run("stop", env).returncode == 0
+        assert run("start", env).returncode == 0
+        with KafkaLogManager(address, topic_prefix="coord-", timeout=20.0) as manager:
+            assert manager.committed("test/coord", "app/kept") == [None, 7]
+            assert manager.list_groups("test/coord") == ["app/kept"]
+    finally:
+        run("stop", env)
