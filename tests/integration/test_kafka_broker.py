@@ -38,6 +38,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def private_broker(tmp_path: Path) -> tuple[dict[str, str], str]:
+    """Environment for `scripts/kafka.sh` of a second broker on free ports in a temporary home,
+    and its address."""
+    port = free_port()
+    env = {
+        "STREAMCORE_KAFKA_PORT": str(port),
+        "STREAMCORE_KAFKA_CONTROLLER_PORT": str(free_port()),
+        "STREAMCORE_KAFKA_HOME": str(tmp_path / "kafka"),
+    }
+    return env, f"127.0.0.1:{port}"
+
+
 def test_fixture_broker_answers(kafka_bootstrap: str) -> None:
     from confluent_kafka.admin import AdminClient
 
@@ -62,13 +74,8 @@ def test_start_when_running_is_a_no_op(kafka_bootstrap: str) -> None:
 
 def test_private_broker_lifecycle_and_broker_loss(tmp_path: Path) -> None:
     """Start a second broker on free ports in a temporary home, use it, stop it under a manager."""
-    port, controller = free_port(), free_port()
-    env = {
-        "STREAMCORE_KAFKA_PORT": str(port),
-        "STREAMCORE_KAFKA_CONTROLLER_PORT": str(controller),
-        "STREAMCORE_KAFKA_HOME": str(tmp_path / "kafka"),
-    }
-    address = f"127.0.0.1:{port}"
+    env, address = private_broker(tmp_path)
+    port, controller = env["STREAMCORE_KAFKA_PORT"], env["STREAMCORE_KAFKA_CONTROLLER_PORT"]
     assert run("status", env).returncode == 3
     started = time.monotonic()
     result = run("start", env)
@@ -215,13 +222,7 @@ def test_group_positions_read_while_the_coordinator_loads(tmp_path: Path) -> Non
     """Read group positions at once on a brand-new broker and right after a restart, while the
     group coordinator loads its offsets: the window in which librdkafka's admin offset call
     crashed the process (now read through a consumer handle). Positions survive the restart."""
-    port, controller = free_port(), free_port()
-    env = {
-        "STREAMCORE_KAFKA_PORT": str(port),
-        "STREAMCORE_KAFKA_CONTROLLER_PORT": str(controller),
-        "STREAMCORE_KAFKA_HOME": str(tmp_path / "kafka"),
-    }
-    address = f"127.0.0.1:{port}"
+    env, address = private_broker(tmp_path)
     try:
         assert run("start", env).returncode == 0
         with KafkaLogManager(address, topic_prefix="coord-", timeout=20.0) as manager:
