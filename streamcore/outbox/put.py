@@ -112,22 +112,16 @@ _COLUMNS = (
 )
 
 
-def _insert_sql(paramstyle: str) -> str:
-    """The INSERT at the driver level: executemany of one prepared statement is several times
-    cheaper than SQLAlchemy's multi-values INSERT with RETURNING, and put is the hot path."""
-    mark = (lambda c: f"%({c})s") if paramstyle == "pyformat" else (lambda c: f":{c}")
-    return (
-        f"INSERT INTO {TABLE} ({', '.join(_COLUMNS)}) VALUES "
-        f"({', '.join(mark(c) for c in _COLUMNS)}) ON CONFLICT (queue, id) DO NOTHING"
-    )
-
-
-_INSERTS = {style: _insert_sql(style) for style in ("pyformat", "named")}
-
-# PostgreSQL: the whole batch and its notification in one statement, one round trip. The
-# caller's transaction has two more (the statement's and COMMIT); an executemany plus a separate
-# pg_notify had one more, and the enqueuing thread pays each round trip again in waiting for the
-# GIL when worker threads share the process. Rows go in array order (seq follows it).
+# put is the hot path, so both statements go to the driver as they are. SQLite: an executemany
+# of one prepared INSERT, several times cheaper than SQLAlchemy's multi-values INSERT with
+# RETURNING. PostgreSQL: the whole batch and its notification in one statement from arrays, one
+# round trip (with the caller's COMMIT, two a put; an executemany and a separate pg_notify made
+# three, and the enqueuing thread waits for the GIL again after each reply when worker threads
+# share the process). Rows go in array order, so seq follows the batch.
+_SQLITE_INSERT = (
+    f"INSERT INTO {TABLE} ({', '.join(_COLUMNS)}) VALUES "
+    f"({', '.join(f':{c}' for c in _COLUMNS)}) ON CONFLICT (queue, id) DO NOTHING"
+)
 _PG_INSERT = f"""
 WITH ins AS (
     INSERT INTO {TABLE} ({", ".join(_COLUMNS)})
@@ -203,8 +197,9 @@ def put_many(
             },
         ).scalar_one()
     else:
-        statement = _INSERTS["pyformat" if conn.dialect.paramstyle == "pyformat" else "named"]
-        inserted = conn.exec_driver_sql(statement, rows[0] if len(rows) == 1 else rows).rowcount
+        inserted = conn.exec_driver_sql(
+            _SQLITE_INSERT, rows[0] if len(rows) == 1 else rows
+        ).rowcount
     if inserted != len(rows):
         what = (
             f"job id {rows[0]['id']!r} exists"

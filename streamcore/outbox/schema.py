@@ -20,7 +20,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
 from streamcore.config import StreamcoreConfig, load_config
-from streamcore.outbox.errors import OutboxBusyError
+from streamcore.outbox.errors import OutboxBusyError, OutboxError
 
 logger = logging.getLogger(__name__)
 
@@ -173,6 +173,11 @@ def create_engine(url: str | None = None, **kwargs: Any) -> Engine:
         return engine
     if url.startswith("postgresql://") or url.startswith("postgres://"):
         url = "postgresql+psycopg://" + url.split("://", 1)[1]
+    if not url.startswith("postgresql"):
+        raise OutboxError(
+            f"the outbox runs on SQLite or PostgreSQL, not {url.split(':', 1)[0]!r}: give a "
+            "sqlite:///path or postgresql://user@host/db URL (STREAMCORE_OUTBOX_URL)"
+        )
     kwargs.setdefault("pool_size", 16)
     kwargs.setdefault("max_overflow", 16)
     kwargs.setdefault("pool_pre_ping", True)
