@@ -38,7 +38,13 @@ def spark() -> Iterator[Any]:
         },
     )
     yield session
+    jvm = session.sparkContext._gateway.proc
     session.stop()
+    # The JVM outlives stop() until this process exits, and with it the Kafka producers Spark
+    # caches, which then log reconnection attempts to the broker the session has stopped. The
+    # gateway JVM exits when its stdin closes.
+    jvm.stdin.close()
+    jvm.wait(60)
 
 
 def run_importer(*args: str) -> tuple[int, dict[str, Any]]:
