@@ -46,8 +46,8 @@ class ValidationReport:
 RESULT_FORMATS = ("BOOLEAN_ONLY", "BASIC", "SUMMARY", "COMPLETE")
 
 
-def preload() -> threading.Thread:
-    """Import Great Expectations in a background thread and return it. The import takes 2.5 to
+def preload() -> None:
+    """Import Great Expectations in a background thread. The import takes 2.5 to
     4.5 s, a fixed cost of every validating job; started once the SparkSession is up, it overlaps
     the Spark jobs that run before the validation (the thread holds the GIL only while Python
     runs; the driver mostly waits on the JVM). Call it after the session is built: the main
@@ -62,9 +62,7 @@ def preload() -> threading.Thread:
         except Exception as exc:  # validate() raises it where the job can report it
             logger.debug("preloading Great Expectations failed: %s", exc)
 
-    thread = threading.Thread(target=load, name="gx-preload", daemon=True)
-    thread.start()
-    return thread
+    threading.Thread(target=load, name="gx-preload", daemon=True).start()
 
 
 def validate(
