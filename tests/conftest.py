@@ -13,6 +13,7 @@ pytest_plugins = (
     "postgres_server",
     "outbox_databases",
     "spark_session",
+    "log_fixtures",
 )
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 

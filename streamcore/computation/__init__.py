@@ -1,5 +1,5 @@
 """Computations: topologies of computations wired by streams, run by a `StreamProcessor` on any log
-backend, or synchronously by a `TopologyTestDriver` (see README "Computations")."""
+backend, or synchronously by a `TopologyTestDriver` (see docs/computations.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The log API every backend implements: `LogManager`, `LogAppender`, `LogTailer` and value objects.
 
-Contracts (Nuxeo Stream semantics, see README "Logs"):
+Contracts (Nuxeo Stream semantics, see docs/log.md):
 - A log is an array of partitions; each partition is an append-only sequence of records with
   contiguous integer offsets starting at 0.
 - The **committed offset** of a (group, partition) is the offset of the *next* record to process.

@@ -1,4 +1,5 @@
-"""Fixtures of the unit suite: configurations, log managers per backend, unique log names, codecs.
+"""Log fixtures shared by the unit and fault suites: configurations, log managers per backend,
+unique log names, codecs. Loaded from tests/conftest.py (`pytest_plugins`).
 
 The `manager` fixture runs a test once per backend listed in `MANAGER_FACTORIES`. A backend is a
 function `(tmp_path) -> LogManager`; adding Kafka later is one more entry, e.g.
