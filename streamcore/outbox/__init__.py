@@ -19,6 +19,7 @@ from streamcore.outbox.consumers import (
 )
 from streamcore.outbox.errors import (
     ConsumerFailedError,
+    DependencyCycleError,
     DependencyNotFoundError,
     DuplicateJobError,
     InvalidPayloadError,
@@ -49,6 +50,7 @@ __all__ = [
     "INIT",
     "PROCESSING",
     "ConsumerFailedError",
+    "DependencyCycleError",
     "DependencyNotFoundError",
     "DuplicateJobError",
     "Health",

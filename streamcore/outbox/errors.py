@@ -29,6 +29,10 @@ class DependencyNotFoundError(OutboxError):
     """`depends_on` names a job that does not exist."""
 
 
+class DependencyCycleError(OutboxError):
+    """`depends_on` makes jobs of one put wait for each other (or a job for itself) forever."""
+
+
 class SchemaMissingError(OutboxError):
     """The jobs table does not exist in the database `put` writes to."""
 

@@ -1,9 +1,10 @@
 """The worker pool: threads that claim batches of jobs and run them.
 
 A worker claims up to `batch_size` jobs of one queue (queues taken in turn), runs them one by
-one, and marks the successes `done` in one statement. When no queue has work it sleeps until a
-wake-up (a committed `put`, see `notify`) or `poll_interval` (jobs put by processes that cannot
-wake us, and jobs whose dependency got done).
+one, and marks the successes `done` in one statement. The batch is a `Lease`: the hung timeout
+counts per job from its own start, not from the claim (see `lease`). When no queue has work it
+sleeps until a wake-up (a committed `put`, see `notify`) or `poll_interval` (jobs put by
+processes that cannot wake us, and jobs whose dependency got done).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from streamcore.outbox import store
 from streamcore.outbox.claim import Job, claim_batch
 from streamcore.outbox.consumers import QueueSpec, Registry
 from streamcore.outbox.execute import execute
+from streamcore.outbox.lease import Lease, LeaseKeeper
 from streamcore.outbox.watcher import ExecutionWatcher
 
 logger = logging.getLogger(__name__)
@@ -87,6 +89,7 @@ class WorkerPool:
         self.watcher = watcher
         self.counters = counters
         self.wakeup = Wakeup()
+        self.keeper = LeaseKeeper(lambda: [s.hung_timeout for s in registry.consumed()])
         self._stopping = threading.Event()
         self._threads = [
             threading.Thread(target=self._work, name=f"outbox-worker-{n}", daemon=True)
@@ -94,6 +97,7 @@ class WorkerPool:
         ]
 
     def start(self) -> None:
+        self.keeper.start()
         for thread in self._threads:
             thread.start()
 
@@ -104,6 +108,7 @@ class WorkerPool:
         end = time.monotonic() + timeout
         for thread in self._threads:
             thread.join(max(0.0, end - time.monotonic()))
+        self.keeper.stop()
         return self.alive() == 0
 
     def alive(self) -> int:
@@ -123,6 +128,7 @@ class WorkerPool:
                 spec = specs[(turn + n) % len(specs)]
                 if self._stopping.is_set():
                     break
+                stamped = time.monotonic()
                 try:
                     with self.engine.begin() as conn:
                         store.mark_done(conn, unrecorded)
@@ -134,7 +140,7 @@ class WorkerPool:
                     continue
                 if batch:
                     claimed = True
-                    unrecorded = self._run(spec, batch)
+                    unrecorded = self._run(spec, Lease(self.engine, spec, batch, stamped))
             turn += 1
             if not claimed:
                 if unrecorded:  # the claim transactions failed: record them on their own
@@ -144,30 +150,48 @@ class WorkerPool:
         if unrecorded:
             self._finish(unrecorded[0].queue, unrecorded)
 
-    def _run(self, spec: QueueSpec, batch: list[Job]) -> list[Job]:
+    def _run(self, spec: QueueSpec, lease: Lease) -> list[Job]:
         """Run a batch; returns the successes not recorded yet (a failure is recorded at once,
         with the successes before it)."""
-        done: list[Job] = []
         succeeded = 0
+        self.keeper.add(lease)
         try:
-            for n, job in enumerate(batch):
+            for job in lease.jobs:
                 if self._stopping.is_set():
-                    self._finish(spec.name, done, rest=batch[n:])
-                    return []
+                    break
+                try:
+                    held = lease.take(job)
+                except Exception:
+                    logger.exception(
+                        "outbox: cannot tell whether job %s of %s is still ours; giving the rest "
+                        "of its batch back",
+                        job.id,
+                        spec.name,
+                    )
+                    break
+                if not held:
+                    if spec.ordered:  # a later job must not overtake the one handed over
+                        break
+                    continue
                 outcome = execute(spec, job, self.watcher)
                 if outcome.ok:
-                    done.append(job)
+                    lease.finished(job)
                     succeeded += 1
                     continue
                 assert outcome.error is not None
-                rest = batch[n + 1 :] if spec.ordered else []
-                self._finish(spec.name, done, failed=(job, outcome.error), rest=rest)
-                done = []
-                if spec.ordered:
+                if spec.ordered:  # nothing behind a failure runs before it is retried
+                    done, rest = lease.release()
+                    self._finish(spec.name, done, failed=(job, outcome.error), rest=rest)
                     return []
-            return done
+                self._finish(spec.name, lease.pop_finished(), failed=(job, outcome.error))
         finally:
+            self.keeper.remove(lease)
             self.counters.add(spec.name, "done", succeeded)
+        done, waiting = lease.release()
+        if waiting:
+            self._finish(spec.name, done, rest=waiting)
+            return []
+        return done
 
     def _finish(
         self,

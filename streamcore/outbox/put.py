@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from streamcore.errors import CodecError
 from streamcore.outbox.consumers import QueueSpec, Registry, default_registry
 from streamcore.outbox.errors import (
+    DependencyCycleError,
     DependencyNotFoundError,
     DuplicateJobError,
     InvalidPayloadError,
@@ -85,6 +86,32 @@ def _dependency(spec: QueueSpec, payload: Any, depends_on: JobRef | None) -> Job
     ):
         raise OutboxError(f"queue {spec.name}: depends_on must be (queue, id) strings, got {ref!r}")
     return (ref[0], ref[1])
+
+
+def _check_cycles(queue: str, rows: list[dict[str, Any]]) -> None:
+    """Refuse jobs of this put that wait for themselves through each other: none could ever
+    run. Each job waits for at most one other, so following the waits from every job finds a
+    cycle in linear time. A job put earlier waited for a job that existed then, so it closes no
+    cycle with these, unless one of them reuses the id of a purged job it waited for."""
+    waits_for: dict[str, str] = {}
+    for row in rows:
+        if row["depends_queue"] == queue:
+            waits_for.setdefault(row["id"], row["depends_id"])
+    cleared: set[str] = set()
+    for start in waits_for:
+        path: dict[str, int] = {}
+        job_id: str | None = start
+        while job_id in waits_for and job_id not in cleared:
+            if job_id in path:
+                cycle = [*list(path)[path[job_id] :], job_id]
+                raise DependencyCycleError(
+                    f"queue {queue}: depends_on makes jobs wait for each other forever: "
+                    f"{' -> '.join(repr(j) for j in cycle)}; drop or change one of these "
+                    "dependencies (nothing was put)"
+                )
+            path[job_id] = len(path)
+            job_id = waits_for[job_id]
+        cleared.update(path)
 
 
 def _check_dependencies(conn: sa.Connection, refs: set[JobRef], queue: str) -> None:
@@ -180,6 +207,7 @@ def put_many(
         )
     if not rows:
         return []
+    _check_cycles(queue, rows)
     _check_dependencies(conn, refs - {(queue, r["id"]) for r in rows}, queue)
     postgres = conn.dialect.name == "postgresql"
     if postgres:

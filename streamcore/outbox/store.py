@@ -67,6 +67,22 @@ def mark_done(conn: sa.Connection, batch: Sequence[Job]) -> int:
     return changed
 
 
+def stamp(conn: sa.Connection, batch: Sequence[Job]) -> set[int]:
+    """Claimed jobs (one claim's) count as `processing` from now for the hung detector; returns
+    the seqs still holding their token (the others were handed to another worker)."""
+    if not batch:
+        return set()
+    params: dict[str, Any] = {"now": now_ms(), "token": batch[0].token}
+    rows = sql.execute(
+        conn,
+        f"UPDATE {TABLE} SET processing_ms = :now, updated_ms = :now WHERE seq IN "
+        f"{sql.in_list('s', [job.seq for job in batch], params)} AND lock_token = :token "
+        "RETURNING seq",
+        params,
+    )
+    return {row[0] for row in rows.fetchall()}
+
+
 def mark_error(conn: sa.Connection, job: Job, exc: BaseException) -> bool:
     """`processing` → `error` with the exception's type, message and traceback."""
     now = now_ms()
