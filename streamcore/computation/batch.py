@@ -2,21 +2,25 @@
 
 Records are buffered and handed to `batch_process` when the batch reaches the policy's
 `batch_capacity`, when the `batch_threshold` timer fires (every threshold seconds), or when the next
-record comes from another input stream. A checkpoint is asked after each successful batch, so a
-record is committed only once its batch was processed.
+record comes from another input stream. A checkpoint is asked after each successful batch and
+covers exactly the records of the batches processed: when the input stream changes, the new record
+starts the next batch, so the checkpoint stops before it. A buffered record is therefore never
+committed before its batch is processed; a stop, crash or rebalance delivers it again.
 
 A failing `batch_process` follows the computation's policy. The record whose arrival triggered the
 flush is taken back out of the batch before the retry (it is re-added when processed again). When
 the retries are exhausted `batch_failure` is called, and the records of the batch are dead-lettered
-or skipped with the failed record (or, on termination, left uncommitted)."""
+(each with its own stream, partition and offset) or skipped with the failed record (or, on
+termination, left uncommitted)."""
 
 from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
 
-from streamcore.computation.computation import Computation
+from streamcore.computation.computation import Computation, FailedRecord
 from streamcore.computation.context import ComputationContext
+from streamcore.log.api import LogOffset
 from streamcore.record import Record
 
 __all__ = ["BatchComputation"]
@@ -28,6 +32,7 @@ class BatchComputation(Computation):
     def __init__(self, name: str, inputs: int = 1, outputs: int = 0) -> None:
         super().__init__(name, inputs, outputs)
         self._batch: list[Record] = []
+        self._origins: list[LogOffset | None] = []  # where each buffered record was read
         self._stream: str | None = None
         self._capacity = 1
         self._threshold_ms = 1000
@@ -47,6 +52,7 @@ class BatchComputation(Computation):
         # After a rebalance the buffered records may belong to partitions given away; they are
         # not committed, so their new owner processes them again.
         self._batch = []
+        self._origins = []
         self._stream = None
         policy = context.policy
         self._capacity = policy.batch_capacity
@@ -57,32 +63,36 @@ class BatchComputation(Computation):
         self, context: ComputationContext, input_stream: str, record: Record
     ) -> None:
         if self._batch and input_stream != self._stream:
-            self._flush(context)
+            self._flush(context, include_current=False)
         self._stream = input_stream
         self._batch.append(record)
+        self._origins.append(context.last_offset)
         if len(self._batch) >= self._capacity:
             try:
-                self._flush(context)
+                self._flush(context, include_current=True)
             except BaseException:
                 self._batch.pop()  # processed again on retry, which re-adds it
+                self._origins.pop()
                 raise
 
     def process_timer(self, context: ComputationContext, key: str, timestamp_ms: int) -> None:
         if key != BATCH_TIMER:
             return
         if self._batch:
-            self._flush(context)
+            self._flush(context, include_current=True)
         context.set_timer(BATCH_TIMER, max(timestamp_ms, context.now_ms()) + self._threshold_ms)
 
-    def _flush(self, context: ComputationContext) -> None:
+    def _flush(self, context: ComputationContext, *, include_current: bool) -> None:
         self.batch_process(context, self._stream or "i1", self._batch)
         self._batch = []
-        context.ask_for_checkpoint()
+        self._origins = []
+        context.ask_for_checkpoint(include_current=include_current)
 
     def process_failure(
         self, context: ComputationContext, failure: BaseException
-    ) -> Sequence[Record]:
+    ) -> Sequence[FailedRecord]:
         batch, self._batch = self._batch, []
+        origins, self._origins = self._origins, []
         context.set_timer(BATCH_TIMER, context.now_ms() + self._threshold_ms)  # if a timer failed
         self.batch_failure(context, self._stream or "i1", batch)
-        return batch
+        return list(zip(batch, origins, strict=True))

@@ -15,22 +15,26 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TypeAlias
 
 from streamcore.computation.context import ComputationContext
 from streamcore.errors import TopologyError
+from streamcore.log.api import LogOffset
 from streamcore.names import Name
-
-if TYPE_CHECKING:
-    from streamcore.record import Record
+from streamcore.record import Record
 
 __all__ = [
     "Computation",
     "ComputationContext",
     "ComputationMetadata",
+    "FailedRecord",
     "input_name",
     "output_name",
 ]
+
+
+FailedRecord: TypeAlias = Record | tuple[Record, LogOffset | None]
+"""What `process_failure` returns per record: the record with where it was read, or bare."""
 
 
 def input_name(index: int) -> str:
@@ -116,11 +120,14 @@ class Computation(abc.ABC):
 
     def process_failure(
         self, context: ComputationContext, failure: BaseException
-    ) -> Sequence[Record]:
+    ) -> Sequence[FailedRecord]:
         """Called once when the retries of a record (or timer) are exhausted, before the
         policy's fallback (dead-letter, skip or termination). Returns other records the failure
         concerns (a batch computation returns its batch), which the fallback treats like the
-        failed record: dead-lettered or skipped. The default returns none."""
+        failed record: dead-lettered or skipped. Return each as `(record, offset)`, with the
+        `context.last_offset` it was received at, so its dead letter names its own stream,
+        partition and offset; a bare Record is dead-lettered with stream "" and partition and
+        offset -1 (unknown). The default returns none."""
         return ()
 
     def destroy(self) -> None:

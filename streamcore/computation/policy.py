@@ -2,7 +2,9 @@
 
 A failed record is retried `max_retries` times, waiting `delay` seconds before the first retry and
 doubling up to `max_delay` (the default, 20 retries from 1 s to 60 s, tolerates about 15 minutes
-of trouble, like Nuxeo's). When the retries are exhausted, the first that applies of:
+of trouble, like Nuxeo's); `max_retries` is at most `MAX_RETRIES` (10 000: about a week at 60 s,
+Kafka's default retention) and 0 means no retry. When the retries are exhausted,
+the first that applies of:
 
 1. `dlq` is set: the record goes to that dead-letter stream with the failure metadata
    (`streamcore.computation.dlq`), and processing continues;
@@ -19,13 +21,18 @@ record is committed with everything processed before it.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import ClassVar, Literal
 
 from streamcore.errors import TopologyError
 from streamcore.names import Name
 
-__all__ = ["ComputationPolicy", "Fallback"]
+__all__ = ["MAX_RETRIES", "ComputationPolicy", "Fallback"]
+
+MAX_RETRIES = 10_000
+# Doublings past this make any delay exceed any max_delay; capping keeps 2**n a small float.
+_MAX_DOUBLINGS = 1000
 
 Fallback = Literal["dead_letter", "skip", "skip_first", "terminate"]
 
@@ -44,9 +51,18 @@ class ComputationPolicy:
 
     def __post_init__(self) -> None:
         problems = []
-        if self.max_retries < 0:
-            problems.append(f"max_retries must be >= 0, got {self.max_retries}")
-        if self.delay < 0 or self.max_delay < self.delay:
+        retries = self.max_retries
+        if type(retries) is not int or not 0 <= retries <= MAX_RETRIES:
+            problems.append(
+                f"max_retries must be an integer from 0 to {MAX_RETRIES}, got {retries!r} (set "
+                "max_delay for longer waits, and a dlq or continue_on_failure to go on)"
+            )
+        if not (math.isfinite(self.delay) and math.isfinite(self.max_delay)):
+            problems.append(
+                f"delay and max_delay must be finite seconds, got delay={self.delay} "
+                f"max_delay={self.max_delay}"
+            )
+        elif self.delay < 0 or self.max_delay < self.delay:
             problems.append(
                 f"need 0 <= delay <= max_delay, got delay={self.delay} max_delay={self.max_delay}"
             )
@@ -66,7 +82,8 @@ class ComputationPolicy:
 
     def retry_delay(self, attempt: int) -> float:
         """Seconds to wait before retry number `attempt` (1-based): delay doubling to max_delay."""
-        return min(self.max_delay, self.delay * (2 ** (attempt - 1)))
+        doublings = min(max(attempt - 1, 0), _MAX_DOUBLINGS)
+        return min(self.max_delay, self.delay * 2.0**doublings)
 
     @property
     def fallback(self) -> Fallback:

@@ -6,7 +6,8 @@ below: timers, reading, failure policy, dead-lettering and checkpoints.
 
 A step fires the due timers, then reads a batch (`tailer.read_batch`) and hands each record to
 the computation. Checkpoint requests are coalesced: a checkpoint covers exactly the records up to
-the last one that asked, and is taken at the end of the batch (or at once for POISON_PILL,
+the last one that asked (or up to the one before it, when it asked without itself: a batch
+computation keeps it), and is taken at the end of the batch (or at once for POISON_PILL,
 termination requests and timers). A checkpoint appends the buffered produced records (and
 dead-letter records) with `append_batch`, then commits the input positions, so a crash between
 the two re-delivers records whose output was already appended: at-least-once.
@@ -30,7 +31,7 @@ from streamcore.computation.dlq import dead_letter_record
 from streamcore.computation.filters import RecordFilter
 from streamcore.computation.policy import ComputationPolicy
 from streamcore.computation.stats import RUNNING, STOPPED, TERMINATED, SkipBudget, UnitStats
-from streamcore.errors import CheckpointError, CodecError, TopologyError
+from streamcore.errors import CheckpointError, CodecError, TopologyError, UndecodableRecordError
 from streamcore.log.api import LogAppender, LogOffset, LogRecord, LogTailer, RebalanceListener
 from streamcore.names import Name
 from streamcore.record import Flag, Record
@@ -39,7 +40,7 @@ __all__ = ["ComputationRunner", "InputStream", "OutputStream"]
 
 logger = logging.getLogger(__name__)
 
-_ASK, _HALT = 1, 2
+_ASK, _HALT, _ASK_BEFORE = 1, 2, 4
 _DEFAULT_FLAGS = int(Flag.DEFAULT)
 _SPECIAL = int(Flag.POISON_PILL | Flag.COMMIT)
 _WINDOW_BATCHES = 16  # uncommitted batches kept before their positions are folded into a dict
@@ -111,11 +112,11 @@ class UnitContext(ComputationContext):
         if timestamp_ms < runner.next_timer:
             runner.next_timer = timestamp_ms
 
-    def ask_for_checkpoint(self) -> None:
-        self._signal |= _ASK
+    def ask_for_checkpoint(self, *, include_current: bool = True) -> None:
+        self._signal |= _ASK if include_current else _ASK_BEFORE
 
     def cancel_ask_for_checkpoint(self) -> None:
-        self._signal &= ~_ASK
+        self._signal &= ~(_ASK | _ASK_BEFORE)
 
     def set_source_low_watermark(self, watermark: int) -> None:
         self._runner.source_low_watermark = watermark
@@ -196,6 +197,7 @@ class ComputationRunner(RebalanceListener):
         self.context = UnitContext(self, names)
         self._window: list[list[LogRecord[Any]]] = []  # read batches not committed yet
         self._window_positions: dict[Any, int] = {}
+        self._window_oldest: LogRecord[Any] | None = None  # first record of the folded batches
         self._touched: set[Any] = set()  # partitions read since the last checkpoint
         self._committed_watermark = 0
         self._rewind = False
@@ -243,6 +245,7 @@ class ComputationRunner(RebalanceListener):
         self.context._clear()
         self._window.clear()
         self._window_positions.clear()
+        self._window_oldest = None
         self._touched.clear()
         self.tailer.to_last_committed()
         self.computation.init(self.context)
@@ -257,7 +260,12 @@ class ComputationRunner(RebalanceListener):
         tailer = self.tailer
         if tailer is None or self.stats.state != RUNNING:
             return done
-        batch = tailer.read_batch(self._read_size, timeout)
+        try:
+            batch = tailer.read_batch(self._read_size, timeout)
+        except UndecodableRecordError as failure:  # not even a LogRecord: a key that is not UTF-8
+            if not self._rewind:
+                self._unreadable(tailer, failure)
+            batch = []
         if self._rewind:
             self._do_rewind()
             return done
@@ -277,7 +285,8 @@ class ComputationRunner(RebalanceListener):
         decode: Callable[[bytes], Record] = None  # type: ignore[assignment]
         logical = ""
         read_filter: RecordFilter | None = None
-        asked = asked_mark = -1
+        asked: int | None = None  # the last record a checkpoint covers (-1: none of this batch)
+        asked_mark = -1
         halted = False
         index = -1
         started = time.perf_counter()
@@ -291,7 +300,7 @@ class ComputationRunner(RebalanceListener):
             try:
                 record = decode(rec.message)
             except CodecError as exc:
-                if not self._undecodable(rec, stream, exc):
+                if not self._undecodable(rec, exc):
                     break
                 context._signal &= ~_ASK  # dead-lettered or skipped: checkpoint up to here
                 asked, asked_mark = index, len(journal)
@@ -314,6 +323,8 @@ class ComputationRunner(RebalanceListener):
             if context._signal:
                 if context._signal & _ASK:
                     asked, asked_mark = index, len(journal)
+                elif context._signal & _ASK_BEFORE:
+                    asked, asked_mark = index - 1, len(journal)
                 if context._signal & _HALT:
                     halted = True
                     context._signal = 0
@@ -325,11 +336,11 @@ class ComputationRunner(RebalanceListener):
         stats.observe_batch(time.perf_counter() - started, count)
         stats.last_activity = time.monotonic()
         if stats.state != RUNNING:
-            if asked >= 0:  # keep what was done before the failure: checkpoint up to the ask
+            if asked is not None:  # keep what was done before the failure: up to the ask
                 context._rollback(asked_mark)
                 self._checkpoint(batch, asked)
             return
-        if asked >= 0:
+        if asked is not None:
             self._checkpoint(batch, asked)
         else:
             self._add_to_window(batch if not halted else batch[:count])
@@ -360,7 +371,7 @@ class ComputationRunner(RebalanceListener):
         signal, context._signal = context._signal, 0
         if self.stats.state != RUNNING:
             return fired
-        if signal & _ASK:
+        if signal & (_ASK | _ASK_BEFORE):  # a timer has no current record: all received is done
             self._checkpoint(None)
         if signal & _HALT:
             self.stats.state = STOPPED
@@ -413,27 +424,28 @@ class ComputationRunner(RebalanceListener):
                 failure = exc
                 context._rollback(mark)
                 context._signal = 0
-        return self._fallback(failure, attempts, rec, stream, record, timer)
+        return self._fallback(failure, attempts, rec, record, timer)
 
     def _fallback(
         self,
         failure: BaseException,
         attempts: int,
         rec: LogRecord[Any] | None,
-        stream: InputStream | None,
         record: Record | None,
         timer: tuple[str, int] | None = None,
         undecodable: bool = False,
     ) -> bool:
         stats = self.stats
         stats.failed += 1
-        others: list[Record] = []
+        items: list[tuple[Record, LogOffset | None]] = []
+        if record is not None:
+            items.append((record, None if rec is None else LogOffset(rec.partition, rec.offset)))
         if not undecodable:
             try:
-                others = list(self.computation.process_failure(self.context, failure))
+                others = self.computation.process_failure(self.context, failure)
+                items += [(o, None) if isinstance(o, Record) else o for o in others]
             except Exception:
                 logger.exception("process_failure() of computation %s failed", self.name)
-        items = ([record] if record is not None else []) + others
         fallback = self.policy.fallback
         if fallback == "skip_first":
             fallback = "skip" if self._skip_budget.take() else "terminate"
@@ -443,16 +455,16 @@ class ComputationRunner(RebalanceListener):
         if fallback == "dead_letter" and self._dlq is not None:
             now = self.clock_ms()
             buffer = self._dlq.buffer
-            for item in items:
+            for item, origin in items:
                 buffer.append(
                     (
                         item.key,
                         dead_letter_record(
                             item,
                             computation=self.name,
-                            stream=stream.urn if stream is not None else "",
-                            partition=rec.partition.partition if rec is not None else -1,
-                            offset=rec.offset if rec is not None else -1,
+                            stream="" if origin is None else origin.partition.name.urn,
+                            partition=-1 if origin is None else origin.partition.partition,
+                            offset=-1 if origin is None else origin.offset,
                             failure=failure,
                             attempts=attempts,
                             failed_at=now,
@@ -488,10 +500,22 @@ class ComputationRunner(RebalanceListener):
         self.terminate(failure, f"{what} failed after {attempts} attempts")
         return False
 
-    def _undecodable(self, rec: LogRecord[Any], stream: InputStream, failure: CodecError) -> bool:
+    def _undecodable(self, rec: LogRecord[Any], failure: CodecError) -> bool:
         """A record whose bytes are not a Record: no retry (decoding again fails again)."""
         record = Record(rec.key, bytes(rec.message))
-        return self._fallback(failure, 1, rec, stream, record, undecodable=True)
+        return self._fallback(failure, 1, rec, record, undecodable=True)
+
+    def _unreadable(self, tailer: LogTailer[Any], failure: UndecodableRecordError) -> None:
+        """A record the tailer cannot return takes the undecodable path too, then the tailer
+        skips it under a checkpoint, as for an undecodable record that ends a batch."""
+        at = failure.offset
+        key = failure.key.decode("utf-8", "backslashreplace")
+        self._touched.add(at.partition)
+        rec = LogRecord(failure.value, at.partition, at.offset, failure.timestamp, key)
+        if self._undecodable(rec, failure):
+            tailer.skip_one()
+            self.context._signal = 0
+            self._checkpoint(None)
 
     def terminate(self, failure: BaseException, what: str) -> None:
         """End the unit after a failure it cannot recover from (nothing more is committed)."""
@@ -513,9 +537,10 @@ class ComputationRunner(RebalanceListener):
         window = self._window
         window.append(batch)
         if len(window) > _WINDOW_BATCHES:  # a computation that rarely asks: keep positions only
+            if self._window_oldest is None:
+                self._window_oldest = _first_of(window)
             _fold_positions(window, self._window_positions)
             window.clear()
-            window.append(batch[-1:])
 
     def _checkpoint(self, batch: list[LogRecord[Any]] | None, upto: int = -1) -> bool:
         """Append what was produced, then commit positions: of everything read so far when
@@ -567,6 +592,7 @@ class ComputationRunner(RebalanceListener):
         self._committed_watermark = low
         self._window.clear()
         self._window_positions.clear()
+        self._window_oldest = None
         self._touched.clear()
         if not full:
             rest = batch[upto + 1 :]  # type: ignore[index]
@@ -615,10 +641,8 @@ class ComputationRunner(RebalanceListener):
         self.context._journal.clear()
 
     def _first_uncommitted(self) -> LogRecord[Any] | None:
-        for batch in self._window:
-            if batch:
-                return batch[0]
-        return None
+        oldest = self._window_oldest
+        return oldest if oldest is not None else _first_of(self._window)
 
     def _watermark_of(self, rec: LogRecord[Any]) -> int:
         try:
@@ -633,6 +657,13 @@ class ComputationRunner(RebalanceListener):
             return self.source_low_watermark
         first = self._first_uncommitted()
         return self._watermark_of(first) if first is not None else self._committed_watermark
+
+
+def _first_of(batches: list[list[LogRecord[Any]]]) -> LogRecord[Any] | None:
+    for batch in batches:
+        if batch:
+            return batch[0]
+    return None
 
 
 def _fold_positions(batches: list[list[LogRecord[Any]]], into: dict[Any, int]) -> None:

@@ -205,6 +205,14 @@ class TopologyTestDriver:
         """True once the computation was terminated by a failure."""
         return self.stats(computation).state == TERMINATED
 
+    def low_watermark(self, computation: str) -> int:
+        """The watermark of the oldest record `computation` read and did not commit yet, else of
+        the last one it committed (as `StreamProcessor.low_watermark`)."""
+        for runner in self._runners:
+            if runner.name == computation:
+                return runner.low_watermark()
+        raise TopologyError(f"no computation {computation!r} in this topology")
+
     def lag(self, computation: str) -> LogLag:
         """What the computation has not committed yet, over its input streams."""
         return LogLag.aggregate(

@@ -164,7 +164,7 @@ def test_policy_fallback_order() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"max_retries": -1}, "max_retries must be >= 0"),
+        ({"max_retries": -1}, "max_retries must be an integer from 0 to 10000"),
         ({"delay": 5.0, "max_delay": 1.0}, "need 0 <= delay <= max_delay"),
         ({"batch_capacity": 0}, "batch_capacity must be >= 1"),
         ({"batch_threshold": 0}, "batch_threshold must be > 0"),
