@@ -35,8 +35,9 @@ class QueueSpec:
     :param codec: how payloads are stored. Default - JSON; any streamcore codec (e.g.
         `get_codec("avro", schema)`).
     :param error_backoff: seconds between a failure and its retry. Default - 5.
-    :param hung_timeout: seconds after which a job still `processing` (its worker died) is
-        retried. Default - 1800.
+    :param hung_timeout: seconds a job may run, from its own start, before it counts as hung (its
+        worker died or froze, or it overran) and is retried, perhaps while it still runs (see
+        `lease`). Default - 1800.
     :param max_execute_time: seconds after which the watcher logs the stack of the thread
         running a job. Default - 300.
     :param depends_on: payload -> `(queue, id)` of a job that must be `done` first, or None.

@@ -7,9 +7,11 @@ jobs finished but not yet recorded `done` would look hung and be run again elsew
 hung timeout counts per job, from its own start:
 
 - before a job starts, if the batch's stamp is older than `STAMP_SLACK` of the hung timeout,
-  one statement records the finished jobs `done`, stamps the waiting ones (this job included)
+  one transaction records the finished jobs `done`, stamps the waiting ones (this job included)
   as of now, and returns those still holding the claim's token; a job whose token the hung
-  detector took back is not run (an ordered queue stops there). Fast jobs never pay for it.
+  detector took back is not run (an ordered queue stops there). Fast jobs never pay for it:
+  the detector takes a token back only once its stamp is `hung_timeout` old, so a job whose
+  stamp is younger is still held (the processes' clocks agreeing, as the detector assumes).
 - while a job runs, the `LeaseKeeper` thread does the same for its batch-mates (not for the
   running job), so they never reach the timeout while their worker lives.
 

@@ -74,7 +74,7 @@ def processing_time_stats(
     conn: sa.Connection, age_days: float = 1.0, queue: str | None = None
 ) -> list[dict[str, Any]]:
     """Per queue, over jobs done in the last `age_days`: count, avg, min, max, p50, p90, p95
-    and p99 of the time from the last claim to done, in milliseconds."""
+    and p99 of the time from the last claim or stamp (see `lease`) to done, in milliseconds."""
     since = now_ms() - int(age_days * DAY_MS)
     query = sa.select(jobs.c.queue, jobs.c.done_ms - jobs.c.processing_ms).where(
         jobs.c.status == DONE, jobs.c.done_ms >= since, jobs.c.processing_ms.is_not(None)

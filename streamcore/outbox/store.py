@@ -137,7 +137,8 @@ def due_errors(
 
 
 def reset_hung(conn: sa.Connection, queue: str, hung_s: float, max_retries: int) -> tuple[int, int]:
-    """Jobs `processing` for longer than `hung_s` (their worker died or froze): back to `init`
+    """Jobs `processing` for longer than `hung_s` since their last stamp (their worker died or
+    froze, or the job overran; a live worker stamps each job as it starts): back to `init`
     while they have tries left, else to `error`. Returns (retried, errored)."""
     now = now_ms()
     hung = sa.and_(

@@ -2,8 +2,8 @@
 
 Python cannot stop a thread, so the watcher does what helps an operator: once per job run past
 the queue's `max_execute_time`, it logs a warning with the current stack of the thread running
-it (and counts it in `overdue`). The job keeps running; if its worker dies, the hung timeout
-hands it to another worker.
+it (and counts it in `overdue`). The job keeps running; past its hung timeout (or if its worker
+dies) the hung detector hands it to another worker, where it may run a second time.
 """
 
 from __future__ import annotations
