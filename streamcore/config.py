@@ -19,6 +19,9 @@ from streamcore.errors import ConfigError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 FSYNC_MODES = ("none", "batch", "always")
+# The local log stores a record inside one batch, whose body holds at most 1 GiB
+# (streamcore.log.local.segment.MAX_BATCH_BODY), 16 bytes of it the record's offsets.
+MAX_RECORD_BYTES_LIMIT = (1 << 30) - 16
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
@@ -55,6 +58,12 @@ class LogDefaults:
         if self.max_record_bytes < 1:
             raise ConfigError(
                 f"log.max_record_bytes is {self.max_record_bytes}; use a positive number of bytes"
+            )
+        if self.max_record_bytes > MAX_RECORD_BYTES_LIMIT:
+            raise ConfigError(
+                f"log.max_record_bytes is {self.max_record_bytes}; the local log's format holds "
+                f"at most {MAX_RECORD_BYTES_LIMIT} bytes per record, so use at most that: split "
+                "larger payloads, or store them elsewhere and log a reference to them"
             )
 
 

@@ -56,6 +56,23 @@ class RecordTooLargeError(LogError):
     """A record or batch exceeds the configured size limit."""
 
 
+class LogWriteError(LogError, OSError):
+    """Writing an append to disk failed (a full disk, an I/O error): nothing of that append was
+    written, and the partition stays readable. `errno` is the operating system's."""
+
+    def __init__(self, message: str, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class InvalidRecordError(LogError, ValueError):
+    """An append was given a record the log cannot store (a key that is not UTF-8 text, a
+    timestamp that is not integer milliseconds): nothing of that append was written."""
+
+
 class LogClosedError(LogError):
     """The appender, tailer or manager was used after close()."""
 

@@ -27,6 +27,7 @@ from streamcore.log.api import (
     LogTailer,
     RebalanceListener,
 )
+from streamcore.log.append_checks import check_timestamps
 from streamcore.log.partitioner import partition_for_key
 from streamcore.log.subscription import (
     DEFAULT_HEARTBEAT_INTERVAL,
@@ -294,9 +295,9 @@ class _MemoryAppender(LogAppender[Any]):
         partition: int | None = None,
         timestamps: Sequence[int] | None = None,
     ) -> list[LogOffset]:
-        """All or nothing, like a local-log batch: every value is encoded before any is added."""
-        if timestamps is not None and len(timestamps) != len(items):
-            raise ValueError(f"{len(timestamps)} timestamps for {len(items)} items; give one each")
+        """All or nothing, like a local-log batch: every key, value and timestamp is checked
+        before any record is added."""
+        checked = check_timestamps(timestamps, len(items))
         targets = [
             partition if partition is not None else partition_for_key(k, self.size)
             for k, _ in items
@@ -307,11 +308,11 @@ class _MemoryAppender(LogAppender[Any]):
         out = []
         with self.manager._lock:
             self._last_ts = max(self._last_ts, time.time_ns() // 1_000_000)
-            times = timestamps if timestamps is not None else [self._last_ts] * len(items)
+            times = checked.tolist() if checked is not None else [self._last_ts] * len(items)
             for p, (key, _), value, ts in zip(targets, items, values, times, strict=True):
                 records = self._partitions[p].records
                 offset = len(records)
-                records.append((offset, int(ts), key, value))
+                records.append((offset, ts, key, value))
                 out.append(LogOffset(LogPartition(self.name, p), offset))
         return out
 

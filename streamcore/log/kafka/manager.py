@@ -42,6 +42,7 @@ from streamcore.log.api import (
     LogTailer,
     RebalanceListener,
 )
+from streamcore.log.append_checks import check_timestamps
 from streamcore.log.kafka.client import _POOL, KafkaClients
 from streamcore.log.kafka.partitioner import kafka_partition_for_key
 from streamcore.names import Name
@@ -677,12 +678,11 @@ class KafkaAppender(LogAppender[Any]):
         but if the broker rejects or times out some records, those already acknowledged stay
         (Kafka has no multi-partition atomic append outside transactions), and the error says
         how many landed."""
-        if timestamps is not None and len(timestamps) != len(items):
-            raise ValueError(f"{len(timestamps)} timestamps for {len(items)} items; give one each")
+        checked = check_timestamps(timestamps, len(items))
         self._check(partition)
         if not items:
             return AppendedOffsets(self.name, (), ())
-        return self._send(items, partition, timestamps)
+        return self._send(items, partition, None if checked is None else checked.tolist())
 
     def _send(
         self,

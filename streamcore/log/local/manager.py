@@ -29,6 +29,7 @@ import numpy as np
 from streamcore.config import FSYNC_MODES, StreamcoreConfig, load_config, parse_duration_ms
 from streamcore.errors import (
     ConfigError,
+    InvalidRecordError,
     LogClosedError,
     LogExistsError,
     LogNotFoundError,
@@ -43,11 +44,13 @@ from streamcore.log.api import (
     LogTailer,
     RebalanceListener,
 )
+from streamcore.log.append_checks import check_keys_encode, check_timestamps
 from streamcore.log.local.membership import FileGroupStore
 from streamcore.log.local.positions import PositionStore
 from streamcore.log.local.reader import PartitionCursor
 from streamcore.log.local.segment import list_segments
-from streamcore.log.local.writer import PartitionWriter, check_types
+from streamcore.log.local.syncer import BatchSyncer
+from streamcore.log.local.writer import PartitionWriter, append_all_or_nothing, check_types
 from streamcore.log.partitioner import partition_for_key, partitions_for_keys
 from streamcore.log.subscription import (
     DEFAULT_HEARTBEAT_INTERVAL,
@@ -70,6 +73,7 @@ class LocalLogManager(LogManager):
         self.root = Path(root) if root is not None else self.config.log_dir
         self.root.mkdir(parents=True, exist_ok=True)
         self._writers: dict[tuple[Name, int], PartitionWriter] = {}
+        self._syncer = BatchSyncer()
         self._tailers: dict[tuple[str, LogPartition], CursorTailer] = {}
         self._appenders: list[LocalAppender] = []
         self._subscriptions: weakref.WeakSet[SubscribedTailer] = weakref.WeakSet()
@@ -205,7 +209,7 @@ class LocalLogManager(LogManager):
         out = []
         for p in range(self.size(name)):
             writer = self._writers.get((name, p))
-            if writer is not None:
+            if writer is not None and not writer.closed:
                 out.append(writer.next_offset)
             else:
                 cursor = PartitionCursor(self.partition_folder(LogPartition(name, p)), "")
@@ -269,7 +273,9 @@ class LocalLogManager(LogManager):
             if self._closed:
                 raise LogClosedError("the log manager is closed")
             writer = self._writers.get((name, partition))
-            if writer is None:
+            # A writer closes itself when it cannot undo a failed write: open a new one, whose
+            # recovery drops the partial batch.
+            if writer is None or writer.closed:
                 meta = self._meta(name)
                 writer = PartitionWriter(
                     self.partition_folder(LogPartition(name, partition)),
@@ -281,6 +287,8 @@ class LocalLogManager(LogManager):
                     label=f"{name.id}-{partition:02d}",
                 )
                 self._writers[(name, partition)] = writer
+                if writer.fsync == "batch":
+                    self._syncer.add(writer)
             return writer
 
     def appender(self, name: str | Name, codec: Any = None) -> LocalAppender:
@@ -363,6 +371,7 @@ class LocalLogManager(LogManager):
                 return
             for tailer in list(self._tailers.values()) + list(self._subscriptions):
                 tailer.close()
+            self._syncer.stop()
             for writer in self._writers.values():
                 writer.close()
             self._writers.clear()
@@ -416,10 +425,12 @@ class LocalAppender(LogAppender[Any]):
         timestamps: Sequence[int] | None = None,
     ) -> AppendedOffsets:
         """Append (key, message) pairs as one batch per partition (one write, one checksum),
-        all or nothing. `timestamps` (ms, one per item) keep original times, e.g. for copies."""
+        all or nothing: every item is encoded and checked, and every partition's writer lock
+        taken, before the first byte is written. Only a write error (a full disk) on a later
+        partition leaves the earlier partitions' batches in place; see docs/log.md.
+        `timestamps` (ms, one per item) keep original times, e.g. for copies."""
         count = len(items)
-        if timestamps is not None and len(timestamps) != count:
-            raise ValueError(f"{len(timestamps)} timestamps for {count} items; give one each")
+        times = check_timestamps(timestamps, count)
         if not count:
             return AppendedOffsets(self.name, (), ())
         keys = [k for k, _ in items]
@@ -427,40 +438,43 @@ class LocalAppender(LogAppender[Any]):
         values = [encode(m) for _, m in items] if encode else [m for _, m in items]
         if partition is not None:
             self._check(partition)
-            base = self.manager._writer(self.name, partition).append(keys, values, timestamps)
+            base = self.manager._writer(self.name, partition).append(keys, values, times)
             return AppendedOffsets(
                 self.name, np.full(count, partition), np.arange(base, base + count)
             )
         self._check(0)
-        targets = partitions_for_keys(keys, self._size)
-        order = np.argsort(targets, kind="stable")
+        try:  # the joins check every type in C; check_types only words the error
+            targets = partitions_for_keys(keys, self._size)
+            b"".join(values)
+        except TypeError:
+            check_types(keys, values)
+            raise
         counts = np.bincount(targets, minlength=self._size)
-        used = np.flatnonzero(counts)
-        if len(used) > 1:
-            # One batch per partition: validate everything first so a bad item writes nothing.
-            try:  # the joins check every type in C; check_types only words the error
-                "".join(keys)
-                b"".join(values)
-            except TypeError:
-                check_types(keys, values)
-                raise
-            self.manager._writer(self.name, int(used[0])).check_record_sizes(values)
-            keys_by_order = np.array(keys, dtype=object)[order]
-            values_by_order = np.empty(count, dtype=object)
-            values_by_order[:] = values
-            values_by_order = values_by_order[order]
+        used = np.flatnonzero(counts).tolist()
+        if len(used) == 1:
+            base = self.manager._writer(self.name, used[0]).append(keys, values, times)
+            return AppendedOffsets(self.name, targets, np.arange(base, base + count))
+        check_keys_encode(keys)  # here, where a bad key's index is the caller's
+        order = np.argsort(targets, kind="stable")
+        keys_by_order = np.empty(count, dtype=object)
+        keys_by_order[:] = keys
+        values_by_order = np.empty(count, dtype=object)
+        values_by_order[:] = values
+        keys_by_order, values_by_order = keys_by_order[order], values_by_order[order]
+        # Every writer (so every partition's lock) first: LogLockedError writes nothing.
+        writers = [self.manager._writer(self.name, p) for p in used]
+        batches = []
+        start = 0
+        for p, writer in zip(used, writers, strict=True):
+            part = slice(start, start + int(counts[p]))
+            part_ts = times[order[part]] if times is not None else None
+            batches.append((writer, keys_by_order[part], values_by_order[part], part_ts))
+            start = part.stop
+        bases = append_all_or_nothing(batches)
         offsets = np.empty(count, dtype=np.int64)
         start = 0
-        for p in used.tolist():
+        for p, base in zip(used, bases, strict=True):
             n = int(counts[p])
-            if len(used) == 1:
-                part_keys, part_values, part_ts = keys, values, timestamps
-            else:
-                idx = order[start : start + n]
-                part_keys = keys_by_order[start : start + n]
-                part_values = values_by_order[start : start + n]
-                part_ts = [timestamps[i] for i in idx.tolist()] if timestamps is not None else None
-            base = self.manager._writer(self.name, p).append(part_keys, part_values, part_ts)
             offsets[order[start : start + n]] = np.arange(base, base + n)
             start += n
         return AppendedOffsets(self.name, targets, offsets)
@@ -491,6 +505,8 @@ class LocalAppender(LogAppender[Any]):
                 view = view - np.int32(first)
             return view, (memoryview(data)[first:last] if data is not None else b"")
 
+        if not (pa.types.is_string(keys.type) or pa.types.is_large_string(keys.type)):
+            keys = _utf8_keys(keys)
         key_offsets, key_bytes = columns(keys)
         value_offsets, value_bytes = columns(values)
         writer = self.manager._writer(self.name, partition)
@@ -519,3 +535,25 @@ class LocalAppender(LogAppender[Any]):
 
     def close(self) -> None:
         self._closed = True
+
+
+def _utf8_keys(keys: Any) -> Any:
+    """Binary Arrow keys as strings, checked in one vectorised cast: a key is text, and every
+    tailer decodes it as UTF-8, so one that is not would stop them all."""
+    import pyarrow as pa
+
+    if not (pa.types.is_binary(keys.type) or pa.types.is_large_binary(keys.type)):
+        return keys
+    try:
+        return keys.cast(pa.large_string() if pa.types.is_large_binary(keys.type) else pa.string())
+    except pa.ArrowInvalid:
+        for index, key in enumerate(keys.to_pylist()):
+            try:
+                key.decode()
+            except UnicodeDecodeError:
+                raise InvalidRecordError(
+                    f"key #{index} ({key!r}) is not valid UTF-8; log keys are text that every "
+                    "tailer decodes as UTF-8: decode the keys with their real encoding, or encode "
+                    "binary ids as hex or base64. Nothing of this batch was appended"
+                ) from None
+        raise

@@ -32,6 +32,7 @@ import numpy as np
 from crc32c import crc32c
 
 from streamcore.errors import RecordTooLargeError
+from streamcore.log.append_checks import unencodable_key
 
 MAGIC = b"SCLB"
 VERSION = 1
@@ -39,7 +40,7 @@ HAS_TIMESTAMPS = 0x01
 HEADER = struct.Struct("<4sBBHqIqqII4x")
 HEADER_SIZE = HEADER.size  # 48
 _CRC_SPAN = 40  # header bytes covered by the checksum (everything before the crc field)
-MAX_BATCH_BODY = 1 << 30
+MAX_BATCH_BODY = 1 << 30  # readers refuse a larger body_len as a damaged header
 SEGMENT_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 _ZEROS = bytes(8)
@@ -67,9 +68,21 @@ _SINGLE_OFFSETS = struct.Struct("<iiii")  # key offsets [0, k], value offsets [0
 _CRC = struct.Struct("<I4x")
 
 
+def record_too_large(key_len: int, value_len: int, index: int | None = None) -> str:
+    which = "a record" if index is None else f"record #{index}"
+    return (
+        f"{which} of {key_len} key and {value_len} value bytes does not fit in one batch of the "
+        f"local log (at most {MAX_BATCH_BODY - _SINGLE_OFFSETS.size} bytes of key and value); "
+        "split the payload, or store it elsewhere and log a reference to it"
+    )
+
+
 def encode_single(base_offset: int, key: bytes, value: bytes, timestamp: int) -> bytes:
     """One record as one batch, without numpy: the single-append hot path."""
     klen, vlen = len(key), len(value)
+    if klen + vlen > MAX_BATCH_BODY - _SINGLE_OFFSETS.size:
+        # Written anyway, it would be acknowledged, unreadable, and dropped as a torn tail.
+        raise RecordTooLargeError(record_too_large(klen, vlen))
     body = b"".join(
         (_SINGLE_OFFSETS.pack(0, klen, 0, vlen), key, value, _ZEROS[: (-(klen + vlen)) % 8])
     )
@@ -84,12 +97,21 @@ def offsets_of(items: Sequence[str] | Sequence[bytes]) -> np.ndarray:
     return out
 
 
+def encode_key(key: str, index: int = 0) -> bytes:
+    """The UTF-8 bytes of a key; `InvalidRecordError` for a str that has no UTF-8 form (a lone
+    surrogate, e.g. from bytes decoded with errors="surrogateescape")."""
+    try:
+        return key.encode()
+    except UnicodeEncodeError as exc:
+        raise unencodable_key(index, key, exc) from None
+
+
 def encode_keys(keys: Sequence[str]) -> tuple[np.ndarray, bytes]:
     """Offsets and UTF-8 bytes of string keys (one encode call when they are all ASCII)."""
     joined = "".join(keys)
     if joined.isascii():
         return offsets_of(keys), joined.encode("ascii")
-    encoded = [k.encode() for k in keys]
+    encoded = [encode_key(k, i) for i, k in enumerate(keys)]
     return offsets_of(encoded), b"".join(encoded)
 
 
@@ -141,15 +163,15 @@ def _assemble(
     key_bytes: bytes | memoryview,
     value_bytes: bytes | memoryview,
     timestamp: int,
-    timestamps: Sequence[int] | None,
+    timestamps: Sequence[int] | np.ndarray | None,
 ) -> tuple[list[bytes | memoryview], int]:
     parts: list[bytes | memoryview] = []
     flags = 0
     first_ts = last_ts = timestamp
     if timestamps is not None:
         flags |= HAS_TIMESTAMPS
-        ts = array("q", timestamps)
-        first_ts, last_ts = ts[0], max(ts)
+        ts = np.asarray(timestamps, dtype=np.int64)
+        first_ts, last_ts = int(ts[0]), int(ts.max())
         parts.append(ts.tobytes())
     ko, vo = memoryview(key_offsets).cast("B"), memoryview(value_offsets).cast("B")
     kb, vb = memoryview(key_bytes).cast("B"), memoryview(value_bytes).cast("B")
@@ -158,10 +180,7 @@ def _assemble(
     parts.append(_pad(data_len))
     body_len = sum(len(p) for p in parts)
     if body_len > MAX_BATCH_BODY:
-        raise RecordTooLargeError(
-            f"a batch of {count} records is {body_len} bytes, over the 1 GiB batch limit; "
-            "append it in smaller batches"
-        )
+        raise RecordTooLargeError(_batch_too_large(count, body_len, ko, vo))
     prefix = struct.pack(
         "<4sBBHqIqqI", MAGIC, VERSION, flags, 0, base_offset, count, first_ts, last_ts, body_len
     )
@@ -170,6 +189,20 @@ def _assemble(
         crc = crc32c(p, crc)
     header = prefix + struct.pack("<I4x", crc)
     return [header, *parts], HEADER_SIZE + body_len
+
+
+def _batch_too_large(
+    count: int, body_len: int, key_offsets: memoryview, value_offsets: memoryview
+) -> str:
+    key_lens = np.diff(np.frombuffer(key_offsets, dtype=np.int32).astype(np.int64))
+    value_lens = np.diff(np.frombuffer(value_offsets, dtype=np.int32).astype(np.int64))
+    largest = int(np.argmax(key_lens + value_lens))
+    if key_lens[largest] + value_lens[largest] > MAX_BATCH_BODY - _SINGLE_OFFSETS.size:
+        return record_too_large(int(key_lens[largest]), int(value_lens[largest]), largest)
+    return (
+        f"a batch of {count} records is {body_len} bytes, over the local log's batch limit of "
+        f"{MAX_BATCH_BODY} bytes; append it in smaller batches"
+    )
 
 
 @dataclass(slots=True)

@@ -5,13 +5,21 @@ One process at a time owns a partition: the writer takes an exclusive `flock` on
 naming the holder's pid. On open it validates the last segment batch by batch and truncates a torn
 or corrupt tail, so readers never see it. Appends are single `writev` calls of whole batches.
 
+A write that fails or stops short (a full disk) is undone before the error is raised: the segment
+is cut back to the end of the last good batch, so the next append lands right after it with the
+next offset. If even that fails, the writer closes itself and the next one, on open, drops the
+partial batch as a torn tail. Either way nothing after a failed write is acknowledged on garbage.
+
 Durability (`fsync`): `none` — an acknowledged append survives a crash of the process but not of the
-machine; `batch` — also fsynced at least once a second and on roll/close, so a power loss loses at
-most about a second of acknowledged appends; `always` — fsynced before `append` returns.
+machine; `batch` — fsynced by the manager's `BatchSyncer` within about a second of an append (also
+on roll/close), so a power loss loses at most about a second of acknowledged appends; `always` —
+fsynced before `append` returns.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import logging
 import os
@@ -26,12 +34,15 @@ from streamcore.errors import (
     CorruptLogError,
     LogClosedError,
     LogLockedError,
+    LogWriteError,
     RecordTooLargeError,
 )
+from streamcore.log.append_checks import check_timestamps
 from streamcore.log.local.segment import (
     INDEX_SUFFIX,
     encode_batch,
     encode_columns,
+    encode_key,
     encode_single,
     list_segments,
     scan_segment,
@@ -40,7 +51,8 @@ from streamcore.log.local.segment import (
 
 logger = logging.getLogger(__name__)
 INDEX_EVERY = 64 * 1024  # bytes of log between two sparse index entries
-_BATCH_FSYNC_INTERVAL = 1.0
+BATCH_FSYNC_INTERVAL = 1.0  # seconds: fsync=batch's promise
+_NO_INDEX = -(1 << 62)  # `_since_index` that never reaches INDEX_EVERY: stop indexing a segment
 
 
 def now_ms() -> int:
@@ -98,6 +110,8 @@ class PartitionWriter:
         except BaseException:
             os.close(self._lock_fd)
             raise
+        # What a restart finds is on disk already, as far as this writer can tell.
+        self._synced_offset = self._next_offset
 
     def _acquire_lock(self) -> int:
         path = self.folder / ".lock"
@@ -153,7 +167,9 @@ class PartitionWriter:
         self._next_offset = result.next_offset
         self._last_ts = result.last_ts
         self._segment_first_ts = self._first_ts_of(path) if result.batches else 0
-        self._rewrite_index(base, result.index)
+        self._index_fd = self._write_index_file(base, result.index)
+        self._index_size = 16 * len(result.index)
+        self._since_index = INDEX_EVERY if not result.index else self._size - result.index[-1][1]
 
     def _first_ts_of(self, path: Path) -> int:
         from streamcore.log.local.segment import parse_header
@@ -162,7 +178,8 @@ class PartitionWriter:
             header = parse_header(f.read(64))
         return header.first_ts if header else 0
 
-    def _rewrite_index(self, base: int, entries: list[tuple[int, int]]) -> None:
+    def _write_index_file(self, base: int, entries: list[tuple[int, int]]) -> int:
+        """Write the sparse index of segment `base` afresh; returns its fd, open for appends."""
         from array import array
 
         path = self.folder / f"{base:020d}{INDEX_SUFFIX}"
@@ -170,19 +187,33 @@ class PartitionWriter:
         tmp = path.with_suffix(".index.tmp")
         tmp.write_bytes(flat.tobytes())
         os.replace(tmp, path)
-        self._index_fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-        self._since_index = INDEX_EVERY if not entries else self._size - entries[-1][1]
+        return os.open(path, os.O_WRONLY | os.O_APPEND)
 
     def _open_segment(self, base: int) -> None:
+        """Create segment `base` and make it the active one; on failure nothing changes (a
+        half-made segment would make readers leave the active one too early)."""
         path = self.folder / segment_name(base)
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        if self.fsync != "none":
-            fsync_dir(self.folder)
+        fd = index_fd = -1
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o644)
+            index_fd = self._write_index_file(base, [])
+            if self.fsync != "none":
+                fsync_dir(self.folder)
+        except BaseException:
+            for opened in (fd, index_fd):
+                if opened >= 0:
+                    os.close(opened)
+            if fd >= 0:
+                path.unlink(missing_ok=True)
+                (self.folder / f"{base:020d}{INDEX_SUFFIX}").unlink(missing_ok=True)
+            raise
+        self._fd, self._index_fd = fd, index_fd
         self._segment_base = base
         self._segment_first_ts = 0
         self._size = 0
         self._next_offset = base
-        self._rewrite_index(base, [])
+        self._index_size = 0
+        self._since_index = INDEX_EVERY
 
     @property
     def closed(self) -> bool:
@@ -191,6 +222,11 @@ class PartitionWriter:
     @property
     def next_offset(self) -> int:
         return self._next_offset
+
+    @property
+    def synced_offset(self) -> int:
+        """Offset up to which appends are known to be on disk (fsynced), whatever `fsync` is."""
+        return self._synced_offset
 
     def _timestamp(self) -> int:
         # Append timestamps never go backwards within a partition, so offset_for_timestamp can
@@ -203,21 +239,38 @@ class PartitionWriter:
         self,
         keys: Sequence[str],
         values: Sequence[bytes],
-        timestamps: Sequence[int] | None = None,
+        timestamps: Sequence[int] | np.ndarray | None = None,
     ) -> int:
         """Append one batch; returns the offset of its first record."""
         with self._mutex:
-            self._check_open()
-            if not len(values) and not len(keys):
-                return self._next_offset
-            ts = self._timestamp()
-            try:
-                parts, size = encode_batch(self._next_offset, keys, values, ts, timestamps)
-            except TypeError:
-                check_types(keys, values)
-                raise
-            self._check_sizes(values, size)
-            return self._write(parts, size, len(values), ts)
+            batch = self.encode(keys, values, timestamps)
+            return self._next_offset if batch is None else self.write(batch)
+
+    def encode(
+        self,
+        keys: Sequence[str],
+        values: Sequence[bytes],
+        timestamps: Sequence[int] | np.ndarray | None = None,
+    ) -> tuple[list, int, int, int] | None:
+        """Check and encode a batch for `write` without touching the disk (None if it is empty).
+        Call both under `mutex`, with no other append in between."""
+        self._check_open()
+        if not len(values) and not len(keys):
+            return None
+        timestamps = check_timestamps(timestamps, len(values))
+        ts = self._timestamp()
+        try:
+            parts, size = encode_batch(self._next_offset, keys, values, ts, timestamps)
+        except TypeError:
+            check_types(keys, values)
+            raise
+        self._check_sizes(values, size)
+        return parts, size, len(values), ts
+
+    @property
+    def mutex(self) -> threading.Lock:
+        """Held across `encode` and `write` (see `append_all_or_nothing`)."""
+        return self._mutex
 
     def append_one(self, key: str, value: bytes) -> int:
         """Append a single record; returns its offset. The hot path of `append`: one call, one
@@ -228,7 +281,10 @@ class PartitionWriter:
             value = bytes(value)
         if len(value) > self.max_record_bytes:
             raise RecordTooLargeError(self._too_large(len(value)))
-        key_bytes = key.encode()
+        try:
+            key_bytes = key.encode()
+        except UnicodeEncodeError:
+            key_bytes = encode_key(key)  # raises, naming the key and the fix
         with self._mutex:
             if self._closed:
                 self._check_open()
@@ -239,23 +295,31 @@ class PartitionWriter:
             base = self._next_offset
             data = encode_single(base, key_bytes, value, ts)
             size = len(data)
-            if self._size and (
-                self._size + size > self.segment_bytes
-                or ts - self._segment_first_ts >= self.segment_roll_ms > 0
-            ):
-                self._roll()
-            if os.write(self._fd, data) != size:
-                raise OSError(f"short write on {self.label}: the disk may be full")
+            position = None
+            try:
+                if self._size and (
+                    self._size + size > self.segment_bytes
+                    or ts - self._segment_first_ts >= self.segment_roll_ms > 0
+                ):
+                    self._roll()
+                position = self._size
+                written = os.write(self._fd, data)
+                if written != size:
+                    self._finish_partial_write((data,), written)
+                if self.fsync != "none":
+                    self._sync(base + 1)
+            except OSError as exc:
+                raise self._write_failed(position, exc) from exc
+            except BaseException:
+                self._undo_write(position)
+                raise
             if not self._segment_first_ts:
                 self._segment_first_ts = ts
-            position = self._size
             self._size = position + size
             self._next_offset = base + 1
             if self._since_index >= INDEX_EVERY:
                 self._write_index(base, position)
             self._since_index += size
-            if self.fsync != "none":
-                self._sync()
             return base
 
     def append_columns(self, count: int, key_offsets, key_bytes, value_offsets, value_bytes) -> int:
@@ -272,7 +336,7 @@ class PartitionWriter:
                 lengths = np.diff(np.frombuffer(value_offsets, dtype=np.int32))
                 if int(lengths.max()) > self.max_record_bytes:
                     raise RecordTooLargeError(self._too_large(int(lengths.max())))
-            return self._write(parts, size, count, ts)
+            return self.write((parts, size, count, ts))
 
     def _too_large(self, size: int) -> str:
         return (
@@ -290,52 +354,131 @@ class PartitionWriter:
         if largest > self.max_record_bytes:
             raise RecordTooLargeError(self._too_large(largest))
 
-    def _write(self, parts: list, size: int, count: int, ts: int) -> int:
-        if self._size and (
-            self._size + size > self.segment_bytes
-            or (self.segment_roll_ms and ts - self._segment_first_ts >= self.segment_roll_ms)
-        ):
-            self._roll()
+    def write(self, batch: tuple[list, int, int, int]) -> int:
+        """Write a batch made by `encode` (under `mutex`); returns its first offset. On failure
+        nothing of it stays in the segment (see the module docstring)."""
+        parts, size, count, ts = batch
         base = self._next_offset
-        position = self._size
-        written = os.writev(self._fd, parts)
-        if written != size:
-            self._finish_partial_write(parts, written)
+        position = None
+        try:
+            if self._size and (
+                self._size + size > self.segment_bytes
+                or (self.segment_roll_ms and ts - self._segment_first_ts >= self.segment_roll_ms)
+            ):
+                self._roll()
+            position = self._size
+            written = os.writev(self._fd, parts)
+            if written != size:
+                self._finish_partial_write(parts, written)
+            self._sync(base + count)
+        except OSError as exc:
+            raise self._write_failed(position, exc) from exc
+        except BaseException:
+            self._undo_write(position)
+            raise
         if not self._segment_first_ts:
             self._segment_first_ts = ts
-        self._size += size
+        self._size = position + size
         self._next_offset = base + count
         if self._since_index >= INDEX_EVERY:
             self._write_index(base, position)
         self._since_index += size
-        self._sync()
         return base
 
-    def _write_index(self, base: int, position: int) -> None:
-        os.write(self._index_fd, base.to_bytes(8, "little") + position.to_bytes(8, "little"))
-        self._since_index = 0
-
-    def _finish_partial_write(self, parts: list, written: int) -> None:
-        # writev may stop short on huge batches; write what remains, in order.
+    def _finish_partial_write(self, parts: Sequence[bytes | memoryview], written: int) -> None:
+        # writev may stop short on huge batches; write what remains, in order. A disk that
+        # fills up meanwhile raises ENOSPC here, and the caller undoes the whole batch.
         remaining = memoryview(b"".join(bytes(p) for p in parts))[written:]
         while remaining:
             n = os.write(self._fd, remaining)
+            if n <= 0:
+                raise OSError(errno.EIO, f"write() to a segment of {self.label} made no progress")
             remaining = remaining[n:]
 
-    def _sync(self) -> None:
-        if self.fsync == "always":
-            os.fsync(self._fd)
-        elif self.fsync == "batch" and time.monotonic() - self._last_sync >= _BATCH_FSYNC_INTERVAL:
+    def _undo_write(self, position: int | None) -> bool:
+        """Cut the segment back to `position`, the end of the last good batch (None: nothing
+        was written). If that fails, close this writer so nothing is appended after the partial
+        batch; the next writer's recovery drops it as a torn tail. True if the file is intact."""
+        if position is None or self._closed:
+            return not self._closed
+        try:
+            os.ftruncate(self._fd, position)
+            if os.fstat(self._fd).st_size == position:
+                return True
+        except OSError as exc:
+            logger.error("%s: cannot cut a failed write off its segment: %s", self.label, exc)
+        self._close_files()
+        return False
+
+    def _write_failed(self, position: int | None, exc: OSError) -> LogWriteError:
+        intact = self._undo_write(position)
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            what = (
+                f"the disk holding {self.folder} is full ({exc.strerror})"
+                if exc.errno == errno.ENOSPC
+                else f"the disk quota for {self.folder} is used up ({exc.strerror})"
+            )
+            fix = (
+                "free space on that disk (delete files there, or shorten log.retention and run "
+                "`streamcore purge`), then append again"
+            )
+        else:
+            what = f"writing to {self.folder} failed ({exc})"
+            fix = "check the disk (dmesg) and the filesystem, then append again"
+        state = (
+            "nothing of this batch was written"
+            if intact
+            else "nothing of this batch was acknowledged; the writer could not cut it off the "
+            "segment, so it closed itself and the next append reopens the partition, dropping it"
+        )
+        return LogWriteError(f"cannot append to {self.label}: {what}; {state}; {fix}", exc.errno)
+
+    def _write_index(self, base: int, position: int) -> None:
+        entry = base.to_bytes(8, "little") + position.to_bytes(8, "little")
+        with contextlib.suppress(OSError):
+            if os.write(self._index_fd, entry) == len(entry):
+                self._index_size += len(entry)
+                self._since_index = 0
+                return
+        # The sparse index is a hint that readers verify: appends go on without it. A partial
+        # entry would shift every later one, so cut it off, or stop indexing this segment.
+        logger.warning("%s: cannot extend the index of segment %d", self.label, self._segment_base)
+        try:
+            os.ftruncate(self._index_fd, self._index_size)
+            self._since_index = 0
+        except OSError:
+            self._since_index = _NO_INDEX
+
+    def _sync(self, offset: int) -> None:
+        """fsync per the mode, `offset` being the end offset once the pending write counts."""
+        if self.fsync == "always" or (
+            self.fsync == "batch" and time.monotonic() - self._last_sync >= BATCH_FSYNC_INTERVAL
+        ):
             os.fsync(self._fd)
             self._last_sync = time.monotonic()
+            self._synced_offset = offset
+
+    def sync_pending(self) -> None:
+        """fsync if appends were acknowledged since the last fsync (the `fsync=batch` timer)."""
+        with self._mutex:
+            if self._closed or self._synced_offset >= self._next_offset:
+                return
+            os.fsync(self._fd)
+            self._last_sync = time.monotonic()
+            self._synced_offset = self._next_offset
 
     def _roll(self) -> None:
         if self.fsync != "none":
             os.fsync(self._fd)
-        os.close(self._fd)
-        os.close(self._index_fd)
+            self._synced_offset = self._next_offset
+        old_fd, old_index_fd = self._fd, self._index_fd
         self._open_segment(self._next_offset)
-        self.purge_expired()
+        os.close(old_fd)
+        os.close(old_index_fd)
+        try:
+            self.purge_expired()
+        except OSError as exc:  # retention must not fail an append
+            logger.warning("%s: retention purge failed: %s", self.label, exc)
 
     def purge_expired(self, now: int | None = None) -> list[int]:
         """Delete sealed segments whose newest record is older than the retention.
@@ -372,18 +515,43 @@ class PartitionWriter:
             if not self._closed:
                 os.fsync(self._fd)
                 self._last_sync = time.monotonic()
+                self._synced_offset = self._next_offset
 
     def _check_open(self) -> None:
         if self._closed:
             raise LogClosedError(f"the writer of {self.label} is closed; get a new appender")
 
+    def _close_files(self) -> None:
+        self._closed = True
+        for fd in (self._fd, self._index_fd, self._lock_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
     def close(self) -> None:
         with self._mutex:
             if self._closed:
                 return
-            self._closed = True
-            if self.fsync != "none":
-                os.fsync(self._fd)
-            os.close(self._fd)
-            os.close(self._index_fd)
-            os.close(self._lock_fd)
+            try:
+                if self.fsync != "none":
+                    os.fsync(self._fd)
+                    self._synced_offset = self._next_offset
+            finally:
+                self._close_files()
+
+
+def append_all_or_nothing(
+    batches: Sequence[tuple[PartitionWriter, Sequence[str], Sequence[bytes], np.ndarray | None]],
+) -> list[int]:
+    """Append one batch per writer, each writer once, in ascending partition order (every
+    caller takes the mutexes in that order, so two of them cannot deadlock). Every batch is
+    checked and encoded before the first byte is written, so a bad item, an oversize batch or a
+    closed writer leaves every partition as it was. Only a write error (a full disk) on a later
+    partition leaves the earlier partitions' batches in place. Returns the first offsets."""
+    with contextlib.ExitStack() as held:
+        for writer, _, _, _ in batches:
+            held.enter_context(writer.mutex)
+        encoded = [writer.encode(keys, values, ts) for writer, keys, values, ts in batches]
+        return [
+            writer.write(batch) if batch is not None else writer.next_offset
+            for (writer, _, _, _), batch in zip(batches, encoded, strict=True)
+        ]
