@@ -8,9 +8,14 @@ exponential backoff when another member changed the state first.
 - **Membership.** A member (id `<host>-<pid>-<random>`) registers with a heartbeat timestamp that a
   daemon thread refreshes every `heartbeat_interval` (default 3 s). Any member removes members
   whose heartbeat is older than their `session_timeout` (default 10 s), which frees their
-  partitions. The thread also watches the state (a `stat` every `watch_interval`) so changes made
+  partitions. The thread also watches the state (every `watch_interval`) so changes made
   by others are seen within a fraction of a second. It only touches the state: assignment changes
-  are applied by the tailer's own thread, inside `read()`, between batches.
+  are applied by the tailer's own thread, inside `read()`, between batches (or at once when this
+  member lost partitions).
+- **Max poll interval.** A heartbeat only proves the thread runs. A member whose tailer has not
+  called `read()` for `max_poll_interval` (default 300 s, Kafka's `max.poll.interval.ms`) leaves
+  the group, so the others take its partitions; its next `read()` drops them (`on_revoked`, no
+  commit) and joins again.
 - **Fair share.** With P partitions and N members (in join order), the P mod N longest-standing
   members target ceil(P / N) partitions and the others floor(P / N), so targets add up to P and
   every member has work while N <= P. A member claims free partitions up to its target; a member
@@ -25,7 +30,14 @@ exponential backoff when another member changed the state first.
   others without committing. If it comes back, it notices on its next heartbeat or read: it drops
   the lost partitions *without* committing them (after `on_revoked`, where a `commit()` no longer
   touches them), skips commits of partitions it no longer owns, and joins again as a new member.
+  A member checks this at the start of every `read()`, so after a pause it returns no record of
+  a partition it lost (a read already under way when the process froze may still finish).
   Timestamps are wall-clock seconds: members of one group must share a clock (one host).
+- **Reset.** Every state belongs to a `generation` (random, written with the first version). A
+  member that sees another generation (the state was deleted, or lost in a crash) treats every
+  partition as lost and joins the new one. A new generation made where a state existed before
+  lets nobody claim for one `session_timeout` (`claims_after`), the time live members of the old
+  one need to notice and stop reading.
 """
 
 from __future__ import annotations
@@ -41,7 +53,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from streamcore.errors import LogError
+from streamcore.errors import ConfigError, LogError
 from streamcore.log.api import LogOffset, LogPartition, LogRecord, RebalanceListener
 from streamcore.log.tailer import Cursor, CursorTailer, PositionStore
 
@@ -49,6 +61,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_HEARTBEAT_INTERVAL = 3.0
 DEFAULT_SESSION_TIMEOUT = 10.0
+DEFAULT_MAX_POLL_INTERVAL = 300.0
 _SWAP_TIMEOUT = 30.0
 _BACKOFF_FIRST, _BACKOFF_MAX = 0.002, 0.25
 
@@ -65,6 +78,9 @@ class GroupStore(Protocol):
 
     def signature(self) -> Any:
         """A value that changes whenever the state changes (cheap)."""
+
+    def existed(self) -> bool:
+        """True if a state was stored before, so that an empty state now means it was deleted."""
 
 
 class MemoryGroupStore:
@@ -97,6 +113,9 @@ class MemoryGroupStore:
     def signature(self) -> Any:
         return self._state["version"]
 
+    def existed(self) -> bool:
+        return False  # nothing outside this object can delete it
+
 
 def new_member_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{os.urandom(3).hex()}"
@@ -127,8 +146,9 @@ def owned_by(state: dict[str, Any], member: str) -> set[str]:
 
 class GroupMember:
     """One member of a group: its registration, heartbeat thread and state changes. The tailer's
-    thread calls `refresh`, `release`, `claim` and `leave`; the heartbeat thread only refreshes
-    and watches, setting `due` when this member's assignment should change."""
+    thread calls `refresh`, `release`, `claim`, `leave` and sets `polled`; the heartbeat thread
+    refreshes, watches and leaves after `max_poll_interval` without a poll, setting `due` when
+    this member's assignment should change and `lost` when partitions it reads were taken away."""
 
     def __init__(
         self,
@@ -138,35 +158,50 @@ class GroupMember:
         member_id: str | None = None,
         heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL,
         session_timeout: float = DEFAULT_SESSION_TIMEOUT,
+        max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL,
         watch_interval: float | None = None,
     ) -> None:
         if heartbeat_interval <= 0 or session_timeout <= heartbeat_interval:
-            raise ValueError(
+            raise ConfigError(
                 f"need 0 < heartbeat_interval < session_timeout, got {heartbeat_interval} and "
-                f"{session_timeout}"
+                f"{session_timeout}: make the session a few heartbeats long (e.g. 3 s and 10 s)"
+            )
+        if max_poll_interval <= 0:
+            raise ConfigError(
+                f"max_poll_interval must be positive, got {max_poll_interval}: give the longest "
+                "time, in seconds, your code may take between two read() calls (default 300)"
             )
         self.store = store
         self.partitions = list(partitions)  # every partition key of the subscribed logs, in order
-        self._known = set(self.partitions)
         self.id = member_id or new_member_id()
         self.heartbeat_interval = heartbeat_interval
         self.session_timeout = session_timeout
+        self.max_poll_interval = max_poll_interval
         self.watch_interval = (
             watch_interval if watch_interval is not None else min(0.1, heartbeat_interval / 2)
         )
         self.due = True  # the tailer should (re)compute its assignment at its next read
+        self.lost = False  # the tailer reads partitions this member no longer owns
+        self.evicted = False  # left the group after max_poll_interval without a poll
+        self.polled = time.monotonic()  # last read() of the tailer
         self.local: frozenset[str] = frozenset()  # what the tailer reads now (set by the tailer)
         self.owned: frozenset[str] = frozenset()  # what the newest state seen says this owns
+        self.generation: str | None = None  # of the newest state seen
+        self._had_generation = False  # was a member of some generation (evidence of a reset)
         self._seen_version = -2
+        self._claims_after = 0.0  # wall-clock time when a new generation allows claims
         self._lock = threading.Lock()
         self._last_ok = time.monotonic()
+        self._stale_after = (heartbeat_interval + session_timeout) / 2
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     # -- state changes --------------------------------------------------------------------------
     def update(self, change: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
         """Apply `change` (which edits the state in place and says whether it changed anything)
-        by compare-and-swap, retrying with random exponential backoff; the resulting state."""
+        by compare-and-swap, retrying with random exponential backoff; the resulting state.
+        `change` may run more than once for one update: it must compute its edit from the state
+        it is given."""
         deadline = time.monotonic() + _SWAP_TIMEOUT
         attempt = 0
         while True:
@@ -174,6 +209,8 @@ class GroupMember:
             version = state["version"]
             if not change(state):
                 return state
+            if state.get("generation") is None:
+                self._new_generation(state)
             if self.store.swap(state, version):
                 return state
             attempt += 1
@@ -184,9 +221,25 @@ class GroupMember:
                 )
             time.sleep(random.uniform(0, min(_BACKOFF_MAX, _BACKOFF_FIRST * 2**attempt)))
 
+    def _new_generation(self, state: dict[str, Any]) -> None:
+        """Start a generation. If a state existed before (it was deleted, or this member was in
+        another generation), live members of the old one may still read their partitions: no
+        claims until they had a session to notice."""
+        state["generation"] = os.urandom(8).hex()
+        reset = self._had_generation or self.store.existed()
+        state["claims_after"] = time.time() + (self.session_timeout if reset else 0.0)
+        if reset:
+            logger.warning(
+                "group %s: its state %r was deleted or unreadable; starting a new generation "
+                "(no partition is claimed for %.1f s while the members rejoin)",
+                state["group"],
+                self.store,
+                self.session_timeout,
+            )
+
     def _tidy(self, state: dict[str, Any], now: float) -> None:
         """Remove expired members (not this one) and owners that are no longer members;
-        register this member or refresh its heartbeat."""
+        register this member or refresh its heartbeat (unless it left for not polling)."""
         members = state["members"]
         for mid in expired(state, now, keep=self.id):
             logger.warning(
@@ -197,7 +250,9 @@ class GroupMember:
                 now - members[mid]["heartbeat"],
             )
             del members[mid]
-        if self.id in members:
+        if self.evicted:
+            members.pop(self.id, None)
+        elif self.id in members:
             members[self.id]["heartbeat"] = now
         else:
             members[self.id] = {
@@ -213,8 +268,8 @@ class GroupMember:
     def _write(self, change: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
         started = time.monotonic()
         state = self.update(change)
+        self.observe(state)  # before the member looks fresh again: `lost` is set first
         self._last_ok = started
-        self.observe(state)
         return state
 
     def refresh(self) -> dict[str, Any]:
@@ -227,10 +282,14 @@ class GroupMember:
         return self._write(change)
 
     def claim(self) -> dict[str, Any]:
-        """Refresh, then take free partitions up to this member's target."""
+        """Refresh, then take free partitions up to this member's target (none while a new
+        generation waits for the members of the old one)."""
 
         def change(state: dict[str, Any]) -> bool:
-            self._tidy(state, time.time())
+            now = time.time()
+            self._tidy(state, now)
+            if self.id not in state["members"] or now < state.get("claims_after", 0.0):
+                return True
             want = targets(state, len(self.partitions))[self.id] - len(owned_by(state, self.id))
             owners = state["owners"]
             for key in self.partitions:
@@ -268,31 +327,81 @@ class GroupMember:
         self.update(change)
         self.owned = frozenset()
 
+    def rejoin(self) -> None:
+        """After leaving for not polling: take part in the group again (at the next write)."""
+        self.evicted = False
+
+    def _evict(self, idle: float) -> None:
+        """Leave the group because the tailer has not polled for `idle` s: the others take the
+        partitions, and the tailer drops them at its next read."""
+        logger.warning(
+            "%r: member %s did not call read() for %.1f s (max_poll_interval %.1f s); it "
+            "leaves the group so that others take its partitions, and rejoins at its next "
+            "read(). Read more often, or raise max_poll_interval above your longest processing",
+            self.store,
+            self.id,
+            idle,
+            self.max_poll_interval,
+        )
+        self.evicted = True
+        self.leave()
+        with self._lock:
+            if self.local:
+                self.lost = True
+            self.due = True
+
     # -- what this member should do -------------------------------------------------------------
     def target(self, state: dict[str, Any]) -> int:
         return targets(state, len(self.partitions)).get(self.id, 0)
 
     def observe(self, state: dict[str, Any]) -> None:
         """Take note of a state: what this member owns in it, and whether the tailer should
-        change its assignment."""
+        change its assignment (`due`) or drop partitions at once (`lost`)."""
         with self._lock:
+            generation = state.get("generation")
+            if generation != self.generation:
+                # A state of another generation: a reset, or an older load racing a newer one.
+                # The store's newest state decides.
+                state = self.store.load()
+                generation = state.get("generation")
+                if self.generation is not None and generation != self.generation:
+                    logger.warning(
+                        "group %s: the group state was reset (deleted or unreadable); member %s "
+                        "drops its partitions and rejoins",
+                        state["group"],
+                        self.id,
+                    )
+                self.generation = generation
+                self._had_generation = self._had_generation or generation is not None
+                self._seen_version = -2
             if state["version"] < self._seen_version:
                 return  # an older state than one already seen
             self._seen_version = state["version"]
             owned = owned_by(state, self.id)
             self.owned = frozenset(owned)
+            if self.local - owned:
+                self.lost = True  # taken away: expired, left for not polling, or a reset
             if self.id not in state["members"] or owned != self.local:
                 self.due = True
                 return
             target = self.target(state)
+            claims_after = state.get("claims_after", 0.0)
+            if time.time() < claims_after:
+                self._claims_after = claims_after  # the heartbeat thread sets `due` then
+                self.due = len(owned) > target
+                return
             free = any(k not in state["owners"] for k in self.partitions)
             self.due = len(owned) > target or (len(owned) < target and free)
 
     def stale(self) -> bool:
         """True when the heartbeat has not been written for long enough that others may soon
         expire this member; the tailer then refreshes on its own thread before reading on."""
-        limit = (self.heartbeat_interval + self.session_timeout) / 2
-        return time.monotonic() - self._last_ok > limit
+        return time.monotonic() - self._last_ok > self._stale_after
+
+    def must_rebalance_now(self, now: float) -> bool:
+        """True when the tailer must apply assignment changes before returning any record: it
+        lost partitions, left the group, or was paused long enough to have been expired."""
+        return self.lost or self.evicted or now - self._last_ok > self._stale_after
 
     # -- heartbeat thread -----------------------------------------------------------------------
     def start(self) -> None:
@@ -313,8 +422,17 @@ class GroupMember:
         signature = None
         while not self._stop.wait(self.watch_interval):
             try:
-                if time.monotonic() - last_beat >= self.heartbeat_interval:
-                    last_beat = time.monotonic()
+                if self.evicted:
+                    continue  # out of the group until the tailer reads again
+                now = time.monotonic()
+                if now - self.polled > self.max_poll_interval:
+                    self._evict(now - self.polled)
+                    continue
+                if self._claims_after and time.time() >= self._claims_after:
+                    self._claims_after = 0.0
+                    self.due = True
+                if now - last_beat >= self.heartbeat_interval:
+                    last_beat = now
                     self.refresh()
                     continue
                 current = self.store.signature()
@@ -358,14 +476,33 @@ class SubscribedTailer(CursorTailer):
 
     # -- assignment -----------------------------------------------------------------------------
     def _before_fill(self) -> None:
+        self.member.polled = time.monotonic()  # also while read() waits for records
         if self._assignment_due():
             self._rebalance()
 
     def _assignment_due(self) -> bool:
         return self.member.due or self.member.stale()
 
+    def _poll(self) -> None:
+        """Every read is a poll (see max_poll_interval); partitions taken away are dropped
+        before any more of their records is returned, even from a batch already fetched."""
+        now = time.monotonic()
+        self.member.polled = now
+        if self.member.must_rebalance_now(now):
+            self._check_open()
+            self._rebalance()
+
+    def read(self, timeout: float = 0.0) -> LogRecord[Any] | None:
+        self._poll()
+        return super().read(timeout)
+
+    def read_batch(self, max_records: int, timeout: float = 0.0) -> list[LogRecord[Any]]:
+        self._poll()
+        return super().read_batch(max_records, timeout)
+
     def read_arrow(self, max_records: int = 65536, timeout: float = 0.0) -> Any:
         self._check_open()
+        self._poll()
         if self._pending_i >= len(self._pending):
             self._before_fill()
         return super().read_arrow(max_records, timeout)
@@ -385,14 +522,16 @@ class SubscribedTailer(CursorTailer):
             logger.exception("%s listener of group %s failed", what, self.group)
 
     def _lose(self, state: dict[str, Any]) -> None:
-        """Drop partitions the state says this member no longer owns (it was expired):
-        nothing of them is committed, another member may be reading them."""
+        """Drop partitions the state says this member no longer owns (it was expired, left for
+        not polling, or the state was reset): nothing of them is committed, another member may
+        be reading them."""
         mine = owned_by(state, self.member.id)
         lost = [p for p in self._partitions if str(p) not in mine]
         if not lost:
             return
         logger.warning(
-            "group %s: member %s lost %s (its session expired); dropping them without commit",
+            "group %s: member %s lost %s (session expired, max_poll_interval exceeded or group "
+            "state reset); dropping them without commit and rejoining",
             self.group,
             self.member.id,
             ", ".join(map(str, lost)),
@@ -412,7 +551,7 @@ class SubscribedTailer(CursorTailer):
         self._set_local()
 
     def _rebalance(self) -> None:
-        self.member.due = False
+        self.member.due = self.member.lost = False
         try:
             self._apply_assignment()
         except BaseException:
@@ -421,6 +560,7 @@ class SubscribedTailer(CursorTailer):
 
     def _apply_assignment(self) -> None:
         member = self.member
+        member.rejoin()
         state = member.refresh()
         self._lose(state)
         mine = owned_by(state, member.id)
@@ -446,12 +586,12 @@ class SubscribedTailer(CursorTailer):
 
     # -- commits are fenced by ownership --------------------------------------------------------
     def _owns(self, partition: LogPartition) -> bool:
-        if self.member.stale():  # e.g. the process was paused: others may have taken over
+        if self.member.stale() and not self.member.evicted:  # paused: others may have taken over
             self.member.refresh()
         if str(partition) in self.member.owned:
             return True
         logger.warning(
-            "group %s: not committing %s, which member %s no longer owns (session expired)",
+            "group %s: not committing %s, which member %s no longer owns (it lost it)",
             self.group,
             partition,
             self.member.id,

@@ -259,9 +259,14 @@ def test_the_group_state_file(tmp_path: Path) -> None:
     manager.create("test/state", 3)
     member = Member(manager, ["test/state"])
     member.poll()
-    path = manager.root / "_subscriptions" / f"{state_stem(GROUP, [Name.of('test/state')])}.json"
-    assert path.name == "test-members@test-state.json"
-    state = json.loads(path.read_text())
+    folder = manager.root / "_subscriptions" / state_stem(GROUP, [Name.of("test/state")])
+    assert folder.name == "test-members@test-state"
+
+    def newest() -> dict[str, Any]:  # one file per version: <version>.json
+        version = max(int(p.stem) for p in folder.glob("*.json"))
+        return json.loads((folder / f"{version}.json").read_text())
+
+    state = newest()
     me = member.tailer.member.id
     assert state["group"] == GROUP and state["logs"] == ["test/state"]
     assert list(state["members"]) == [me]
@@ -269,9 +274,9 @@ def test_the_group_state_file(tmp_path: Path) -> None:
     assert state["owners"] == {f"test-state-0{p}": me for p in range(3)}
     version = state["version"]
     time.sleep(0.35)  # heartbeats bump the version
-    assert json.loads(path.read_text())["version"] > version
+    assert newest()["version"] > version
     member.tailer.close()
-    state = json.loads(path.read_text())
+    state = newest()
     assert state["members"] == {} and state["owners"] == {}
     assert manager.list_logs() == [Name.of("test/state")]
     manager.close()
