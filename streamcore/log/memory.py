@@ -31,6 +31,7 @@ from streamcore.log.append_checks import check_timestamps
 from streamcore.log.partitioner import partition_for_key
 from streamcore.log.subscription import (
     DEFAULT_HEARTBEAT_INTERVAL,
+    DEFAULT_MAX_POLL_INTERVAL,
     DEFAULT_SESSION_TIMEOUT,
     GroupMember,
     MemoryGroupStore,
@@ -99,6 +100,7 @@ class MemoryLogManager(LogManager):
         # Defaults of subscribe(); tests shorten them.
         self.heartbeat_interval = DEFAULT_HEARTBEAT_INTERVAL
         self.session_timeout = DEFAULT_SESSION_TIMEOUT
+        self.max_poll_interval = DEFAULT_MAX_POLL_INTERVAL
         self._lock = threading.RLock()
         self._closed = False
 
@@ -203,10 +205,13 @@ class MemoryLogManager(LogManager):
         *,
         heartbeat_interval: float | None = None,
         session_timeout: float | None = None,
+        max_poll_interval: float | None = None,
     ) -> SubscribedTailer:
         """Join `group` as a member sharing the partitions of `names` with the other subscribed
         tailers of this manager: the same protocol as the local log (see
-        `streamcore.log.subscription`), with the group state in memory instead of a file."""
+        `streamcore.log.subscription`), with the group state in memory instead of a file. The
+        timings default to the manager's `heartbeat_interval`, `session_timeout` and
+        `max_poll_interval`."""
         logs = list(dict.fromkeys(Name.of(n) for n in names))
         if not logs:
             raise ValueError("subscribe needs at least one log name")
@@ -224,6 +229,7 @@ class MemoryLogManager(LogManager):
                 [str(p) for p in partitions],
                 heartbeat_interval=heartbeat_interval or self.heartbeat_interval,
                 session_timeout=session_timeout or self.session_timeout,
+                max_poll_interval=max_poll_interval or self.max_poll_interval,
             )
             tailer = SubscribedTailer(
                 group,

@@ -6,7 +6,7 @@ Layout under `STREAMCORE_HOME/log/` (the root is configurable):
     <log-id>/P-NN/<offset>.log       segments (see segment.py) and their sparse .index files
     <log-id>/P-NN/.lock              single-writer lock (flock) holding the writer's pid
     <log-id>/groups/<group-id>/p-NN  committed positions (see positions.py)
-    _subscriptions/<group>@<logs>.json  state of a dynamic consumer group (see membership.py)
+    _subscriptions/<group>@<logs>/N.json  state of a dynamic consumer group (see membership.py)
 
 Any number of processes may read; one process at a time may write a partition.
 """
@@ -54,6 +54,7 @@ from streamcore.log.local.writer import PartitionWriter, append_all_or_nothing, 
 from streamcore.log.partitioner import partition_for_key, partitions_for_keys
 from streamcore.log.subscription import (
     DEFAULT_HEARTBEAT_INTERVAL,
+    DEFAULT_MAX_POLL_INTERVAL,
     DEFAULT_SESSION_TIMEOUT,
     GroupMember,
     SubscribedTailer,
@@ -80,6 +81,7 @@ class LocalLogManager(LogManager):
         # Defaults of subscribe(); tests shorten them.
         self.heartbeat_interval = DEFAULT_HEARTBEAT_INTERVAL
         self.session_timeout = DEFAULT_SESSION_TIMEOUT
+        self.max_poll_interval = DEFAULT_MAX_POLL_INTERVAL
         self._metadata: dict[Name, dict[str, Any]] = {}
         self._lock = threading.RLock()
         self._closed = False
@@ -329,11 +331,14 @@ class LocalLogManager(LogManager):
         *,
         heartbeat_interval: float | None = None,
         session_timeout: float | None = None,
+        max_poll_interval: float | None = None,
     ) -> SubscribedTailer:
         """Join `group` as a member sharing the partitions of `names` with the other members,
         in this process and others (see `streamcore.log.subscription`). Partitions are assigned
-        by the first `read()`. The heartbeat interval and session timeout default to the
-        manager's `heartbeat_interval` (3 s) and `session_timeout` (10 s)."""
+        by the first `read()`. The heartbeat interval, session timeout and max poll interval
+        default to the manager's `heartbeat_interval` (3 s), `session_timeout` (10 s) and
+        `max_poll_interval` (300 s: a member that does not call `read()` for that long leaves
+        the group)."""
         logs = list(dict.fromkeys(Name.of(n) for n in names))
         if not logs:
             raise ValueError("subscribe needs at least one log name")
@@ -341,14 +346,21 @@ class LocalLogManager(LogManager):
         with self._lock:
             if self._closed:
                 raise LogClosedError("the log manager is closed")
-            store = FileGroupStore(self.root, group, logs)
+            stores = {name: self._positions(name) for name in logs}
+
+            def history() -> bool:  # committed positions: the group ran before
+                return any(
+                    stores[p.name].committed(group, p.partition) is not None for p in partitions
+                )
+
+            store = FileGroupStore(self.root, group, logs, history)
             member = GroupMember(
                 store,
                 [str(p) for p in partitions],
                 heartbeat_interval=heartbeat_interval or self.heartbeat_interval,
                 session_timeout=session_timeout or self.session_timeout,
+                max_poll_interval=max_poll_interval or self.max_poll_interval,
             )
-            stores = {name: self._positions(name) for name in logs}
             tailer = SubscribedTailer(
                 group,
                 member,
