@@ -11,11 +11,12 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from streamcore.errors import ConfigError
+from streamcore.redact import redact_credentials
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 FSYNC_MODES = ("none", "batch", "always")
@@ -78,6 +79,10 @@ class StreamcoreConfig:
     # The parsed TOML document (read-only by convention): sections that have their own parser,
     # such as the log routing tables `[log.configs.*]` / `[[log.match]]` (streamcore.log.config).
     table: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr)
+        return redact_credentials(f"{type(self).__name__}({shown})")
 
     @property
     def log_dir(self) -> Path:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class StreamcoreError(Exception):
     """Root of every error streamcore raises on purpose."""
@@ -26,6 +28,21 @@ class CodecError(StreamcoreError):
 
 class SchemaNotFoundError(CodecError):
     """The writer schema named by a fingerprint or registry id is not known."""
+
+
+class UndecodableRecordError(CodecError):
+    """A tailer cannot turn a record into a `LogRecord`: its codec rejects the value, or the key
+    is not UTF-8. The tailer stays at that record (every record before it was returned):
+    `skip_one()` moves past it. `offset` is its `LogOffset`; `key` and `value` its raw bytes."""
+
+    def __init__(
+        self, codec: str, reason: str, *, offset: Any, key: bytes, value: bytes, timestamp: int
+    ) -> None:
+        super().__init__(codec, reason)
+        self.offset = offset
+        self.key = key
+        self.value = value
+        self.timestamp = timestamp
 
 
 class LogError(StreamcoreError):

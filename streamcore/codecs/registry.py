@@ -5,6 +5,10 @@ share a registry. `FileSchemaRegistry` keeps it in one JSON file under `config.r
 server to run, safe for several processes on one host); `ConfluentSchemaRegistry` puts the same
 small interface in front of a real Confluent Schema Registry when `codec.schema_registry_url` is
 set. `open_registry(config)` picks one.
+
+A registry URL may carry credentials (`https://user:secret@host`): they go to the client as
+basic-auth settings, never inside a URL it could log, and the URL shown in reprs, errors and
+logs is redacted (`https://user:***@host`).
 """
 
 from __future__ import annotations
@@ -20,10 +24,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from streamcore.codecs.fingerprint import format_fingerprint
 from streamcore.codecs.parsed_schema import ParsedSchema, load_schema
 from streamcore.errors import CodecError, SchemaNotFoundError
+from streamcore.redact import redact_credentials
 
 if TYPE_CHECKING:
     from streamcore.config import StreamcoreConfig
@@ -234,6 +240,7 @@ class ConfluentSchemaRegistry:
     def __init__(
         self, url: str | None = None, *, client: Any = None, conf: dict[str, Any] | None = None
     ) -> None:
+        self.url = redact_credentials(url) if url else url  # the only form kept: for messages
         if client is None:
             if not url:
                 raise CodecError(CODEC, "ConfluentSchemaRegistry needs a url or a client")
@@ -246,8 +253,17 @@ class ConfluentSchemaRegistry:
                     f"be imported ({exc}); install confluent-kafka[schemaregistry] or clear the "
                     "url to use the file registry",
                 ) from exc
-            client = SchemaRegistryClient({"url": url, **(conf or {})})
-        self.url = url
+            settings = {"url": url, **(conf or {})}
+            try:
+                settings.update(_without_credentials(url, settings))
+                client = SchemaRegistryClient(settings)
+            except Exception as exc:  # ValueError, TypeError: a url or setting it rejects
+                reason = redact_credentials(f"{type(exc).__name__}: {exc}")
+                raise CodecError(
+                    CODEC,
+                    f"cannot use the schema registry at {self.url} ({reason}); fix "
+                    "codec.schema_registry_url (http(s)://[user:password@]host:port)",
+                ) from None
         self.client = client
         self._ids: dict[tuple[str, str], int] = {}
         self._schemas: dict[int, ParsedSchema] = {}
@@ -259,8 +275,10 @@ class ConfluentSchemaRegistry:
         status = getattr(exc, "http_status_code", None)
         where = f"schema registry {self.url or self.client!r}"
         if status == 404:
-            return SchemaNotFoundError(CODEC, f"{what}: not found in {where} ({exc})")
-        return CodecError(CODEC, f"{what} failed at {where}: {type(exc).__name__}: {exc}")
+            reason = f"{what}: not found in {where} ({exc})"
+            return SchemaNotFoundError(CODEC, redact_credentials(reason))
+        reason = f"{what} failed at {where}: {type(exc).__name__}: {exc}"
+        return CodecError(CODEC, redact_credentials(reason))
 
     def register(self, subject: str, schema: Any) -> int:
         parsed = load_schema(schema, codec=CODEC)
@@ -294,6 +312,24 @@ class ConfluentSchemaRegistry:
             schema = load_schema(found.schema_str, codec=CODEC)
             self._schemas[schema_id] = schema
         return schema
+
+
+def _without_credentials(url: str, settings: dict[str, Any]) -> dict[str, Any]:
+    """Client settings with the user info of `url` (a comma-separated list) moved out of it into
+    `basic.auth.user.info`, so the client never logs or reports a URL holding a password."""
+    bases, userinfo = [], None
+    for part in url.split(","):
+        parsed = urlsplit(part.strip())
+        if "@" in parsed.netloc:
+            user, _, password = parsed.netloc.rpartition("@")[0].partition(":")
+            userinfo = userinfo or f"{unquote(user)}:{unquote(password)}"
+            parsed = parsed._replace(netloc=parsed.netloc.rpartition("@")[2])
+        bases.append(urlunsplit(parsed))
+    if userinfo is None:
+        return {}
+    if "basic.auth.user.info" in settings:
+        raise ValueError("credentials are both in the url and in basic.auth.user.info; keep one")
+    return {"url": ",".join(bases), "basic.auth.user.info": userinfo}
 
 
 def open_registry(config: StreamcoreConfig | None = None) -> SchemaRegistry:

@@ -11,6 +11,8 @@ Contracts (Nuxeo Stream semantics, see docs/log.md):
 - An appender is thread-safe. A tailer is not: use one per thread.
 - At most one live tailer per (group, partition) in a process (`TailerConflictError` otherwise).
 - Without a codec, messages are `bytes`; with a codec, the appender encodes and the tailer decodes.
+- A tailer never moves past a record it did not return: one it cannot decode raises
+  `UndecodableRecordError` with the tailer standing at it, until `skip_one()`.
 """
 
 from __future__ import annotations
@@ -314,10 +316,17 @@ class LogTailer(abc.ABC, Generic[M]):
 
     @abc.abstractmethod
     def read(self, timeout: float = 0.0) -> LogRecord[M] | None:
-        """The next record of any assigned partition, or None if none arrives within `timeout` s."""
+        """The next record of any assigned partition, or None if none arrives within `timeout` s.
+
+        A record that cannot be returned (the codec rejects its value, its key is not UTF-8)
+        raises `UndecodableRecordError`, and the tailer stays at it: every later read raises the
+        same until `skip_one()` or a seek moves past it."""
 
     def read_batch(self, max_records: int, timeout: float = 0.0) -> list[LogRecord[M]]:
-        """Up to `max_records` records; waits at most `timeout` s for the first one."""
+        """Up to `max_records` records; waits at most `timeout` s for the first one.
+
+        The batch stops before a record that cannot be returned: the records before it come
+        back, and the next call raises `UndecodableRecordError` for it (see `read`)."""
         first = self.read(timeout)
         if first is None:
             return []
@@ -333,6 +342,12 @@ class LogTailer(abc.ABC, Generic[M]):
         """Records until the assigned partitions are exhausted (does not wait)."""
         while (rec := self.read(0)) is not None:
             yield rec
+
+    @abc.abstractmethod
+    def skip_one(self) -> LogOffset:
+        """Move past the record the last `UndecodableRecordError` was about, if the tailer still
+        stands at it, and return its offset; `LogError` otherwise. Committing afterwards
+        commits past it: save `error.key` / `error.value` first if it must not be lost."""
 
     @abc.abstractmethod
     def commit(self) -> dict[LogPartition, int]:

@@ -4,6 +4,11 @@ A backend supplies one cursor per assigned partition (`next_records`, `seek`, `s
 `end_offset`, `offset_for_timestamp`, optionally `next_arrow`) and a position store. The tailer
 rotates between partitions one batch at a time, decodes messages with its codec, tracks the position
 after the last record it returned per partition, and commits those positions.
+
+Positions move only past records returned: a record the codec rejects, or whose key a cursor
+cannot read as UTF-8 (`BinaryKey`), raises `UndecodableRecordError` with the tailer standing at
+it, after the records before it were returned. Decoding stays one list comprehension per fetched
+chunk; only a failing chunk is decoded again record by record to find where it fails.
 """
 
 from __future__ import annotations
@@ -14,12 +19,74 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from streamcore.errors import LogClosedError
+from streamcore.errors import CodecError, LogClosedError, LogError, UndecodableRecordError
 from streamcore.log.api import LogOffset, LogPartition, LogRecord, LogTailer
 
 logger = logging.getLogger(__name__)
 _FETCH = 4096
 _POLL_MIN, _POLL_MAX = 0.001, 0.005
+NOTHING_TO_SKIP = (
+    "skip_one() found no undecodable record at the read position: it skips only the record "
+    "the last UndecodableRecordError was about, before any seek; use seek() to move elsewhere"
+)
+
+
+class BinaryKey(Exception):
+    """Raised by a cursor's `next_records` / `next_arrow` when the record at its position has a
+    key that is not UTF-8 (written below the API or by an older version). The cursor stays at
+    that record; the tailer turns this into an `UndecodableRecordError`."""
+
+    def __init__(self, offset: int, timestamp: int, key: bytes, value: bytes) -> None:
+        super().__init__(offset)
+        self.offset = offset
+        self.timestamp = timestamp
+        self.key = key
+        self.value = value
+
+
+def _past(offset: LogOffset) -> str:
+    return (
+        f"the tailer stays at it: read again if the cause passes (a registry out of reach), "
+        f"else skip it with skip_one() (or seek to offset {offset.offset + 1}) once its bytes "
+        "(the error's key and value) are saved"
+    )
+
+
+def key_error(
+    offset: LogOffset, key: bytes, value: bytes, timestamp: int
+) -> UndecodableRecordError:
+    """The error for a record whose key is not UTF-8."""
+    return UndecodableRecordError(
+        "utf-8",
+        f"the key of the record at {offset} is not UTF-8 ({bytes(key[:40])!r}): a producer "
+        f"outside streamcore wrote it; {_past(offset)}",
+        offset=offset,
+        key=bytes(key),
+        value=bytes(value),
+        timestamp=timestamp,
+    )
+
+
+def value_error(
+    codec: Any, offset: LogOffset, key: str, value: bytes, timestamp: int, failure: Exception
+) -> UndecodableRecordError:
+    """The error for a record whose value `codec` rejects with `failure`."""
+    if isinstance(failure, CodecError):
+        name, why = failure.codec, failure.reason
+    else:  # a codec breaking its contract (CodecError only): still no record is lost
+        name, why = (
+            getattr(codec, "name", type(codec).__name__),
+            f"{type(failure).__name__}: {failure}",
+        )
+    return UndecodableRecordError(
+        name,
+        f"cannot decode the record at {offset} ({why}); {_past(offset)}, or read the log with "
+        "the codec that wrote it",
+        offset=offset,
+        key=key.encode(),
+        value=bytes(value),
+        timestamp=timestamp,
+    )
 
 
 class Cursor(Protocol):
@@ -61,6 +128,7 @@ class CursorTailer(LogTailer[Any]):
         self._pending_partition: LogPartition | None = None
         self._next = 0
         self._closed = False
+        self._undecodable: LogOffset | None = None  # where the last UndecodableRecordError was
         self.to_last_committed()
 
     @property
@@ -91,7 +159,10 @@ class CursorTailer(LogTailer[Any]):
         count = len(self._partitions)
         for step in range(count):
             partition = self._partitions[(self._next + step) % count]
-            records = self._cursors[partition].next_records(_FETCH)
+            try:
+                records = self._cursors[partition].next_records(_FETCH)
+            except BinaryKey as bad:
+                raise self._binary_key(partition, bad) from None
             if records:
                 self._next = (self._next + step + 1) % count
                 self._pending = records
@@ -103,6 +174,39 @@ class CursorTailer(LogTailer[Any]):
     def _check_open(self) -> None:
         if self._closed:
             raise LogClosedError(f"tailer of group {self.group!r} is closed; create a new one")
+
+    def _stand_at(self, partition: LogPartition, offset: int) -> LogOffset:
+        """The tailer stops at a record it cannot return: that is its position now."""
+        self._read_pos[partition] = offset
+        self._undecodable = LogOffset(partition, offset)
+        return self._undecodable
+
+    def _binary_key(self, partition: LogPartition, bad: BinaryKey) -> UndecodableRecordError:
+        at = self._stand_at(partition, bad.offset)
+        return key_error(at, bad.key, bad.value, bad.timestamp)
+
+    def _undecodable_value(
+        self, partition: LogPartition, record: tuple[int, int, str, bytes], failure: Exception
+    ) -> UndecodableRecordError:
+        offset, ts, key, value = record
+        return value_error(self.codec, self._stand_at(partition, offset), key, value, ts, failure)
+
+    def _decode_until_failure(
+        self, chunk: list[tuple[int, int, str, bytes]], partition: LogPartition
+    ) -> tuple[list[LogRecord[Any]], UndecodableRecordError | None]:
+        """A chunk that failed to decode, decoded again record by record: the records up to the
+        failing one and its error (None if it decodes now, e.g. a registry is back)."""
+        decode = self.codec.decode
+        good: list[LogRecord[Any]] = []
+        for record in chunk:
+            o, t, k, v = record
+            try:
+                good.append(LogRecord(decode(v), partition, o, t, k))
+            except Exception as exc:
+                failure = self._undecodable_value(partition, record, exc)
+                failure.__cause__ = exc
+                return good, failure
+        return good, None
 
     def _before_fill(self) -> None:
         """Called before each attempt to fetch while no fetched record is left to return; a
@@ -136,9 +240,14 @@ class CursorTailer(LogTailer[Any]):
             self._check_open()
         if self._pending_i >= len(self._pending) and not self._wait_fill(timeout):
             return None
-        offset, ts, key, value = self._pending[self._pending_i]
+        record = self._pending[self._pending_i]
+        offset, ts, key, message = record
+        if self.codec is not None:
+            try:
+                message = self.codec.decode(message)
+            except Exception as exc:
+                raise self._undecodable_value(self._pending_partition, record, exc) from exc
         self._pending_i += 1
-        message = value if self.codec is None else self.codec.decode(value)
         return LogRecord(message, self._pending_partition, offset, ts, key)
 
     def read_batch(self, max_records: int, timeout: float = 0.0) -> list[LogRecord[Any]]:
@@ -151,10 +260,9 @@ class CursorTailer(LogTailer[Any]):
         out: list[LogRecord[Any]] = []
         # Take whole fetched chunks (one per partition batch) until full or nothing is available.
         while True:
-            chunk = self._pending[self._pending_i : self._pending_i + max_records - len(out)]
-            self._pending_i += len(chunk)
+            start = self._pending_i
+            chunk = self._pending[start : start + max_records - len(out)]
             partition = self._pending_partition
-            self._read_pos[partition] = chunk[-1][0] + 1
             # Thousands of records that all survive make the cyclic GC run and re-scan them again
             # and again (it halves the rate); none of them can form a cycle, so pause it.
             paused = gc.isenabled()
@@ -164,12 +272,28 @@ class CursorTailer(LogTailer[Any]):
                 if decode is None:
                     out += [LogRecord(v, partition, o, t, k) for o, t, k, v in chunk]
                 else:
-                    out += [LogRecord(decode(v), partition, o, t, k) for o, t, k, v in chunk]
+                    try:
+                        out += [LogRecord(decode(v), partition, o, t, k) for o, t, k, v in chunk]
+                    except Exception:
+                        good, failure = self._decode_until_failure(chunk, partition)
+                        if failure is not None:
+                            self._pending_i = start + len(good)
+                            if not out and not good:
+                                raise failure from failure.__cause__
+                            return out + good  # the next call raises it, at the failing record
+                        out += good
             finally:
                 if paused:
                     gc.enable()
-            if len(out) >= max_records or self._assignment_due() or not self._fill():
+            self._pending_i = start + len(chunk)
+            self._read_pos[partition] = chunk[-1][0] + 1
+            if len(out) >= max_records or self._assignment_due():
                 return out
+            try:
+                if not self._fill():
+                    return out
+            except UndecodableRecordError:
+                return out  # raised again, by the cursor that stays at it, on the next call
 
     def read_arrow(self, max_records: int = 65536, timeout: float = 0.0) -> Any:
         """Raw records as a pyarrow RecordBatch with columns partition, offset, timestamp, key,
@@ -207,7 +331,10 @@ class CursorTailer(LogTailer[Any]):
                 partition = self._partitions[(self._next + step) % count]
                 cursor = self._cursors[partition]
                 if hasattr(cursor, "next_arrow"):
-                    batch = cursor.next_arrow(max_records)
+                    try:
+                        batch = cursor.next_arrow(max_records)
+                    except BinaryKey as bad:
+                        raise self._binary_key(partition, bad) from None
                     if batch is not None and batch.num_rows:
                         self._next = (self._next + step + 1) % count
                         self._read_pos[partition] = cursor.position
@@ -230,6 +357,25 @@ class CursorTailer(LogTailer[Any]):
     def position(self, partition: LogPartition) -> int:
         self._settle()
         return self._read_pos[self._check(partition)]
+
+    def skip_one(self) -> LogOffset:
+        failed = self._undecodable
+        if failed is None or failed.partition not in self._cursors:
+            raise LogError(NOTHING_TO_SKIP)
+        self._settle()
+        partition, offset = failed
+        if self._read_pos[partition] != offset:
+            raise LogError(NOTHING_TO_SKIP)
+        self._undecodable = None
+        pending = self._pending
+        i = self._pending_i
+        if self._pending_partition == partition and i < len(pending) and pending[i][0] == offset:
+            self._pending_i = i + 1  # the fetched chunk goes on after it
+            self._read_pos[partition] = offset + 1
+        else:
+            self._drop_pending()
+            self._seek(partition, offset + 1)
+        return failed
 
     def _check(self, partition: LogPartition) -> LogPartition:
         if partition not in self._cursors:

@@ -450,8 +450,8 @@ class KafkaLogManager(LogManager):
                     raise self.clients.translate(msg.error(), f"cannot read {partition}", topic)
                 if msg.offset() != offset:
                     return None
-                key = msg.key()
-                return (key.decode("utf-8") if key else "", msg.value() or b"", msg.timestamp()[1])
+                key = (msg.key() or b"").decode("utf-8", "backslashreplace")  # shown, not read
+                return key, msg.value() or b"", msg.timestamp()[1]
             raise self.clients.unavailable(f"cannot read {partition}:+{offset}", "no record came")
         finally:
             consumer.close()

@@ -13,6 +13,10 @@ watermarks of the last fetch instead (no request per idle read of a polling loop
 
 A seek past the end positions the consumer at the end and drops the records below the target as
 they come (a fetch past the end would make Kafka reset the partition).
+
+A record that cannot become a `LogRecord` (a key that is not UTF-8 from a foreign producer, a value
+the codec rejects) is put back: the tailer stays at it and raises `UndecodableRecordError` for it,
+after returning the records before it, until `skip_one()`.
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from streamcore.errors import LogClosedError, LogError, LogNotFoundError
+from streamcore.errors import LogClosedError, LogError, LogNotFoundError, UndecodableRecordError
 from streamcore.log.api import LogOffset, LogPartition, LogRecord, LogTailer, RebalanceListener
+from streamcore.log.tailer import NOTHING_TO_SKIP, key_error, value_error
 from streamcore.names import Name
 
 if TYPE_CHECKING:
@@ -70,6 +75,7 @@ class KafkaTailer(LogTailer[Any]):
         self._buf_i = 0
         self._lost = 0
         self._closed = False
+        self._undecodable: LogOffset | None = None  # where the last UndecodableRecordError was
         conf = self._clients.consumer_config(
             self.group_id, manager.client_id(group), static=names is None
         )
@@ -403,18 +409,30 @@ class KafkaTailer(LogTailer[Any]):
                 return None
             deadline = min(now + _SLICE, hard)
 
+    def _put_back(self, partition: LogPartition, msg: Any) -> LogOffset:
+        """Undo the `_take` that returned `msg`: the tailer stands at it again."""
+        self._buf_i -= 1
+        self._pos[partition] = msg.offset()
+        self._undecodable = LogOffset(partition, msg.offset())
+        return self._undecodable
+
     def _record(self, partition: LogPartition, msg: Any) -> LogRecord[Any]:
-        value = msg.value()
-        if value is None:
-            value = b""
-        key = msg.key()
-        return LogRecord(
-            value if self.codec is None else self.codec.decode(value),
-            partition,
-            msg.offset(),
-            msg.timestamp()[1],
-            key.decode("utf-8") if key else "",
-        )
+        """The record of a message just taken; put back if it cannot be one."""
+        value = msg.value() or b""
+        raw_key = msg.key()
+        try:
+            key = raw_key.decode("utf-8") if raw_key else ""
+        except UnicodeDecodeError:
+            at = self._put_back(partition, msg)
+            raise key_error(at, raw_key, value, msg.timestamp()[1]) from None
+        if self.codec is None:
+            return LogRecord(value, partition, msg.offset(), msg.timestamp()[1], key)
+        try:
+            message = self.codec.decode(value)
+        except Exception as exc:
+            at = self._put_back(partition, msg)
+            raise value_error(self.codec, at, key, value, msg.timestamp()[1], exc) from exc
+        return LogRecord(message, partition, msg.offset(), msg.timestamp()[1], key)
 
     def read(self, timeout: float = 0.0) -> LogRecord[Any] | None:
         self._check_open()
@@ -430,7 +448,12 @@ class KafkaTailer(LogTailer[Any]):
         found = self._next(timeout)
         out = []
         while found is not None:
-            out.append(self._record(*found))
+            try:
+                out.append(self._record(*found))
+            except UndecodableRecordError:
+                if not out:
+                    raise
+                break  # the next call raises it, at the record put back
             if len(out) >= max_records:
                 break
             found = self._next(0)
@@ -445,16 +468,28 @@ class KafkaTailer(LogTailer[Any]):
         found = self._next(timeout)
         if found is None:
             return None
-        rows = [found]
-        while len(rows) < max_records and (nxt := self._take()) is not None:
-            rows.append(nxt)
+        rows, keys = [], []
+        while found is not None:
+            partition, msg = found
+            raw_key = msg.key() or b""
+            try:
+                keys.append(raw_key.decode("utf-8"))
+            except UnicodeDecodeError:
+                at = self._put_back(partition, msg)
+                if not rows:
+                    raise key_error(at, raw_key, msg.value() or b"", msg.timestamp()[1]) from None
+                break  # the next call raises it, at the record put back
+            rows.append(found)
+            if len(rows) >= max_records:
+                break
+            found = self._take()
         msgs = [m for _, m in rows]
         return pa.RecordBatch.from_pydict(
             {
                 "partition": pa.array([p.partition for p, _ in rows], pa.int32()),
                 "offset": pa.array([m.offset() for m in msgs], pa.int64()),
                 "timestamp": pa.array([m.timestamp()[1] for m in msgs], pa.int64()),
-                "key": pa.array([(m.key() or b"").decode("utf-8") for m in msgs], pa.string()),
+                "key": pa.array(keys, pa.string()),
                 "value": pa.array([m.value() or b"" for m in msgs], pa.binary()),
             }
         )
@@ -462,6 +497,16 @@ class KafkaTailer(LogTailer[Any]):
     # -- positions and commits ------------------------------------------------------------------
     def position(self, partition: LogPartition) -> int:
         return self._pos[self._check(partition)]
+
+    def skip_one(self) -> LogOffset:
+        self._check_open()
+        failed = self._undecodable
+        if failed is None or self._pos.get(failed.partition) != failed.offset:
+            raise LogError(NOTHING_TO_SKIP)
+        self._undecodable = None
+        # The message stays fetched: `_take` drops it as below the new position.
+        self._pos[failed.partition] = failed.offset + 1
+        return failed
 
     def seek(self, offset: LogOffset) -> None:
         self._check_open()

@@ -59,7 +59,7 @@ from streamcore.log.subscription import (
     GroupMember,
     SubscribedTailer,
 )
-from streamcore.log.tailer import CursorTailer
+from streamcore.log.tailer import BinaryKey, CursorTailer
 from streamcore.names import Name
 
 logger = logging.getLogger(__name__)
@@ -246,6 +246,8 @@ class LocalLogManager(LogManager):
                 return None
             cursor.seek(offset)
             records = cursor.next_records(1)
+        except BinaryKey as bad:  # shown, not read: escape it rather than fail
+            return bad.key.decode("utf-8", "backslashreplace"), bad.value, bad.timestamp
         finally:
             cursor.close()
         if not records or records[0][0] != offset:

@@ -6,11 +6,15 @@ recovery): the cursor waits for it rather than serving it. A bad batch followed 
 at the end of a segment that a newer one follows, is real corruption and raises `CorruptLogError`.
 If retention deleted the records a cursor was about to read, it continues from the oldest retained
 record and counts the skipped records in `lost` (each purged offset once).
+
+A key that is not UTF-8 (only a writer below the API can store one) stops the cursor at that
+record: the records before it are served, then `BinaryKey` is raised for it until a seek moves on.
 """
 
 from __future__ import annotations
 
 import bisect
+import codecs
 import logging
 import os
 from pathlib import Path
@@ -28,6 +32,7 @@ from streamcore.log.local.segment import (
     read_index,
     segment_name,
 )
+from streamcore.log.tailer import BinaryKey
 
 logger = logging.getLogger(__name__)
 _CHUNK = 1 << 20
@@ -167,7 +172,10 @@ class PartitionCursor:
             if found is None:
                 return []
             batch, start = found
-            records = batch.records(start, start + max_records)
+            try:
+                records = batch.records(start, start + max_records)
+            except UnicodeDecodeError:
+                records = batch.records(start, self._binary_key(batch, start, max_records))
         if start + len(records) < batch.count:
             # Keep the rest for the next call: re-seek inside the same batch.
             self._batch = batch
@@ -183,15 +191,21 @@ class PartitionCursor:
             return None
         batch, start = found
         n = min(batch.count - start, max_records)
-        if start + n < batch.count:
-            self._batch = batch
-            self._position = batch.base_offset + start + n
         body = pa.py_buffer(batch.body)
         offsets_k = pa.py_buffer(batch.key_offsets)
         offsets_v = pa.py_buffer(batch.value_offsets)
         keys = pa.Array.from_buffers(
             pa.string(), n, [None, offsets_k, body.slice(batch.key_start)], offset=start
         )
+        if not _all_ascii(batch, start, n):  # ASCII keys are UTF-8: the common case stops here
+            try:
+                keys.validate(full=True)
+            except pa.ArrowInvalid:
+                n = self._binary_key(batch, start, n) - start
+                keys = keys.slice(0, n)
+        if start + n < batch.count:
+            self._batch = batch
+            self._position = batch.base_offset + start + n
         values = pa.Array.from_buffers(
             pa.binary(), n, [None, offsets_v, body.slice(batch.value_start)], offset=start
         )
@@ -207,6 +221,24 @@ class PartitionCursor:
         return pa.RecordBatch.from_arrays(
             [offsets, ts, keys, values], names=["offset", "timestamp", "key", "value"]
         )
+
+    def _binary_key(self, batch: Batch, start: int, max_records: int) -> int:
+        """Where the first key that is not UTF-8 is among `max_records` records of `batch` from
+        `start`; if it is at `start`, the cursor stays there and `BinaryKey` is raised."""
+        ko, ks = batch.key_offsets, batch.key_start
+        for i in range(start, min(batch.count, start + max_records)):
+            key = bytes(batch.body[ks + ko[i] : ks + ko[i + 1]])
+            try:
+                key.decode()
+            except UnicodeDecodeError:
+                if i > start:
+                    return i
+                self._batch = batch
+                self._position = batch.base_offset + i
+                vo, vs = batch.value_offsets, batch.value_start
+                value = bytes(batch.body[vs + vo[i] : vs + vo[i + 1]])
+                raise BinaryKey(self._position, batch.timestamp(i), key, value) from None
+        return min(batch.count, start + max_records)
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
         """Earliest retained offset whose timestamp is >= `timestamp_ms`, None if none."""
@@ -394,3 +426,12 @@ class PartitionCursor:
 
     def close(self) -> None:
         self._close_fd()
+
+
+def _all_ascii(batch: Batch, start: int, n: int) -> bool:
+    ko, ks = batch.key_offsets, batch.key_start
+    try:
+        codecs.ascii_decode(batch.body[ks + ko[start] : ks + ko[start + n]])
+    except UnicodeDecodeError:
+        return False
+    return True
