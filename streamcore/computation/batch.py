@@ -2,10 +2,11 @@
 
 Records are buffered and handed to `batch_process` when the batch reaches the policy's
 `batch_capacity`, when the `batch_threshold` timer fires (every threshold seconds), or when the next
-record comes from another input stream. A checkpoint is asked after each successful batch and
-covers exactly the records of the batches processed: when the input stream changes, the new record
-starts the next batch, so the checkpoint stops before it. A buffered record is therefore never
-committed before its batch is processed; a stop, crash or rebalance delivers it again.
+record comes from another input stream; a record flagged COMMIT or POISON_PILL flushes its batch
+at once. A checkpoint is asked after each successful batch. The buffered records are its
+`held_records`: no checkpoint (asked by a batch, a timer, a flag or a dead-lettered record)
+commits a partition past them before their batch is processed, so a stop, crash or rebalance
+delivers them again.
 
 A failing `batch_process` follows the computation's policy. The record whose arrival triggered the
 flush is taken back out of the batch before the retry (it is re-added when processed again). When
@@ -16,16 +17,18 @@ termination, left uncommitted)."""
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from streamcore.computation.computation import Computation, FailedRecord
 from streamcore.computation.context import ComputationContext
 from streamcore.log.api import LogOffset
-from streamcore.record import Record
+from streamcore.record import Flag, Record
 
 __all__ = ["BatchComputation"]
 
 BATCH_TIMER = "batch"
+_DEFAULT_FLAGS = int(Flag.DEFAULT)
+_FLUSH_FLAGS = int(Flag.COMMIT | Flag.POISON_PILL)  # the runner checkpoints at these records
 
 
 class BatchComputation(Computation):
@@ -63,13 +66,14 @@ class BatchComputation(Computation):
         self, context: ComputationContext, input_stream: str, record: Record
     ) -> None:
         if self._batch and input_stream != self._stream:
-            self._flush(context, include_current=False)
+            self._flush(context)
         self._stream = input_stream
         self._batch.append(record)
         self._origins.append(context.last_offset)
-        if len(self._batch) >= self._capacity:
+        flags = record.flags
+        if len(self._batch) >= self._capacity or (flags != _DEFAULT_FLAGS and flags & _FLUSH_FLAGS):
             try:
-                self._flush(context, include_current=True)
+                self._flush(context)
             except BaseException:
                 self._batch.pop()  # processed again on retry, which re-adds it
                 self._origins.pop()
@@ -79,14 +83,17 @@ class BatchComputation(Computation):
         if key != BATCH_TIMER:
             return
         if self._batch:
-            self._flush(context, include_current=True)
+            self._flush(context)
         context.set_timer(BATCH_TIMER, max(timestamp_ms, context.now_ms()) + self._threshold_ms)
 
-    def _flush(self, context: ComputationContext, *, include_current: bool) -> None:
+    def _flush(self, context: ComputationContext) -> None:
         self.batch_process(context, self._stream or "i1", self._batch)
         self._batch = []
         self._origins = []
-        context.ask_for_checkpoint(include_current=include_current)
+        context.ask_for_checkpoint()
+
+    def held_records(self) -> Iterable[tuple[Record, LogOffset | None]]:
+        return zip(self._batch, self._origins, strict=True)
 
     def process_failure(
         self, context: ComputationContext, failure: BaseException

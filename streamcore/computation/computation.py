@@ -13,7 +13,7 @@ number of `process_record` / `process_timer` calls from that one thread, then `d
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -128,6 +128,13 @@ class Computation(abc.ABC):
         `context.last_offset` it was received at, so its dead letter names its own stream,
         partition and offset; a bare Record is dead-lettered with stream "" and partition and
         offset -1 (unknown). The default returns none."""
+        return ()
+
+    def held_records(self) -> Iterable[tuple[Record, LogOffset | None]]:
+        """Records received but not done yet (a batch waiting to be processed), each with the
+        `context.last_offset` it was received at. Whatever triggers a checkpoint, it commits no
+        partition past the first of them, and the low watermark stays at or below theirs, so a
+        stop, crash or rebalance delivers them again. The default holds nothing."""
         return ()
 
     def destroy(self) -> None:

@@ -34,12 +34,10 @@ class ComputationContext(abc.ABC):
         `timestamp_ms` (epoch milliseconds). Setting a key again replaces its timer."""
 
     @abc.abstractmethod
-    def ask_for_checkpoint(self, *, include_current: bool = True) -> None:
+    def ask_for_checkpoint(self) -> None:
         """The current record (and every one before it) is done: append what was produced and
         commit the input positions up to here. Taken at the latest at the end of the current
-        read batch. `include_current=False`: only the records before the current one are done
-        (a computation that keeps the current record for later, like a batch that starts with
-        it); in a timer every record received is covered either way."""
+        read batch."""
 
     @abc.abstractmethod
     def cancel_ask_for_checkpoint(self) -> None:

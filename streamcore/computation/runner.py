@@ -6,11 +6,13 @@ below: timers, reading, failure policy, dead-lettering and checkpoints.
 
 A step fires the due timers, then reads a batch (`tailer.read_batch`) and hands each record to
 the computation. Checkpoint requests are coalesced: a checkpoint covers exactly the records up to
-the last one that asked (or up to the one before it, when it asked without itself: a batch
-computation keeps it), and is taken at the end of the batch (or at once for POISON_PILL,
-termination requests and timers). A checkpoint appends the buffered produced records (and
-dead-letter records) with `append_batch`, then commits the input positions, so a crash between
-the two re-delivers records whose output was already appended: at-least-once.
+the last one that asked, and is taken at the end of the batch (or at once for POISON_PILL,
+termination requests and timers). Whatever asked, a checkpoint never commits a partition past a
+record the computation still holds (`Computation.held_records`, e.g. a batch not processed
+yet): that partition's commit stops at the held record and is completed by a later checkpoint.
+A checkpoint appends the buffered produced records (and dead-letter records) with `append_batch`,
+then commits the input positions, so a crash between the two re-delivers records whose output was
+already appended: at-least-once.
 
 A rebalance that takes partitions away rewinds the unit to its last checkpoint: uncommitted
 output is dropped, the tailer goes back to the committed positions and `init` runs again with a
@@ -22,7 +24,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from streamcore.computation.computation import Computation
@@ -40,7 +42,7 @@ __all__ = ["ComputationRunner", "InputStream", "OutputStream"]
 
 logger = logging.getLogger(__name__)
 
-_ASK, _HALT, _ASK_BEFORE = 1, 2, 4
+_ASK, _HALT = 1, 2
 _DEFAULT_FLAGS = int(Flag.DEFAULT)
 _SPECIAL = int(Flag.POISON_PILL | Flag.COMMIT)
 _WINDOW_BATCHES = 16  # uncommitted batches kept before their positions are folded into a dict
@@ -112,11 +114,11 @@ class UnitContext(ComputationContext):
         if timestamp_ms < runner.next_timer:
             runner.next_timer = timestamp_ms
 
-    def ask_for_checkpoint(self, *, include_current: bool = True) -> None:
-        self._signal |= _ASK if include_current else _ASK_BEFORE
+    def ask_for_checkpoint(self) -> None:
+        self._signal |= _ASK
 
     def cancel_ask_for_checkpoint(self) -> None:
-        self._signal &= ~(_ASK | _ASK_BEFORE)
+        self._signal &= ~_ASK
 
     def set_source_low_watermark(self, watermark: int) -> None:
         self._runner.source_low_watermark = watermark
@@ -200,6 +202,7 @@ class ComputationRunner(RebalanceListener):
         self._window_oldest: LogRecord[Any] | None = None  # first record of the folded batches
         self._touched: set[Any] = set()  # partitions read since the last checkpoint
         self._committed_watermark = 0
+        self._held_watermark = 0  # lowest of the records held at the last checkpoint
         self._rewind = False
         self._stop_requested = False
 
@@ -247,6 +250,7 @@ class ComputationRunner(RebalanceListener):
         self._window_positions.clear()
         self._window_oldest = None
         self._touched.clear()
+        self._held_watermark = 0
         self.tailer.to_last_committed()
         self.computation.init(self.context)
 
@@ -285,8 +289,7 @@ class ComputationRunner(RebalanceListener):
         decode: Callable[[bytes], Record] = None  # type: ignore[assignment]
         logical = ""
         read_filter: RecordFilter | None = None
-        asked: int | None = None  # the last record a checkpoint covers (-1: none of this batch)
-        asked_mark = -1
+        asked = asked_mark = -1
         halted = False
         index = -1
         started = time.perf_counter()
@@ -323,8 +326,6 @@ class ComputationRunner(RebalanceListener):
             if context._signal:
                 if context._signal & _ASK:
                     asked, asked_mark = index, len(journal)
-                elif context._signal & _ASK_BEFORE:
-                    asked, asked_mark = index - 1, len(journal)
                 if context._signal & _HALT:
                     halted = True
                     context._signal = 0
@@ -336,11 +337,11 @@ class ComputationRunner(RebalanceListener):
         stats.observe_batch(time.perf_counter() - started, count)
         stats.last_activity = time.monotonic()
         if stats.state != RUNNING:
-            if asked is not None:  # keep what was done before the failure: up to the ask
+            if asked >= 0:  # keep what was done before the failure: checkpoint up to the ask
                 context._rollback(asked_mark)
                 self._checkpoint(batch, asked)
             return
-        if asked is not None:
+        if asked >= 0:
             self._checkpoint(batch, asked)
         else:
             self._add_to_window(batch if not halted else batch[:count])
@@ -371,7 +372,7 @@ class ComputationRunner(RebalanceListener):
         signal, context._signal = context._signal, 0
         if self.stats.state != RUNNING:
             return fired
-        if signal & (_ASK | _ASK_BEFORE):  # a timer has no current record: all received is done
+        if signal & _ASK:
             self._checkpoint(None)
         if signal & _HALT:
             self.stats.state = STOPPED
@@ -545,16 +546,28 @@ class ComputationRunner(RebalanceListener):
     def _checkpoint(self, batch: list[LogRecord[Any]] | None, upto: int = -1) -> bool:
         """Append what was produced, then commit positions: of everything read so far when
         `batch` is None or was processed up to its end, else of the window plus
-        `batch[: upto + 1]`."""
+        `batch[: upto + 1]`; never past a record the computation holds."""
         tailer = self.tailer
         full = batch is None or upto >= len(batch) - 1
         first = self._first_uncommitted() or (batch[0] if batch else None)
+        held, held_watermark = _held(self.computation.held_records())
         positions: dict[Any, int] | None = None
         if not full:
             positions = dict(self._window_positions)
             _fold_positions(self._window, positions)
             _fold_positions([batch[: upto + 1]], positions)  # type: ignore[index]
-        low = self._watermark_of(first) if first is not None else self._committed_watermark
+        elif held and tailer is not None:
+            assigned = set(tailer.assignments)
+            positions = {p: tailer.position(p) for p in self._touched if p in assigned}
+        pending: dict[Any, int] = {}  # where a held partition is to be committed once released
+        if positions is not None:
+            for partition, offset in held.items():
+                if positions.get(partition, offset) > offset:
+                    pending[partition] = positions[partition]
+                    positions[partition] = offset
+        low = self._held_watermark
+        if not low:
+            low = self._watermark_of(first) if first is not None else self._committed_watermark
         for attempt in range(self._checkpoint_retries + 1):
             try:
                 self._append_outputs(low)
@@ -590,10 +603,13 @@ class ComputationRunner(RebalanceListener):
                     return False
         self.stats.checkpoints += 1
         self._committed_watermark = low
+        self._held_watermark = held_watermark
         self._window.clear()
         self._window_positions.clear()
+        self._window_positions.update(pending)
         self._window_oldest = None
         self._touched.clear()
+        self._touched.update(pending)
         if not full:
             rest = batch[upto + 1 :]  # type: ignore[index]
             self._window.append(rest)
@@ -655,8 +671,27 @@ class ComputationRunner(RebalanceListener):
         committed one (or what a source set)."""
         if self.tailer is None:
             return self.source_low_watermark
+        if self._held_watermark:  # held at the last checkpoint: older than the window
+            return self._held_watermark
         first = self._first_uncommitted()
         return self._watermark_of(first) if first is not None else self._committed_watermark
+
+
+def _held(
+    held: Iterable[tuple[Record, LogOffset | None]],
+) -> tuple[dict[Any, int], int]:
+    """The offset of the first held record per partition, and the lowest watermark of the held
+    records (0 when none)."""
+    offsets: dict[Any, int] = {}
+    low = 0
+    for record, origin in held:
+        if origin is not None:
+            partition, offset = origin
+            if offset < offsets.get(partition, offset + 1):
+                offsets[partition] = offset
+        if record.watermark and (not low or record.watermark < low):
+            low = record.watermark
+    return offsets, low
 
 
 def _first_of(batches: list[list[LogRecord[Any]]]) -> LogRecord[Any] | None:

@@ -23,7 +23,7 @@ from streamcore.computation import (
 )
 from streamcore.errors import TopologyError
 from streamcore.log.api import LogManager
-from streamcore.record import Record
+from streamcore.record import Flag, Record
 from streamcore.watermark import Watermark
 
 LEFT, RIGHT, OUT, DLQ = "app/left", "app/right", "app/out", "app/dlq"
@@ -131,6 +131,58 @@ def test_buffered_record_is_delivered_again_after_a_stop(
     restarted = StreamProcessor(second, collect_topology(), settings).start()
     assert restarted.drain_and_stop(30)
     assert produced(second) == [("i1", b"0,1,2"), ("i1", b"3"), ("i2", b"R")]
+
+
+def test_an_undecodable_record_does_not_commit_the_batch_held_before_it() -> None:
+    policy = ComputationPolicy(batch_capacity=3, batch_threshold=60.0, dlq=DLQ)
+    with collect_driver(policy) as driver:
+        driver.pipe(LEFT, "k0", b"0")
+        driver.manager.appender(LEFT).append_batch([("junk", b"\x01not a record")])
+        driver.advance_time(0)
+        assert [d.record.key for d in driver.read_dead_letters(DLQ)] == ["junk"]
+        assert driver.lag("collect").lag == 2  # k0 is held: nothing past it is committed
+        driver.advance_time(60_000)
+        assert outputs(driver.read_output(OUT)) == [("i1", b"0")]
+        assert driver.lag("collect").lag == 0
+
+
+class Ticking(Collect):
+    """A batch computation with a timer of its own that asks for checkpoints."""
+
+    def init(self, context) -> None:
+        super().init(context)
+        context.set_timer("tick", context.now_ms() + 100)
+
+    def process_timer(self, context, key, timestamp_ms) -> None:
+        super().process_timer(context, key, timestamp_ms)
+        if key == "tick":
+            context.ask_for_checkpoint()
+            context.set_timer("tick", timestamp_ms + 100)
+
+
+def test_a_timer_that_asks_does_not_commit_the_held_batch() -> None:
+    wiring = [f"i1:{LEFT}", f"i2:{RIGHT}", f"o1:{OUT}"]
+    topology = Topology.builder().add_computation(Ticking, wiring).build()
+    policy = ComputationPolicy(batch_capacity=3, batch_threshold=60.0)
+    settings = Settings().set_policy("collect", policy)
+    with TopologyTestDriver(topology, settings, start_ms=0) as driver:
+        driver.pipe(LEFT, "k0", b"0")
+        driver.advance_time(250)  # two ticks ask for a checkpoint while k0 waits
+        assert driver.stats("collect").timers >= 2
+        assert driver.lag("collect").lag == 1
+        driver.advance_time(60_000)
+        assert outputs(driver.read_output(OUT)) == [("i1", b"0")]
+        assert driver.lag("collect").lag == 0
+
+
+def test_a_poison_pill_flushes_the_batch_before_the_unit_stops() -> None:
+    with collect_driver(ComputationPolicy(batch_capacity=10, batch_threshold=60.0)) as driver:
+        driver.pipe(LEFT, "k0", b"0")
+        driver.pipe(LEFT, "k1", b"1")
+        driver.pipe(LEFT, "pill", b"", flags=Flag.POISON_PILL)
+        assert outputs(driver.read_output(OUT)) == [("i1", b"0,1,")]
+        assert driver.stats("collect").state == "stopped"
+        assert driver.lag("collect").lag == 0
 
 
 # -- 2. each dead-lettered record of a failed batch names its own origin ------------------------
