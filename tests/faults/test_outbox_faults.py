@@ -28,6 +28,10 @@ class Runs:
             self.counts[job_id] += 1
             return self.counts[job_id]
 
+    def most(self) -> int:
+        with self._lock:
+            return max(self.counts.values(), default=0)
+
 
 def statuses(outbox: Outbox, queue: str) -> dict[str, str]:
     with outbox.engine.connect() as conn:
@@ -63,9 +67,7 @@ def test_a_batch_slower_than_the_hung_timeout_runs_each_job_once_and_drains(make
         put_many(conn, "slow", ids, ids=ids, registry=registry)
 
     def drained_or_duplicated() -> bool:
-        return max(runs.counts.values(), default=0) > 1 or set(
-            statuses(outbox, "slow").values()
-        ) == {DONE}
+        return runs.most() > 1 or set(statuses(outbox, "slow").values()) == {DONE}
 
     run_until(outbox, drained_or_duplicated, timeout=30.0)
     assert dict(runs.counts) == dict.fromkeys(ids, 1)
