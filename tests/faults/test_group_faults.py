@@ -490,3 +490,38 @@ def test_deleting_the_group_state_keeps_ownership_exclusive(
     # a was told: it lost every partition at the reset, before it got two of them back.
     after = [e for e in events if e[1] == "a" and e[0] >= deleted and e[2] != "rec"]
     assert after[0][2] == "revoked" and sorted(after[0][3]) == [0, 1, 2, 3], after
+
+
+@pytest.mark.parametrize("backend", ["memory", "local"])
+def test_max_poll_interval_on_both_cursor_backends(
+    backend: str, local_manager_factory: Callable[..., LocalLogManager]
+) -> None:
+    """Members in threads: one stops reading; the other takes its partitions after
+    max_poll_interval; the idle one, reading again, gets on_revoked and rejoins."""
+    from streamcore.log.memory import MemoryLogManager
+
+    manager: Any = MemoryLogManager() if backend == "memory" else local_manager_factory()
+    manager.heartbeat_interval, manager.session_timeout = 0.1, 0.8
+    manager.max_poll_interval = 0.6
+    manager.create(LOG, 4)
+    events: list[Event] = []
+    a, b = Member(manager, "a", events), Member(manager, "b", events)
+    try:
+        wait_for(lambda: a.held() == 2 and b.held() == 2, 15, "no 2/2 split")
+        held = sorted(p.partition for p in a.tailer.assignments)
+        a.running = False  # a stops calling read(); its heartbeat thread goes on
+        a.thread.join(10)
+        idle = time.monotonic()
+        wait_for(lambda: b.held() == 4, 0.6 + SLACK, "b did not take a's partitions")
+        assert time.monotonic() - idle >= 0.5
+        assert a.tailer.read(0.0) is None  # reading again: a drops what it lost...
+        assert [e[2:] for e in events if e[1] == "a"][-1] == ("revoked", held)
+        a.running = True
+        a.thread = threading.Thread(target=a._run, daemon=True)
+        a.thread.start()
+        wait_for(lambda: a.held() == 2 and b.held() == 2, 15, "a did not rejoin")  # ...rejoins
+    finally:
+        a.stop()
+        b.stop()
+        if backend == "memory":
+            manager.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import threading
 import time
 from collections import Counter, defaultdict
@@ -355,3 +356,26 @@ def test_assignments_are_spread_over_logs_in_order(cursor_manager: LogManager) -
     assert len(owners) == 4 and set(owners.values()) == {1}
     for m in members:
         m.tailer.close()
+
+
+def test_a_writer_resuming_after_its_version_was_collected_loses_the_swap(tmp_path: Path) -> None:
+    """A writer paused between reading version 1 and linking version 2, while others wrote on
+    and old versions were deleted, must not believe its write went in."""
+    store = FileGroupStore(tmp_path, GROUP, [Name.of("test/cas")])
+    member = GroupMember(store, ["test-cas-00"], heartbeat_interval=1, session_timeout=5)
+
+    def bump(state: dict[str, Any]) -> bool:
+        state["counter"] = state.get("counter", 0) + 1
+        return True
+
+    member.update(bump)
+    paused = store.load()  # version 1
+    for _ in range(40):
+        member.update(bump)
+    for path in store.folder.glob("*.json"):
+        os.utime(path, (time.time() - 3600, time.time() - 3600))
+    member.update(bump)  # collects the old versions, 2.json among them
+    assert not (store.folder / "2.json").exists()
+    paused["counter"] = -1
+    assert store.swap(paused, 1) is False
+    assert store.load()["counter"] == store.load()["version"] == 42
