@@ -8,10 +8,19 @@ The group's positions are committed to the log only after that Delta commit. So:
 * crash before the Delta commit: nothing landed, positions unchanged; the rerun reads the same
   records (maybe more) again;
 * crash after the Delta commit and before the positions: on start, `recover()` finds the last
-  batch in the table's history, sees the log positions behind its recorded ends, and commits them
-  first; the rerun then only reads what came after;
+  batch, sees the group's positions at that batch's recorded starts, and commits its ends first;
+  the rerun then only reads what came after;
 * a write replayed with a batch number Delta already recorded for the app id is skipped by Delta
   itself (idempotent writes), a second line of defence against double landing.
+
+The last batch number is Delta's own record of the app id (the `SetTransaction` of the table
+snapshot, kept across checkpoints), not `history()`, which log cleanup truncates. Its offsets come
+from its commit in history; a commit cleaned up from history is old enough for its positions to
+have been committed (by its own run or the recovery of the next one), so it needs no recovery.
+
+Recovery only ever moves positions that are exactly at the landed batch's starts. Positions
+elsewhere were set on purpose (a rewind re-reads; the MERGE by id makes that idempotent), and a log
+that ends before the landed batch was recreated: planning refuses it rather than skip its records.
 """
 
 from __future__ import annotations
@@ -25,15 +34,21 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from streamcore.errors import StreamcoreError
 from streamcore.log import LogManager, LogPartition
 from streamcore.names import Name
 
-__all__ = ["BatchPlan", "DeltaBatchSink", "plan_batch"]
+__all__ = ["BatchPlan", "DeltaBatchSink", "LogMismatchError", "plan_batch"]
 
 logger = logging.getLogger(__name__)
 _TXN_APP = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 _USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+
+
+class LogMismatchError(StreamcoreError):
+    """The log no longer holds what the table or the group's positions say was read from it (it
+    was deleted and recreated, or truncated)."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +61,15 @@ class BatchPlan:
     batch: int
     ranges: dict[int, tuple[int, int]]
     recovered: dict[int, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for partition, (start, end) in self.ranges.items():
+            if not 0 <= start <= end:
+                raise LogMismatchError(
+                    f"batch {self.batch} of {self.app_id}: the range [{start}, {end}) of partition "
+                    f"{partition} of {self.stream} ends before it starts; the group's position is "
+                    "beyond the log's end (move it with `streamcore position`)"
+                )
 
     @property
     def records(self) -> int:
@@ -67,11 +91,16 @@ class BatchPlan:
 
 @dataclass(frozen=True)
 class LandedBatch:
-    """The newest batch of an app found in a table: its number, offsets and table version."""
+    """The newest batch of an app in a table: its number (Delta's transaction version of the app
+    id) and, while its commit is still in the table history, its offset ranges and version."""
 
     batch: int
-    ends: dict[int, int]
-    version: int
+    ranges: dict[int, tuple[int, int]] | None = None
+    version: int | None = None
+
+    @property
+    def ends(self) -> dict[int, int] | None:
+        return None if self.ranges is None else {p: end for p, (_, end) in self.ranges.items()}
 
 
 class DeltaBatchSink:
@@ -88,27 +117,39 @@ class DeltaBatchSink:
         return DeltaTable.isDeltaTable(self.spark, self.path)
 
     def last_batch(self) -> LandedBatch | None:
-        """The newest batch of this app id recorded in the table's history, or None."""
-        if not self.exists():
+        """The newest batch of this app id that reached the table, or None."""
+        batch = self.txn_version()
+        if batch is None:
             return None
         from delta.tables import DeltaTable
 
-        marker = json.dumps({"app": self.app_id})[1:-1]  # '"app": "..."' without braces
-        compact = marker.replace('": "', '":"')
+        # The metadata JSON starts with app and batch (BatchPlan.metadata): match both at once.
+        marker = json.dumps({"app": self.app_id, "batch": batch}, separators=(",", ":"))
         rows = (
             DeltaTable.forPath(self.spark, self.path)
             .history()
-            .where(F.col("userMetadata").contains(compact))
+            .where(F.col("userMetadata").startswith(marker[:-1] + ","))
             .orderBy(F.col("version").desc())
             .select("version", "userMetadata")
             .limit(1)
             .collect()
         )
         if not rows:
-            return None
+            return LandedBatch(batch)
         meta = json.loads(rows[0]["userMetadata"])
-        ends = {int(p): int(r[1]) for p, r in meta["offsets"].items()}
-        return LandedBatch(int(meta["batch"]), ends, int(rows[0]["version"]))
+        ranges = {int(p): (int(r[0]), int(r[1])) for p, r in meta["offsets"].items()}
+        return LandedBatch(batch, ranges, int(rows[0]["version"]))
+
+    def txn_version(self) -> int | None:
+        """The newest batch number Delta recorded for this app id (None if none): the table
+        snapshot's transaction of the app id, which checkpoints keep when history is cleaned."""
+        if not self.exists():
+            return None
+        jvm = self.spark._jvm
+        log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.spark._jsparkSession, self.path)
+        empty = jvm.scala.Option.empty()
+        found = log.update(False, empty, empty).transactions().get(self.app_id)
+        return int(found.get()) if found.isDefined() else None
 
     def write(self, plan: BatchPlan, action: Callable[[], None]) -> int | None:
         """Run `action` (one Delta write or MERGE on this table) as batch `plan.batch`: the commit
@@ -148,30 +189,85 @@ def recover(
     sink: DeltaBatchSink, manager: LogManager, stream: str | Name, group: str
 ) -> tuple[LandedBatch | None, dict[int, int]]:
     """Commit the positions of a batch that reached Delta but not the log (the job died between
-    the two). Returns the newest landed batch and the positions committed now, by partition."""
+    the two). Returns the newest landed batch and the positions committed now, by partition.
+
+    Only positions exactly at the batch's starts move (to its ends), and only when every partition
+    is at its start or end: positions anywhere else were moved on purpose since (a rewind asks for
+    a re-read). Raises LogMismatchError if the log ends before the batch's ends."""
     landed = sink.last_batch()
     if landed is None:
         return None, {}
-    name = Name.of(stream)
-    committed = manager.committed(name, group)
-    fixed: dict[int, int] = {}
-    for partition, end in sorted(landed.ends.items()):
-        current = committed[partition] if partition < len(committed) else None
-        if current is None or current < end:
-            manager_for_group(manager, name, group).commit_position(
-                LogPartition(name, partition), group, end
-            )
-            fixed[partition] = end
-    if fixed:
-        logger.warning(
-            "batch %d of %s reached Delta (version %d) but its positions were not committed (the "
-            "previous run stopped in between); committed them now: %s",
+    if landed.ranges is None:
+        logger.info(
+            "batch %d of %s is no longer in the history of %s (Delta log cleanup): its positions "
+            "were committed long ago, nothing to recover",
             landed.batch,
             sink.app_id,
-            landed.version,
-            fixed,
+            sink.path,
         )
+        return landed, {}
+    name = Name.of(stream)
+    _check_log_holds(sink, landed, manager, name)
+    positions = _positions(manager, name, group)
+    at_start = {p for p, (s, e) in landed.ranges.items() if positions[p] == s < e}
+    at_end = {p for p, (_, e) in landed.ranges.items() if positions[p] == e}
+    if at_end == set(landed.ranges):
+        return landed, {}
+    if not at_start or at_start | at_end != set(landed.ranges):
+        logger.info(
+            "group %s on %s was moved since batch %d of %s (positions %s, batch %s): reading from "
+            "its positions, not recovering the batch",
+            group,
+            name,
+            landed.batch,
+            sink.app_id,
+            positions,
+            landed.ranges,
+        )
+        return landed, {}
+    backend = manager_for_group(manager, name, group)
+    fixed = {p: landed.ranges[p][1] for p in sorted(at_start)}
+    for partition, end in fixed.items():
+        backend.commit_position(LogPartition(name, partition), group, end)
+    logger.warning(
+        "batch %d of %s reached Delta (version %d) but its positions were not committed (the "
+        "previous run stopped in between); committed them now: %s",
+        landed.batch,
+        sink.app_id,
+        landed.version,
+        fixed,
+    )
     return landed, fixed
+
+
+def _check_log_holds(
+    sink: DeltaBatchSink, landed: LandedBatch, manager: LogManager, name: Name
+) -> None:
+    """Refuse a log that ends before the landed batch: it is not the log the batch was read from."""
+    ends = manager.end_offsets(name)
+    for partition, (_, end) in sorted((landed.ranges or {}).items()):
+        log_end = ends[partition] if partition < len(ends) else None
+        if log_end is None or log_end < end:
+            now = "does not exist" if log_end is None else f"ends at {log_end}"
+            raise LogMismatchError(
+                f"batch {landed.batch} of {sink.app_id} in {sink.path} read {name} partition "
+                f"{partition} up to offset {end}, but that partition now {now}: the log was "
+                "deleted and recreated (or truncated) since, so the table's record of the batch "
+                "does not describe this log. Nothing was read or committed. To import the new "
+                "log, use a new consumer group (--group; it numbers its own batches and upserts "
+                f"into the same table), or move {sink.path} away to start the table over"
+            )
+
+
+def _positions(manager: LogManager, name: Name, group: str) -> list[int]:
+    """Where `group` reads each partition of `name` next: its committed position, or the oldest
+    retained offset if it has none (or its position was purged)."""
+    starts = manager.start_offsets(name)
+    committed = manager.committed(name, group)
+    return [
+        start if pos is None else max(start, pos)
+        for start, pos in zip(starts, committed, strict=True)
+    ]
 
 
 def manager_for_group(manager: LogManager, name: Name, group: str) -> Any:
@@ -195,17 +291,17 @@ def plan_batch(
     retained offset if none) to the end offsets now, at most `max_records` in all (0 = no cap)."""
     name = Name.of(stream)
     landed, fixed = recover(sink, manager, name, group)
-    starts = manager.start_offsets(name)
+    positions = _positions(manager, name, group)
     ends = manager.end_offsets(name)
-    committed = manager.committed(name, group)
-    positions = [
-        max(start, pos) if pos is not None else start
-        for start, pos in zip(starts, committed, strict=True)
-    ]
-    ranges = _cap(
-        {p: (pos, end) for p, (pos, end) in enumerate(zip(positions, ends, strict=True))},
-        max_records,
-    )
+    for partition, (pos, end) in enumerate(zip(positions, ends, strict=True)):
+        if pos > end:
+            raise LogMismatchError(
+                f"group {group}'s position {pos} on partition {partition} of {name} is beyond the "
+                f"end ({end}) of the log: it was deleted and recreated (or truncated) while the "
+                f"group kept its positions. Re-read it with `streamcore position -l {name} -g "
+                f"{group} --to-start` (or skip it with --to-end), or use a new consumer group"
+            )
+    ranges = _cap(dict(enumerate(zip(positions, ends, strict=True))), max_records)
     batch = landed.batch + 1 if landed is not None else 0
     return BatchPlan(sink.app_id, name.urn, group, batch, ranges, fixed)
 
