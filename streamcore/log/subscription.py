@@ -191,8 +191,8 @@ class GroupMember:
         self._seen_version = -2
         self._claims_after = 0.0  # wall-clock time when a new generation allows claims
         self._lock = threading.Lock()
-        self._last_ok = time.monotonic()
-        self._stale_after = (heartbeat_interval + session_timeout) / 2
+        self.last_ok = time.monotonic()  # start of the last successful write
+        self.stale_after = (heartbeat_interval + session_timeout) / 2
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -269,7 +269,7 @@ class GroupMember:
         started = time.monotonic()
         state = self.update(change)
         self.observe(state)  # before the member looks fresh again: `lost` is set first
-        self._last_ok = started
+        self.last_ok = started
         return state
 
     def refresh(self) -> dict[str, Any]:
@@ -396,12 +396,12 @@ class GroupMember:
     def stale(self) -> bool:
         """True when the heartbeat has not been written for long enough that others may soon
         expire this member; the tailer then refreshes on its own thread before reading on."""
-        return time.monotonic() - self._last_ok > self._stale_after
+        return time.monotonic() - self.last_ok > self.stale_after
 
     def must_rebalance_now(self, now: float) -> bool:
         """True when the tailer must apply assignment changes before returning any record: it
         lost partitions, left the group, or was paused long enough to have been expired."""
-        return self.lost or self.evicted or now - self._last_ok > self._stale_after
+        return self.lost or self.evicted or now - self.last_ok > self.stale_after
 
     # -- heartbeat thread -----------------------------------------------------------------------
     def start(self) -> None:
@@ -493,8 +493,13 @@ class SubscribedTailer(CursorTailer):
             self._rebalance()
 
     def read(self, timeout: float = 0.0) -> LogRecord[Any] | None:
-        self._poll()
-        return super().read(timeout)
+        # `_poll` inlined: this is the per-record hot path.
+        member = self.member
+        member.polled = now = time.monotonic()
+        if member.lost or member.evicted or now - member.last_ok > member.stale_after:
+            self._check_open()
+            self._rebalance()
+        return CursorTailer.read(self, timeout)
 
     def read_batch(self, max_records: int, timeout: float = 0.0) -> list[LogRecord[Any]]:
         self._poll()
