@@ -202,9 +202,15 @@ class LogAppender(abc.ABC, Generic[M]):
         partition: int | None = None,
         timestamps: Sequence[int] | None = None,
     ) -> Sequence[LogOffset]:
-        """Append many (key, message) pairs, all or nothing: each lands in its key's partition
-        unless `partition` is given. `timestamps` (ms, one per item) keep original append times,
-        e.g. when copying a log; by default records get the current time."""
+        """Append many (key, message) pairs: each lands in its key's partition unless
+        `partition` is given. `timestamps` (ms, one per item) keep original append times, e.g.
+        when copying a log; by default records get the current time.
+
+        All or nothing against bad input: every key, value and timestamp is checked (on the local
+        log also every partition's batch encoded and every writer lock taken) before anything is
+        written, so such an error leaves the log as it was. Not atomic across partitions against
+        a failing write: a `LogWriteError` (local: a full disk) or a broker error (Kafka) on one
+        partition leaves what was already written to the others."""
 
     @abc.abstractmethod
     def wait_for(self, offset: LogOffset, group: str, timeout: float) -> bool:

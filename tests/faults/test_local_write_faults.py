@@ -114,6 +114,65 @@ def test_short_write_is_undone_and_later_appends_stay_readable(
     assert re.search(DISK_FULL, str(caught.value)), caught.value
 
 
+SINGLE_OR_BATCH = [
+    pytest.param(lambda app, k, v: app.append_to(0, k, v), id="single"),
+    pytest.param(lambda app, k, v: app.append_batch([(k, v)], partition=0), id="batch"),
+]
+
+
+@pytest.mark.parametrize("append", SINGLE_OR_BATCH)
+def test_failed_roll_leaves_no_half_made_segment(
+    local_manager_factory: Factory,
+    unique_name: Callable[[str], str],
+    monkeypatch: pytest.MonkeyPatch,
+    append: Callable[[Any, str, bytes], None],
+) -> None:
+    m = local_manager_factory(segment_bytes=4096)
+    name = unique_name("roll")
+    m.create(name, 1)
+    app = m.appender(name)
+    app.append_to(0, "a", b"1" * 3000)
+    real_open = os.open
+
+    def no_new_segment(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if str(path).endswith(segment.SEGMENT_SUFFIX) and flags & os.O_CREAT:
+            raise ENOSPC
+        return real_open(path, flags, *args, **kwargs)
+
+    with monkeypatch.context() as patch, pytest.raises(OSError) as caught:
+        patch.setattr(os, "open", no_new_segment)
+        append(app, "b", b"2" * 2000)  # does not fit: the segment rolls, and that fails
+    folder = m.partition_folder(m.resolve_partitions(name)[0])
+    assert segment.list_segments(folder) == [0]
+    assert app.append_to(0, "c", b"3" * 2000).offset == 1
+    assert segment.list_segments(folder) == [0, 1]
+    m.close()
+    restarted = local_manager_factory()
+    assert read_all(restarted, name) == [("a", b"1" * 3000), ("c", b"3" * 2000)]
+    assert isinstance(caught.value, StreamcoreError) and re.search(DISK_FULL, str(caught.value))
+
+
+@pytest.mark.parametrize("append", SINGLE_OR_BATCH)
+def test_failed_fsync_acknowledges_nothing_with_fsync_always(
+    local_manager_factory: Factory,
+    unique_name: Callable[[str], str],
+    monkeypatch: pytest.MonkeyPatch,
+    append: Callable[[Any, str, bytes], None],
+) -> None:
+    m = local_manager_factory(fsync="always")
+    name = unique_name("fsync-fails")
+    m.create(name, 1)
+    app = m.appender(name)
+    app.append_to(0, "a", b"1")
+    with monkeypatch.context() as patch, pytest.raises(OSError) as caught:
+        patch.setattr(os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(errno.EIO, "I/O")))
+        append(app, "b", b"2")
+    assert app.append_to(0, "c", b"3").offset == 1  # "b" was refused, so it is not in the log
+    assert read_all(local_manager_factory(), name) == [("a", b"1"), ("c", b"3")]
+    assert isinstance(caught.value, StreamcoreError) and caught.value.errno == errno.EIO
+    assert "nothing of this batch was written" in str(caught.value)
+
+
 class SmallDisk:
     """A 1 MiB filesystem at `path`: a real tmpfs when this user may mount one (root here and
     in CI), otherwise emulated by wrapping os.write/os.writev so writes under `path` stop short
