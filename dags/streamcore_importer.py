@@ -34,8 +34,9 @@ DOC = """
 Imports documents into the Delta table **`repository`** (upsert by id) through the stream
 `import/docs`, with Great Expectations checks on the way:
 
-- **validate** checks the parameters together (e.g. `files` needs an existing `path`), the
-  Spark connection, `spark-submit` and the jars. A bad run stops here, before any Spark job.
+- **validate** checks the parameters together (e.g. `files` needs an existing `path` under the
+  allowed import roots: `STREAMCORE_IMPORT_ROOTS`, default `STREAMCORE_HOME`), the Spark
+  connection, `spark-submit` and the jars. A bad run stops here, before any Spark job.
 - **produce**: `spark-submit jobs/importer.py produce` generates `count` random documents, or
   reads `path`, and appends them as Avro Records to `import/docs` (`partitions`).
 - **consume**: `spark-submit jobs/importer.py consume` reads what group `import/repository` has
@@ -65,7 +66,8 @@ PARAMS = {
         type=["null", "string"],
         title="Path",
         description="source=files only: a file or folder of JSON lines, CSV, Parquet or Avro "
-        "documents (include/schemas/Document.avsc fields), as seen by the Spark driver.",
+        "documents (include/schemas/Document.avsc fields), as seen by the Spark driver, under "
+        "the allowed import roots (STREAMCORE_IMPORT_ROOTS, default STREAMCORE_HOME).",
     ),
     "format": Param(
         None,
@@ -130,8 +132,9 @@ PARAMS = {
 
 def importer_arguments(params: dict[str, Any], home: Path, run_id: str) -> dict[str, list[str]]:
     """The produce and consume arguments of jobs/importer.py for `params` of run `run_id`,
-    checked by the job's own argument checks (ranges, path, format) plus those of parameters that
-    go together. Raises AirflowFailException naming the parameter and the fix."""
+    checked by the job's own argument checks (ranges, path under the import roots, format) plus
+    those of parameters that go together. Raises AirflowFailException naming the parameter and
+    the fix."""
     source, path, fmt = params["source"], params.get("path"), params.get("format")
     produce = ["produce", "--source", source, "--partitions", str(params["partitions"])]
     if source == "files":

@@ -110,6 +110,15 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
                 parser.error("--source files needs --path (a file or a folder of files)")
             if not Path(args.path).exists():
                 parser.error(f"--path {args.path} does not exist; give an existing file or folder")
+            from jobs.spark.import_roots import check_import_path
+            from streamcore.config import load_config
+
+            try:
+                roots = load_config(**({"home": args.home} if args.home else {})).import_roots
+                # The job reads the path it checked, not whatever a link points to later.
+                args.path = str(check_import_path(args.path, roots))
+            except StreamcoreError as exc:
+                parser.error(f"--path: {exc}")
             if args.format is None:
                 from jobs.spark.formats import detect_format
 

@@ -76,6 +76,8 @@ class StreamcoreConfig:
     schemas_dir: Path = PROJECT_ROOT / "include" / "schemas"
     schema_registry_url: str = ""
     source: Path | None = None
+    # Folders whose files the importer may read (after resolving symlinks and `..`); empty: home.
+    import_roots: tuple[Path, ...] = ()
     # The parsed TOML document (read-only by convention): sections that have their own parser,
     # such as the log routing tables `[log.configs.*]` / `[[log.match]]` (streamcore.log.config).
     table: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -83,6 +85,10 @@ class StreamcoreConfig:
     def __repr__(self) -> str:
         shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr)
         return redact_credentials(f"{type(self).__name__}({shown})")
+
+    def __post_init__(self) -> None:
+        if not self.import_roots:
+            object.__setattr__(self, "import_roots", (self.home,))
 
     @property
     def log_dir(self) -> Path:
@@ -126,6 +132,17 @@ def _as_int(value: Any, what: str) -> int:
         raise ConfigError(f"{what} must be an integer, got {value!r}") from None
 
 
+def _paths(value: Any, what: str) -> tuple[Path, ...]:
+    """A list of folders: a TOML array, or a string separated by os.pathsep (`:` on POSIX)."""
+    items = value.split(os.pathsep) if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
+        raise ConfigError(
+            f"{what} must be a list of folders (or one string separated by {os.pathsep!r}), "
+            f"got {value!r}"
+        )
+    return tuple(Path(i).expanduser().resolve() for i in items if i.strip())
+
+
 def load_config(path: str | Path | None = None, **overrides: Any) -> StreamcoreConfig:
     """Read the configuration. `overrides` (e.g. `home=...`) win over everything."""
     source = Path(path) if path else _find_file()
@@ -163,6 +180,7 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> StreamcoreC
         "schemas_dir": schemas if schemas.is_absolute() else PROJECT_ROOT / schemas,
         "schema_registry_url": str(_lookup(table, "codec", "schema_registry_url", "")),
         "source": source,
+        "import_roots": _paths(_lookup(table, "import", "roots", []), "import.roots"),
         "table": table,
     }
     values.update(overrides)

@@ -270,7 +270,8 @@ def test_import_roots_default_to_the_home_and_can_be_widened(
     assert _check("produce", "--source", "files", "--path", str(inside.parent)) is None
     assert _check("produce", "--source", "files", "--path", str(other)) is not None
     # --home moves the default root with it
-    assert _check("produce", "--home", str(tmp_path), "--source", "files", "--path", str(other))
+    other_home = ("produce", "--home", str(tmp_path / "other-home"))
+    assert _check(*other_home, "--source", "files", "--path", str(inside)) is not None
     shared_home = ("produce", "--home", str(tmp_path / "shared"))
     assert _check(*shared_home, "--source", "files", "--path", str(other)) is None
     roots = os.pathsep.join([str(tmp_path / "nowhere"), str(tmp_path / "shared")])

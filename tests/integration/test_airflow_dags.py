@@ -170,9 +170,11 @@ def test_validate_checks_parameters_together(af: AirflowEnv, tmp_path: Path) -> 
     result = run_python(
         af,
         f"""
+        import os
         from pathlib import Path
         import streamcore_importer as m
         from airflow.sdk.exceptions import AirflowFailException
+        os.environ["STREAMCORE_IMPORT_ROOTS"] = {str(tmp_path)!r}  # the documents' folder
         base = {{"count": 10, "partitions": 2, "avg_blob_size": 100, "batch_size": 0,
                  "failure_threshold": 0.1, "seed": None}}
         seeded = m.importer_arguments({{**base, "source": "random", "path": None,

@@ -100,10 +100,11 @@ def test_bad_rows_go_to_quarantine_with_reasons(spark) -> None:
     assert not set(expected) & set(repository.column("id").to_pylist())
 
 
-def test_file_sources_jsonl_csv_parquet(spark, tmp_path: Path) -> None:
+def test_file_sources_jsonl_csv_parquet(spark, tmp_path: Path, monkeypatch) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    monkeypatch.setenv("STREAMCORE_IMPORT_ROOTS", str(tmp_path))
     docs = [_doc(i) for i in range(10, 16)]
     jsonl = tmp_path / "docs.jsonl"
     with jsonl.open("w") as f:
@@ -141,8 +142,8 @@ def test_file_sources_jsonl_csv_parquet(spark, tmp_path: Path) -> None:
     assert dict(table[docs[5]["id"]]["properties"]) == {"x": "y"}
 
 
-def test_invalid_file_rows_are_refused_before_anything_is_appended(spark, tmp_path) -> None:
-    bad = tmp_path / "bad.jsonl"
+def test_invalid_file_rows_are_refused_before_anything_is_appended(spark) -> None:
+    bad = _home() / "bad.jsonl"  # under the default import root
     bad.write_text(json.dumps({**_doc(1), "created": None, "type": "Zip"}) + "\n")
     code, summary = run_importer("produce", "--source", "files", "--path", str(bad))
     assert code == 1
