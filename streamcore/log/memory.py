@@ -27,7 +27,7 @@ from streamcore.log.api import (
     LogTailer,
     RebalanceListener,
 )
-from streamcore.log.append_checks import check_timestamps
+from streamcore.log.append_checks import check_keys_encode, check_timestamps
 from streamcore.log.partitioner import partition_for_key
 from streamcore.log.subscription import (
     DEFAULT_HEARTBEAT_INTERVAL,
@@ -311,6 +311,7 @@ class _MemoryAppender(LogAppender[Any]):
         for p in set(targets) or {0}:
             self._check(p)
         values = [self._encode(k, m) for k, m in items]
+        check_keys_encode([k for k, _ in items])  # a key other backends could not store
         out = []
         with self.manager._lock:
             self._last_ts = max(self._last_ts, time.time_ns() // 1_000_000)

@@ -307,7 +307,7 @@ def test_batch_fsync_syncs_an_idle_writer_within_about_a_second(
     while len(segment_syncs) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert len(segment_syncs) == 2, "an idle writer's appends were never fsynced"
-    assert max(segment_syncs) - burst_end < 1.5
+    assert max(segment_syncs) - burst_end < 1.75
     time.sleep(1.2)
     assert len(segment_syncs) == 2  # nothing new: no more syncs
     m.close()
@@ -352,14 +352,14 @@ def test_append_batch_writes_nothing_when_a_later_partition_batch_is_too_big(
 
 @pytest.mark.parametrize("bad", ["timestamp", "key"])
 def test_append_batch_writes_nothing_on_bad_input_in_a_later_partition(
-    manager: LogManager, backend: str, new_log: Callable[..., str], bad: str
+    manager: LogManager, new_log: Callable[..., str], bad: str
 ) -> None:
-    if bad == "key" and backend != "local":
-        pytest.skip("only the local log encodes keys per partition")
     name = new_log(2)
     app = manager.appender(name)
     partition_of = getattr(app, "partition_for", lambda k: partition_for_key(k, 2))
-    k0, k1 = (key_in(p, partition_of, "\ud800" if bad == "key" and p else "key-") for p in (0, 1))
+    k0, k1 = key_in(0, partition_of), key_in(1, partition_of)
+    if bad == "key":  # last, in partition 1 of the local log (Kafka cannot hash it: never sent)
+        k1 = key_in(1, lambda k: partition_for_key(k, 2), "\ud800")
     items = [(k0, b"a"), (k0, b"b"), (k1, b"c")]
     timestamps = [1_000, 2_000, "yesterday" if bad == "timestamp" else 3_000]
     match = "timestamp #2 is 'yesterday'" if bad == "timestamp" else "key #2 .* not .*UTF-8"

@@ -42,7 +42,7 @@ from streamcore.log.api import (
     LogTailer,
     RebalanceListener,
 )
-from streamcore.log.append_checks import check_timestamps
+from streamcore.log.append_checks import check_keys_encode, check_timestamps
 from streamcore.log.kafka.client import _POOL, KafkaClients
 from streamcore.log.kafka.partitioner import kafka_partition_for_key
 from streamcore.names import Name
@@ -691,7 +691,11 @@ class KafkaAppender(LogAppender[Any]):
         timestamps: Sequence[int] | None,
     ) -> AppendedOffsets:
         self._check(partition)
-        encoded = [self._encode(k, m) for k, m in items]
+        try:
+            encoded = [self._encode(k, m) for k, m in items]
+        except UnicodeEncodeError:
+            check_keys_encode([k for k, _ in items])  # names the key, if a key it is
+            raise
         clients = self.manager.clients
         producer = clients.producer()
         batch = _Batch(len(encoded))
