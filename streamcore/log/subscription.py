@@ -116,6 +116,9 @@ class MemoryGroupStore:
     def existed(self) -> bool:
         return False  # nothing outside this object can delete it
 
+    def __repr__(self) -> str:
+        return f"MemoryGroupStore({self._state['group']!r})"
+
 
 def new_member_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{os.urandom(3).hex()}"
