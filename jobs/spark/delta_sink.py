@@ -145,6 +145,7 @@ class DeltaBatchSink:
         snapshot's transaction of the app id, which checkpoints keep when history is cleaned."""
         if not self.exists():
             return None
+        # Delta's Python API has no reader of the table's transactions: ask its JVM DeltaLog.
         jvm = self.spark._jvm
         log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.spark._jsparkSession, self.path)
         empty = jvm.scala.Option.empty()
