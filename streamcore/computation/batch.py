@@ -12,7 +12,8 @@ A failing `batch_process` follows the computation's policy. The record whose arr
 flush is taken back out of the batch before the retry (it is re-added when processed again). When
 the retries are exhausted `batch_failure` is called, and the records of the batch are dead-lettered
 (each with its own stream, partition and offset) or skipped with the failed record (or, on
-termination, left uncommitted)."""
+termination, left uncommitted). When the flush was triggered by a record of another input, that
+record did not fail: it stays held as the first record of the next batch."""
 
 from __future__ import annotations
 
@@ -36,6 +37,9 @@ class BatchComputation(Computation):
         super().__init__(name, inputs, outputs)
         self._batch: list[Record] = []
         self._origins: list[LogOffset | None] = []  # where each buffered record was read
+        # The record of another input whose arrival flushes the batch: if that flush fails for
+        # good, the failure is the batch's, so this record starts the next batch instead.
+        self._arriving: tuple[str, Record, LogOffset | None] | None = None
         self._stream: str | None = None
         self._capacity = 1
         self._threshold_ms = 1000
@@ -56,6 +60,7 @@ class BatchComputation(Computation):
         # not committed, so their new owner processes them again.
         self._batch = []
         self._origins = []
+        self._arriving = None
         self._stream = None
         policy = context.policy
         self._capacity = policy.batch_capacity
@@ -66,7 +71,9 @@ class BatchComputation(Computation):
         self, context: ComputationContext, input_stream: str, record: Record
     ) -> None:
         if self._batch and input_stream != self._stream:
+            self._arriving = (input_stream, record, context.last_offset)
             self._flush(context)
+            self._arriving = None
         self._stream = input_stream
         self._batch.append(record)
         self._origins.append(context.last_offset)
@@ -102,4 +109,8 @@ class BatchComputation(Computation):
         origins, self._origins = self._origins, []
         context.set_timer(BATCH_TIMER, context.now_ms() + self._threshold_ms)  # if a timer failed
         self.batch_failure(context, self._stream or "i1", batch)
+        if self._arriving is not None:
+            self._stream, record, origin = self._arriving
+            self._arriving = None
+            self._batch, self._origins = [record], [origin]
         return list(zip(batch, origins, strict=True))

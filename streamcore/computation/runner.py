@@ -447,6 +447,8 @@ class ComputationRunner(RebalanceListener):
                 items += [(o, None) if isinstance(o, Record) else o for o in others]
             except Exception:
                 logger.exception("process_failure() of computation %s failed", self.name)
+            if record is not None and _holds(self.computation, record):
+                del items[0]  # kept by the computation for later: the failure was not this record's
         fallback = self.policy.fallback
         if fallback == "skip_first":
             fallback = "skip" if self._skip_budget.take() else "terminate"
@@ -675,6 +677,10 @@ class ComputationRunner(RebalanceListener):
             return self._held_watermark
         first = self._first_uncommitted()
         return self._watermark_of(first) if first is not None else self._committed_watermark
+
+
+def _holds(computation: Computation, record: Record) -> bool:
+    return any(held is record for held, _ in computation.held_records())
 
 
 def _held(

@@ -199,17 +199,34 @@ def test_failed_batch_dead_letters_keep_their_own_offsets() -> None:
         ]
 
 
-def test_batch_failed_on_input_change_dead_letters_name_their_own_stream() -> None:
-    policy = ComputationPolicy(max_retries=1, delay=0.0, batch_capacity=3, dlq=DLQ)
+def test_batch_failed_on_input_change_dead_letters_its_own_records_only() -> None:
+    policy = ComputationPolicy(
+        max_retries=1, delay=0.0, batch_capacity=3, batch_threshold=1.0, dlq=DLQ
+    )
+    with collect_driver(policy, fail_on=b"3") as driver:
+        for i in range(4):
+            driver.pipe(LEFT, f"k{i}", str(i).encode())
+        driver.pipe(RIGHT, "r", b"R")  # flushes the left batch [3], which fails for good
+        letters = driver.read_dead_letters(DLQ)
+        assert [(d.record.key, d.stream, d.offset) for d in letters] == [("k3", LEFT, 3)]
+        assert driver.manager.lag(RIGHT, "collect").lag == 1  # R did not fail: still held
+        driver.advance_time(1000)
+        assert outputs(driver.read_output(OUT)) == [("i1", b"0,1,2"), ("i2", b"R")]
+        assert driver.manager.lag(RIGHT, "collect").lag == 0
+
+
+def test_a_skipped_batch_does_not_skip_the_record_of_the_other_input_that_flushed_it() -> None:
+    policy = ComputationPolicy(
+        max_retries=0, batch_capacity=3, batch_threshold=1.0, continue_on_failure=True
+    )
     with collect_driver(policy, fail_on=b"3") as driver:
         for i in range(4):
             driver.pipe(LEFT, f"k{i}", str(i).encode())
         driver.pipe(RIGHT, "r", b"R")
-        letters = sorted(driver.read_dead_letters(DLQ), key=lambda d: d.record.key)
-        assert [(d.record.key, d.stream, d.offset) for d in letters] == [
-            ("k3", LEFT, 3),
-            ("r", RIGHT, 0),
-        ]
+        driver.advance_time(1000)
+        assert outputs(driver.read_output(OUT)) == [("i1", b"0,1,2"), ("i2", b"R")]
+        assert driver.manager.lag(LEFT, "collect").lag == 0
+        assert driver.manager.lag(RIGHT, "collect").lag == 0
 
 
 def test_batch_failed_in_its_threshold_timer_dead_letters_keep_their_offsets() -> None:
