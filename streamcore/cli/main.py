@@ -16,7 +16,12 @@ from collections.abc import Callable, Sequence
 
 from streamcore.cli import admin, avrofile, copy, demo, lag, outbox, position, read, run
 from streamcore.cli.context import Context, UsageError, global_options, load_cli_config
-from streamcore.errors import InvalidNameError, LogNotFoundError, StreamcoreError
+from streamcore.errors import (
+    InvalidNameError,
+    LogNotFoundError,
+    StreamcoreError,
+    UndecodableRecordError,
+)
 
 PROG = "streamcore"
 _USAGE_ERRORS = (UsageError, LogNotFoundError, InvalidNameError)
@@ -83,6 +88,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         _error(f"{exc} (see `{PROG} {args.command} --help`)")
         return 2
+    except UndecodableRecordError as exc:
+        if debug:
+            traceback.print_exc()
+        _error(f"{exc}. {_cli_way_past(exc)}")
+        return 1
     except StreamcoreError as exc:
         if debug:
             traceback.print_exc()
@@ -105,6 +115,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if ctx is not None:
             ctx.close()
         restore_logging()
+
+
+def _cli_way_past(exc: UndecodableRecordError) -> str:
+    """The error names the Python way past the record; a shell user needs the commands."""
+    at = exc.offset
+    log, partition = at.partition.name.urn, at.partition.partition
+    return (
+        f"From the shell: `{PROG} cat -l {log} -p {partition} --codec raw` shows its bytes, and "
+        f"`{PROG} position -l {log} -g GROUP --to-offset {partition}:{at.offset + 1}` moves a "
+        "consumer group past it"
+    )
 
 
 if __name__ == "__main__":

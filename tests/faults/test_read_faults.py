@@ -420,3 +420,17 @@ def test_registry_credentials_never_reach_the_command_line(
     shown = out + err + caplog.text
     assert "schema id 7" in shown and "alice:***@127.0.0.1" in shown, (rc, shown)
     assert SECRET not in shown
+
+
+@pytest.mark.parametrize("binary_key_log", ["local"], indirect=True)  # the log of --home
+def test_the_command_line_names_the_commands_past_a_binary_key(
+    binary_key_log: BinaryKeyLog, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, name = binary_key_log([b"v%d" % i for i in range(6)])
+    rc = main(["--home", str(tmp_path), "cat", "-l", name, "--codec", "raw"])
+    out, err = capsys.readouterr()
+    assert rc == 1
+    assert out.count("\n") == 4, out  # records 0..3, then the key of record 4 stops the read
+    assert "is not UTF-8" in err
+    assert f"streamcore cat -l {name} -p 0 --codec raw" in err
+    assert f"streamcore position -l {name} -g GROUP --to-offset 0:5" in err
