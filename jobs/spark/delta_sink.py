@@ -2,8 +2,9 @@
 
 A batch is the records of a consumer group from its committed positions to the end offsets seen
 at start. Its write to Delta is one commit carrying `txnAppId = <job>/<group>`,
-`txnVersion = <batch number>` and, in the commit's `userMetadata`, the batch's offset ranges.
-The group's positions are committed to the log only after that Delta commit. So:
+`txnVersion = <batch number>` and, in the commit's `userMetadata`, the batch's offset ranges and
+the log's incarnation (`LogManager.incarnation`). The group's positions are committed to the
+log only after that Delta commit. So:
 
 * crash before the Delta commit: nothing landed, positions unchanged; the rerun reads the same
   records (maybe more) again;
@@ -21,6 +22,13 @@ have been committed (by its own run or the recovery of the next one), so it need
 Recovery only ever moves positions that are exactly at the landed batch's starts. Positions
 elsewhere were set on purpose (a rewind re-reads; the MERGE by id makes that idempotent), and a log
 that ends before the landed batch was recreated: planning refuses it rather than skip its records.
+
+Offsets cannot tell a recreated log that already grew past the landed ends from the old one, and
+deleting a log deletes its groups' positions too: a first batch (starts 0) would look like a crash
+to recover, and committing the old ends would skip the new log's first records. So planning also
+refuses, whatever the positions, when the landed batch's incarnation and the log's current one are
+both known and differ. When either is unknown (a batch landed before incarnations were recorded,
+its commit cleaned from history, a local log created before they were kept) the rules above apply.
 """
 
 from __future__ import annotations
@@ -61,6 +69,7 @@ class BatchPlan:
     batch: int
     ranges: dict[int, tuple[int, int]]
     recovered: dict[int, int] = field(default_factory=dict)
+    incarnation: str | None = None  # of the log the ranges are offsets of (None: unknown)
 
     def __post_init__(self) -> None:
         for partition, (start, end) in self.ranges.items():
@@ -84,6 +93,7 @@ class BatchPlan:
                 "stream": self.stream,
                 "group": self.group,
                 "offsets": {str(p): list(r) for p, r in sorted(self.ranges.items())},
+                "incarnation": self.incarnation,
             },
             separators=(",", ":"),
         )
@@ -92,11 +102,13 @@ class BatchPlan:
 @dataclass(frozen=True)
 class LandedBatch:
     """The newest batch of an app in a table: its number (Delta's transaction version of the app
-    id) and, while its commit is still in the table history, its offset ranges and version."""
+    id) and, while its commit is still in the table history, its offset ranges, version and the
+    incarnation of the log it read (None if its commit predates their recording)."""
 
     batch: int
     ranges: dict[int, tuple[int, int]] | None = None
     version: int | None = None
+    incarnation: str | None = None
 
     @property
     def ends(self) -> dict[int, int] | None:
@@ -138,7 +150,7 @@ class DeltaBatchSink:
             return LandedBatch(batch)
         meta = json.loads(rows[0]["userMetadata"])
         ranges = {int(p): (int(r[0]), int(r[1])) for p, r in meta["offsets"].items()}
-        return LandedBatch(batch, ranges, int(rows[0]["version"]))
+        return LandedBatch(batch, ranges, int(rows[0]["version"]), meta.get("incarnation"))
 
     def txn_version(self) -> int | None:
         """The newest batch number Delta recorded for this app id (None if none): the table
@@ -187,14 +199,19 @@ class DeltaBatchSink:
 
 
 def recover(
-    sink: DeltaBatchSink, manager: LogManager, stream: str | Name, group: str
+    sink: DeltaBatchSink,
+    manager: LogManager,
+    stream: str | Name,
+    group: str,
+    incarnation: str | None,
 ) -> tuple[LandedBatch | None, dict[int, int]]:
     """Commit the positions of a batch that reached Delta but not the log (the job died between
     the two). Returns the newest landed batch and the positions committed now, by partition.
 
     Only positions exactly at the batch's starts move (to its ends), and only when every partition
     is at its start or end: positions anywhere else were moved on purpose since (a rewind asks for
-    a re-read). Raises LogMismatchError if the log ends before the batch's ends."""
+    a re-read). Raises LogMismatchError if the batch was read from another incarnation of the log
+    than the current one, `incarnation`, or if the log ends before the batch's ends."""
     landed = sink.last_batch()
     if landed is None:
         return None, {}
@@ -208,7 +225,9 @@ def recover(
         )
         return landed, {}
     name = Name.of(stream)
+    # The offset check first: where it fails, its message (what the log ends at) is more concrete.
     _check_log_holds(sink, landed, manager, name)
+    _check_same_log(sink, landed, name, incarnation)
     positions = _positions(manager, name, group)
     at_start = {p for p, (s, e) in landed.ranges.items() if positions[p] == s < e}
     at_end = {p for p, (_, e) in landed.ranges.items() if positions[p] == e}
@@ -239,6 +258,22 @@ def recover(
         fixed,
     )
     return landed, fixed
+
+
+def _check_same_log(
+    sink: DeltaBatchSink, landed: LandedBatch, name: Name, incarnation: str | None
+) -> None:
+    """Refuse a log whose incarnation is not the landed batch's, where both are known."""
+    if landed.incarnation is None or incarnation is None or landed.incarnation == incarnation:
+        return
+    raise LogMismatchError(
+        f"batch {landed.batch} of {sink.app_id} in {sink.path} was read from {name} incarnation "
+        f"{landed.incarnation}, but {name} is now incarnation {incarnation}: the log was deleted "
+        f"and recreated since batch {landed.batch} was landed, so neither the table's record of "
+        "the batch nor the group's positions describe this log. Nothing was read or committed. "
+        "To import the new log, use a new consumer group (--group; it numbers its own batches "
+        f"and upserts into the same table), or move {sink.path} away to start the table over"
+    )
 
 
 def _check_log_holds(
@@ -291,7 +326,8 @@ def plan_batch(
     """Recover if needed, then the next batch: from the group's committed positions (the oldest
     retained offset if none) to the end offsets now, at most `max_records` in all (0 = no cap)."""
     name = Name.of(stream)
-    landed, fixed = recover(sink, manager, name, group)
+    incarnation = manager.incarnation(name)
+    landed, fixed = recover(sink, manager, name, group, incarnation)
     positions = _positions(manager, name, group)
     ends = manager.end_offsets(name)
     for partition, (pos, end) in enumerate(zip(positions, ends, strict=True)):
@@ -304,7 +340,7 @@ def plan_batch(
             )
     ranges = _cap(dict(enumerate(zip(positions, ends, strict=True))), max_records)
     batch = landed.batch + 1 if landed is not None else 0
-    return BatchPlan(sink.app_id, name.urn, group, batch, ranges, fixed)
+    return BatchPlan(sink.app_id, name.urn, group, batch, ranges, fixed, incarnation)
 
 
 def _cap(ranges: Mapping[int, tuple[int, int]], max_records: int) -> dict[int, tuple[int, int]]:

@@ -417,6 +417,15 @@ class LogManager(abc.ABC):
         """Number of partitions."""
 
     @abc.abstractmethod
+    def incarnation(self, name: str | Name) -> str | None:
+        """An opaque id of this incarnation of the log: the same for as long as the log exists
+        (across managers and processes), a new one once it is deleted and created again under
+        the same name. Offsets and positions cannot tell a recreated log from the old one; this
+        can. Kafka: the topic id; local and memory logs: a random id made by `create`. None when
+        the backend cannot tell (a local log created before its metadata kept one): treat it as
+        unknown, not as a match. Raises `LogNotFoundError` if the log does not exist."""
+
+    @abc.abstractmethod
     def delete(self, name: str | Name) -> bool: ...
 
     @abc.abstractmethod

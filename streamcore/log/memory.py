@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -94,6 +95,7 @@ class MemoryLogManager(LogManager):
     def __init__(self) -> None:
         self._logs: dict[Name, list[_Partition]] = {}
         self._positions: dict[Name, _Positions] = {}
+        self._incarnations: dict[Name, str] = {}
         self._tailers: dict[tuple[str, LogPartition], CursorTailer] = {}
         self._group_stores: dict[tuple[str, tuple[str, ...]], MemoryGroupStore] = {}
         self._subscriptions: weakref.WeakSet[SubscribedTailer] = weakref.WeakSet()
@@ -131,14 +133,20 @@ class MemoryLogManager(LogManager):
                 raise ConfigError(f"cannot create {name}: partitions must be 1..1000, got {count}")
             self._logs[name] = [_Partition() for _ in range(count)]
             self._positions[name] = _Positions()
+            self._incarnations[name] = uuid.uuid4().hex
             return True
 
     def size(self, name: str | Name) -> int:
         return len(self._log(name))
 
+    def incarnation(self, name: str | Name) -> str:
+        self._log(name)
+        return self._incarnations[Name.of(name)]
+
     def delete(self, name: str | Name) -> bool:
         with self._lock:
             self._positions.pop(Name.of(name), None)
+            self._incarnations.pop(Name.of(name), None)
             return self._logs.pop(Name.of(name), None) is not None
 
     def list_logs(self) -> list[Name]:

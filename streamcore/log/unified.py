@@ -214,6 +214,9 @@ class UnifiedLogManager(LogManager):
     def size(self, name: str | Name) -> int:
         return self.manager_for(name).size(name)
 
+    def incarnation(self, name: str | Name) -> str | None:
+        return self.manager_for(name).incarnation(name)
+
     def delete(self, name: str | Name) -> bool:
         return self.manager_for(name).delete(name)
 

@@ -142,6 +142,52 @@ def test_a_recreated_log_is_refused_not_recovered(spark, tmp_path: Path) -> None
         assert (plan.batch, plan.ranges) == (0, {0: (0, 3), 1: (0, 3)})
 
 
+@pytest.mark.parametrize("landed", ["crashed_first_batch", "committed_second_batch"])
+@spark_test
+def test_a_recreated_log_that_grew_past_the_landed_end_is_refused(
+    spark, tmp_path: Path, landed: str
+) -> None:
+    """The log was deleted and recreated, and the new one already holds more records than the old
+    one's landed ends (4): by offsets alone it looks like the old log. With the first batch landed
+    but not committed (the job died in between) and the group's positions gone with the log, the
+    group sits at the batch's start (0): recovery committed the old ends onto the new log and
+    skipped its first records. Planning must refuse, whatever the positions, and commit nothing;
+    a new group imports every new record."""
+    from jobs.spark.delta_sink import DeltaBatchSink, LogMismatchError, plan_batch
+
+    path = str(tmp_path / "delta" / "t")
+    with LocalLogManager(tmp_path / "log") as manager:
+        manager.create(STREAM, 2)
+        sink = DeltaBatchSink(spark, path, "test/app")
+        if landed == "committed_second_batch":
+            _append(manager, 2)
+            _land(spark, sink, manager)
+            _append(manager, 2)
+            _land(spark, sink, manager)
+        else:
+            _append(manager, 4)
+            plan = plan_batch(sink, manager, STREAM, GROUP)
+            rows = spark.createDataFrame([(0, 0)], "partition int, offset long")
+            sink.write(plan, lambda: rows.write.format("delta").mode("append").save(path))
+            # the job died here, after the Delta commit and before the positions
+        batch = sink.last_batch().batch
+        manager.delete(STREAM)
+        manager.create(STREAM, 2)
+        _append(manager, 10)
+
+        with pytest.raises(LogMismatchError) as refused:
+            plan_batch(DeltaBatchSink(spark, path, "test/app"), manager, STREAM, GROUP)
+        message = str(refused.value)
+        assert f"recreated since batch {batch}" in message and "Nothing was" in message
+        assert "new consumer group" in message and path in message
+        assert manager.committed(STREAM, GROUP) == [None, None]
+
+        fresh = DeltaBatchSink(spark, path, "test/app-2")
+        plan = _land(spark, fresh, manager, group="test/group-2")
+        assert (plan.batch, plan.ranges) == (0, {0: (0, 10), 1: (0, 10)})
+        assert manager.committed(STREAM, "test/group-2") == [10, 10]
+
+
 @spark_test
 def test_a_position_beyond_the_log_end_is_refused(spark, tmp_path: Path) -> None:
     """A group whose committed position (50) is beyond the log's end (5), as after a topic was

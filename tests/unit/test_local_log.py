@@ -4,6 +4,7 @@ limits and the Arrow fast path."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import struct
@@ -118,6 +119,16 @@ class TestCreateOptions:
         fresh = LocalLogManager(m.root, config=m.config)
         assert fresh.size(name) == 2
         assert fresh.retention_ms(name) == 2 * HOUR
+
+    def test_a_log_from_before_incarnations_has_an_unknown_one(self, log_with) -> None:
+        """metadata.json keeps the incarnation; a log created before it did reports None."""
+        m, name = log_with()
+        meta_file = folder_of(m, name).parent / "metadata.json"
+        meta = json.loads(meta_file.read_text())
+        assert m.incarnation(name) == meta["incarnation"] and len(meta["incarnation"]) == 32
+        del meta["incarnation"]
+        meta_file.write_text(json.dumps(meta))
+        assert LocalLogManager(m.root, config=m.config).incarnation(name) is None
 
     def test_unknown_option(self, local_manager_factory: Factory) -> None:
         with pytest.raises(ConfigError, match=r"unknown local-log option\(s\) \['colour'\]"):

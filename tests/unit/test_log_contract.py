@@ -27,10 +27,28 @@ from streamcore.log.api import (
     LogPartition,
     LogRecord,
 )
+from streamcore.log.local.manager import LocalLogManager
 from streamcore.log.partitioner import partition_for_key
 from streamcore.names import Name
 
 NewLog = Callable[..., str]
+
+
+def reopen(backend: str, manager: LogManager) -> LogManager:
+    """A second manager over the logs of `manager`, as another process would open it."""
+    if backend == "local":
+        return LocalLogManager(manager.root, config=manager.config)
+    assert backend == "kafka", f"{backend} logs live and die with their manager"
+    from log_fixtures import KAFKA_TEST_CONFIG
+
+    from streamcore.log.kafka import KafkaLogManager
+
+    return KafkaLogManager(
+        manager.bootstrap_servers,
+        topic_prefix=manager.topic_prefix,
+        config=KAFKA_TEST_CONFIG,
+        timeout=manager.timeout,
+    )
 
 
 def drain(tailer, timeout: float = 0.0) -> list[LogRecord]:
@@ -149,6 +167,39 @@ class TestLifecycle:
         assert manager.committed("test/a", "g") == [None, None, None]
         assert manager.list_groups("test/a") == []
 
+    def test_incarnation_is_stable_and_new_when_the_log_is_recreated(
+        self, manager: LogManager
+    ) -> None:
+        manager.create("test/a", 1)
+        manager.create("test/b", 1)
+        first = manager.incarnation("test/a")
+        assert isinstance(first, str) and first
+        assert manager.incarnation(Name.of("test/a")) == first
+        assert manager.incarnation("test/b") not in (None, first)
+        with manager.appender("test/a") as app:
+            app.append("k", b"v")
+        assert manager.incarnation("test/a") == first
+        manager.delete("test/a")
+        manager.create("test/a", 1)
+        assert manager.incarnation("test/a") not in (None, first)
+
+    def test_incarnation_is_the_same_for_every_manager_of_the_log(
+        self, manager: LogManager, backend: str
+    ) -> None:
+        """Another manager (another process) sees the same incarnation, and each sees the other
+        recreate the log."""
+        if backend == "memory":
+            pytest.skip("a memory log lives and dies with its manager")
+        manager.create("test/a", 1)
+        first = manager.incarnation("test/a")
+        with reopen(backend, manager) as other:
+            assert other.incarnation("test/a") == first
+            other.delete("test/a")
+            other.create("test/a", 1)
+            second = manager.incarnation("test/a")
+            assert second not in (None, first)
+            assert other.incarnation("test/a") == second
+
     def test_list_groups(self, manager: LogManager, new_log: NewLog) -> None:
         name = new_log(2)
         assert manager.list_groups(name) == []
@@ -162,6 +213,7 @@ class TestLifecycle:
         "call",
         [
             lambda m: m.size("test/missing"),
+            lambda m: m.incarnation("test/missing"),
             lambda m: m.appender("test/missing"),
             lambda m: m.tailer("g", "test/missing"),
             lambda m: m.end_offsets("test/missing"),
@@ -173,6 +225,7 @@ class TestLifecycle:
         ],
         ids=[
             "size",
+            "incarnation",
             "appender",
             "tailer",
             "end_offsets",

@@ -104,6 +104,7 @@ def test_contract_through_the_router(um: UnifiedLogManager, name: str) -> None:
     assert um.create(name, 2) is True
     assert um.create(name) is False
     assert um.exists(name) and um.size(name) == 2
+    assert um.incarnation(name) == um.manager_for(name).incarnation(name) is not None
     with um.appender(name) as appender:
         offsets = [appender.append(f"k{i}", b"v%d" % i) for i in range(10)]
         batch = appender.append_batch([("x", b"1"), ("x", b"2")], partition=1)

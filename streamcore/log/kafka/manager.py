@@ -19,6 +19,7 @@ from confluent_kafka import (
     IsolationLevel,
     KafkaError,
     KafkaException,
+    TopicCollection,
     TopicPartition,
 )
 from confluent_kafka.admin import NewTopic, OffsetSpec
@@ -148,6 +149,27 @@ class KafkaLogManager(LogManager):
         if md is None:
             raise self._not_found(name)
         return len(md.partitions)
+
+    def incarnation(self, name: str | Name) -> str | None:
+        """The topic id (Kafka gives a topic a new one when it is created again), base64 as the
+        Kafka tools print it."""
+        name = Name.of(name)
+        topic = self.topic(name)
+        what = f"cannot describe topic {topic}"
+        try:
+            with self.clients.errors(what, topic):
+                future = self._admin().describe_topics(
+                    TopicCollection([topic]), request_timeout=self.timeout
+                )[topic]
+            topic_id = self.clients.result(what, future, topic).topic_id
+        except LogNotFoundError:
+            raise self._not_found(name) from None
+        # Brokers without topic ids (before Kafka 2.8) answer with the zero id: unknown.
+        if topic_id is None or not (
+            topic_id.get_most_significant_bits() or topic_id.get_least_significant_bits()
+        ):
+            return None
+        return str(topic_id)
 
     def create(self, name: str | Name, partitions: int | None = None, **options: Any) -> bool:
         """Create the topic. Options: `replication_factor` (default: the manager's),

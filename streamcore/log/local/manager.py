@@ -2,7 +2,8 @@
 
 Layout under `STREAMCORE_HOME/log/` (the root is configurable):
 
-    <log-id>/metadata.json           partitions, retention, segment size/roll, fsync, created
+    <log-id>/metadata.json           partitions, retention, segment size/roll, fsync, created,
+                                     incarnation (a random id, new when the log is recreated)
     <log-id>/P-NN/<offset>.log       segments (see segment.py) and their sparse .index files
     <log-id>/P-NN/.lock              single-writer lock (flock) holding the writer's pid
     <log-id>/groups/<group-id>/p-NN  committed positions (see positions.py)
@@ -18,6 +19,7 @@ import logging
 import os
 import shutil
 import threading
+import uuid
 import weakref
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -118,6 +120,7 @@ class LocalLogManager(LogManager):
             ),
             "fsync": options.get("fsync", defaults.fsync),
             "created": datetime.now(UTC).isoformat(timespec="seconds"),
+            "incarnation": uuid.uuid4().hex,
             "format": 1,
         }
         if meta["fsync"] not in FSYNC_MODES:
@@ -145,18 +148,27 @@ class LocalLogManager(LogManager):
         name = Name.of(name)
         meta = self._metadata.get(name)
         if meta is None:
-            try:
-                meta = json.loads((self.folder(name) / _METADATA).read_text())
-            except FileNotFoundError:
-                raise LogNotFoundError(
-                    f"log {name} does not exist under {self.root}; create it first "
-                    f"(LogManager.create or `streamcore create -l {name}`)"
-                ) from None
+            meta = self._read_meta(name)
             self._metadata[name] = meta
         return meta
 
+    def _read_meta(self, name: Name) -> dict[str, Any]:
+        try:
+            return json.loads((self.folder(name) / _METADATA).read_text())
+        except FileNotFoundError:
+            raise LogNotFoundError(
+                f"log {name} does not exist under {self.root}; create it first "
+                f"(LogManager.create or `streamcore create -l {name}`)"
+            ) from None
+
     def size(self, name: str | Name) -> int:
         return int(self._meta(name)["partitions"])
+
+    def incarnation(self, name: str | Name) -> str | None:
+        # From the file, not the cache: another process may have recreated the log since this
+        # manager cached its metadata, and telling that apart is this method's whole point.
+        # Logs created before the id was written have none (None: unknown).
+        return self._read_meta(Name.of(name)).get("incarnation")
 
     def retention_ms(self, name: str | Name) -> int:
         return int(self._meta(name)["retention_ms"])
