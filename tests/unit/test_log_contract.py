@@ -183,13 +183,14 @@ class TestLifecycle:
         manager.create("test/a", 1)
         assert manager.incarnation("test/a") not in (None, first)
 
+    @pytest.mark.parametrize(  # a memory log lives and dies with its manager
+        "backend", ["local", pytest.param("kafka", marks=pytest.mark.kafka)], indirect=True
+    )
     def test_incarnation_is_the_same_for_every_manager_of_the_log(
         self, manager: LogManager, backend: str
     ) -> None:
         """Another manager (another process) sees the same incarnation, and each sees the other
         recreate the log."""
-        if backend == "memory":
-            pytest.skip("a memory log lives and dies with its manager")
         manager.create("test/a", 1)
         first = manager.incarnation("test/a")
         with reopen(backend, manager) as other:
