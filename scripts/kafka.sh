@@ -2,11 +2,17 @@
 # A single-node Kafka 4.x broker (KRaft, combined broker + controller) on 127.0.0.1, run from the
 # jars `make jars` put in .cache/jars/kafka-broker/. Config, data and logs live in .cache/kafka/.
 #
-#   scripts/kafka.sh start    start it detached (no-op when it runs), wait until it answers metadata
+# Two client listeners: PLAINTEXT on $STREAMCORE_KAFKA_PORT and SASL_PLAINTEXT (mechanism PLAIN) on
+# $STREAMCORE_KAFKA_SASL_PORT, whose users (streamcore / streamcore-secret, admin / admin-secret)
+# are in the listener's JAAS config in server.properties. Brokers and the controller talk PLAINTEXT.
+#
+#   scripts/kafka.sh start    start it detached (no-op when it runs with the current config;
+#                             restarted when it runs with an older one), wait until it answers
 #   scripts/kafka.sh stop     stop the broker this script started (TERM, then KILL after 20 s)
 #   scripts/kafka.sh status   running (pid, address) or stopped; exit code 0 = running, 3 = stopped
 #
 # Environment: STREAMCORE_KAFKA_PORT (default 9092), STREAMCORE_KAFKA_CONTROLLER_PORT (9093),
+# STREAMCORE_KAFKA_SASL_PORT (9094),
 # STREAMCORE_KAFKA_HOME (default .cache/kafka), STREAMCORE_JARS (default .cache/jars),
 # STREAMCORE_KAFKA_HEAP (default 512m), STREAMCORE_KAFKA_START_TIMEOUT (seconds, default 30).
 set -euo pipefail
@@ -15,6 +21,7 @@ root="$PWD"
 
 port="${STREAMCORE_KAFKA_PORT:-9092}"
 controller_port="${STREAMCORE_KAFKA_CONTROLLER_PORT:-9093}"
+sasl_port="${STREAMCORE_KAFKA_SASL_PORT:-9094}"
 home="${STREAMCORE_KAFKA_HOME:-$root/.cache/kafka}"
 jars="${STREAMCORE_JARS:-$root/.cache/jars}/kafka-broker"
 heap="${STREAMCORE_KAFKA_HEAP:-512m}"
@@ -77,18 +84,21 @@ except OSError:
 EOF
 }
 
-write_config() {
-  mkdir -p "$home/logs" "$data"
-  cat >"$config" <<EOF
+# The broker's server.properties, on stdout.
+render_config() {
+  cat <<EOF
 # Written by scripts/kafka.sh on each start; edit the script, not this file.
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$controller_port
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller_port
-advertised.listeners=PLAINTEXT://127.0.0.1:$port
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller_port,SASL_PLAINTEXT://127.0.0.1:$sasl_port
+advertised.listeners=PLAINTEXT://127.0.0.1:$port,SASL_PLAINTEXT://127.0.0.1:$sasl_port
 inter.broker.listener.name=PLAINTEXT
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT
+sasl.enabled.mechanisms=PLAIN
+listener.name.sasl_plaintext.sasl.enabled.mechanisms=PLAIN
+listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="admin-secret" user_admin="admin-secret" user_streamcore="streamcore-secret";
 log.dirs=$data
 num.partitions=1
 default.replication.factor=1
@@ -111,6 +121,11 @@ num.network.threads=2
 num.io.threads=2
 num.recovery.threads.per.data.dir=1
 EOF
+}
+
+write_config() {
+  mkdir -p "$home/logs" "$data"
+  render_config >"$config"
   cat >"$home/log4j2.properties" <<EOF
 status = warn
 appender.console.type = Console
@@ -130,8 +145,18 @@ logger.broker.level = INFO
 EOF
 }
 
+# True when the running broker started with another config than this script writes now (an older
+# checkout, other ports): it must be restarted to get, e.g., the SASL listener.
+stale_config() {
+  [[ "$(render_config)" != "$(cat "$config" 2>/dev/null)" ]]
+}
+
 start() {
   local pid
+  if pid="$(running_pid)" && stale_config; then
+    say "running (pid $pid) with an older configuration than scripts/kafka.sh writes: restarting"
+    stop
+  fi
   if pid="$(running_pid)"; then
     local until=$((SECONDS + start_timeout))
     until probe 1; do
@@ -150,6 +175,9 @@ start() {
   fi
   if port_busy "$controller_port"; then
     fail "controller port $controller_port is used by another process; stop it or set STREAMCORE_KAFKA_CONTROLLER_PORT"
+  fi
+  if port_busy "$sasl_port"; then
+    fail "SASL port $sasl_port is used by another process; stop it or set STREAMCORE_KAFKA_SASL_PORT"
   fi
   write_config
   local cp="$jars/*"
@@ -220,8 +248,10 @@ stop() {
 status() {
   local pid
   if pid="$(running_pid)"; then
-    if probe 2; then
-      say "running (pid $pid) on $address"
+    if stale_config; then
+      say "running (pid $pid) on $address with an older configuration; \`$0 start\` restarts it"
+    elif probe 2; then
+      say "running (pid $pid) on $address (SASL/PLAIN on 127.0.0.1:$sasl_port)"
     else
       say "running (pid $pid) but not answering on $address yet"
     fi

@@ -4,6 +4,9 @@
   `127.0.0.1:$STREAMCORE_KAFKA_PORT` (default 9092), `scripts/kafka.sh start` starts one, and the
   session stops it at its end; a broker that was already running is left running. A broker that
   cannot start fails the tests that need it (never a skip: CI must not pass without Kafka).
+  A broker running with an older config of the script (no SASL listener) is restarted.
+- `kafka_sasl_bootstrap` (session fixture): the same broker's SASL_PLAINTEXT listener (mechanism
+  PLAIN, user `SASL_USER` / `SASL_PASSWORD`).
 - `ensure_broker()`: the same, callable from factories that are not fixtures.
 - `scratch_prefix()`: a topic/group prefix unique to one test; every topic and group made with
   it is deleted at the end of the session (`sctest-<session>-<test>-`).
@@ -30,8 +33,16 @@ SERVER = ScriptedServer(
     "kafka",
     start_timeout=120,
     address=lambda _: f"127.0.0.1:{os.environ.get('STREAMCORE_KAFKA_PORT', '9092')}",
-    running=lambda status: status.returncode == 0 and "not answering" not in status.stdout,
+    # A broker started with an older config (e.g. without the SASL listener) counts as not
+    # running: `start` restarts it.
+    running=lambda status: (
+        status.returncode == 0
+        and "not answering" not in status.stdout
+        and "older configuration" not in status.stdout
+    ),
 )
+# The broker's SASL/PLAIN listener and its user (scripts/kafka.sh writes them into its config).
+SASL_USER, SASL_PASSWORD = "streamcore", "streamcore-secret"
 _scratch_used = False
 
 
@@ -51,6 +62,13 @@ def scratch_prefix() -> str:
 def kafka_bootstrap() -> str:
     """The bootstrap address of the local test broker (`scripts/kafka.sh`)."""
     return ensure_broker()
+
+
+@pytest.fixture(scope="session")
+def kafka_sasl_bootstrap() -> str:
+    """The address of the same broker's SASL_PLAINTEXT listener (PLAIN, user `SASL_USER`)."""
+    ensure_broker()
+    return f"127.0.0.1:{os.environ.get('STREAMCORE_KAFKA_SASL_PORT', '9094')}"
 
 
 def _cleanup(address: str) -> None:

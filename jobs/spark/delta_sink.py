@@ -37,7 +37,6 @@ import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -245,10 +244,9 @@ def recover(
             landed.ranges,
         )
         return landed, {}
-    backend = manager_for_group(manager, name, group)
     fixed = {p: landed.ranges[p][1] for p in sorted(at_start)}
     for partition, end in fixed.items():
-        backend.commit_position(LogPartition(name, partition), group, end)
+        manager.commit_position(LogPartition(name, partition), group, end)
     logger.warning(
         "batch %d of %s reached Delta (version %d) but its positions were not committed (the "
         "previous run stopped in between); committed them now: %s",
@@ -304,15 +302,6 @@ def _positions(manager: LogManager, name: Name, group: str) -> list[int]:
         start if pos is None else max(start, pos)
         for start, pos in zip(starts, committed, strict=True)
     ]
-
-
-def manager_for_group(manager: LogManager, name: Name, group: str) -> Any:
-    """The backend manager that keeps `group`'s positions on `name` (it has `commit_position`)."""
-    from streamcore.log.unified import UnifiedLogManager
-
-    if isinstance(manager, UnifiedLogManager):
-        return manager.manager_for(name, group)
-    return manager
 
 
 def plan_batch(
@@ -372,7 +361,6 @@ def _cap(ranges: Mapping[int, tuple[int, int]], max_records: int) -> dict[int, t
 def commit_positions(manager: LogManager, plan: BatchPlan) -> None:
     """Move the group to the end of the batch (after its Delta commit, never before)."""
     name = Name.of(plan.stream)
-    backend = manager_for_group(manager, name, plan.group)
     for partition, (start, end) in sorted(plan.ranges.items()):
         if end > start:
-            backend.commit_position(LogPartition(name, partition), plan.group, end)
+            manager.commit_position(LogPartition(name, partition), plan.group, end)

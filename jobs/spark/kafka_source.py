@@ -1,33 +1,30 @@
 """Offset ranges of a Kafka-backed log through Spark's Kafka source (batch, not streaming).
 
 The columns match `jobs.spark.local_source.RAW_SCHEMA`, so everything downstream of a read is the
-same for both backends. Topic and group naming follow `KafkaLogManager` (prefix + name id).
+same for both backends. The topic and the client settings come from the log's
+`KafkaLogDescription` (`KafkaLogManager.describe`).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+
+from streamcore.log.kafka.description import KafkaLogDescription
 
 __all__ = ["read_kafka_ranges"]
 
 
 def read_kafka_ranges(
-    spark: SparkSession,
-    *,
-    bootstrap_servers: str,
-    topic: str,
-    stream: str,
-    ranges: dict[int, tuple[int, int]],
-    properties: dict[str, Any] | None = None,
+    spark: SparkSession, log: KafkaLogDescription, ranges: dict[int, tuple[int, int]]
 ) -> DataFrame:
-    """Records of `topic` at offsets `[start, end)` per partition. `properties` are librdkafka
-    settings of the log config (security, ...) passed to the Java client as `kafka.<key>`.
+    """Records of the described log at offsets `[start, end)` per partition, read with the
+    client settings the description maps to Spark options (security, ...).
     `failOnDataLoss` stays on: a range retention already deleted fails the read instead of
     silently returning less."""
+    topic = log.topic
     wanted = {p: r for p, r in ranges.items() if r[1] > r[0]}
     if not wanted:
         return spark.createDataFrame([], _empty_schema())
@@ -35,16 +32,14 @@ def read_kafka_ranges(
     ending = {topic: {str(p): e for p, (_, e) in wanted.items()}}
     reader = (
         spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", bootstrap_servers)
+        .options(**log.spark_options())
         .option("assign", json.dumps({topic: sorted(wanted)}))
         .option("startingOffsets", json.dumps(starting))
         .option("endingOffsets", json.dumps(ending))
         .option("failOnDataLoss", "true")
     )
-    for key, value in (properties or {}).items():
-        reader = reader.option(f"kafka.{key}", str(value))
     return reader.load().select(
-        F.lit(stream).alias("stream"),
+        F.lit(log.name).alias("stream"),
         F.col("partition").cast("int").alias("partition"),
         F.col("offset").cast("long").alias("offset"),
         F.col("timestamp"),

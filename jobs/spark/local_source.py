@@ -1,13 +1,15 @@
 """`streamcore_log`: a Python Data Source that reads explicit offset ranges of a local log.
 
-One Spark partition per log partition; each executor opens that partition's segment files itself
-(a `PartitionCursor`, read-only, any number of processes may read) and yields Arrow record batches
+One Spark partition per log partition; each executor opens that partition itself from the log's
+`LocalLogDescription` (a read-only cursor, any number of processes may read; the on-disk layout
+stays in `streamcore.log.local`) and yields Arrow record batches
 built straight from the segment buffers, so records never become Python objects. Columns:
 `stream, partition, offset, timestamp, key, value` (`value` = the raw log bytes, a Record envelope
 for streamcore logs; `jobs.spark.streams` unwraps it).
 
     spark.dataSource.register(LocalLogDataSource)
-    spark.read.format("streamcore_log").option("path", folder).option("stream", "import/docs")
+    spark.read.format("streamcore_log")
+        .option("description", encode_description(manager.describe("import/docs")))
         .option("ranges", '{"0": [0, 100], "1": [0, 80]}').load()
 """
 
@@ -16,15 +18,16 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from streamcore.errors import LogError
+from streamcore.log.api import LogDescription
+from streamcore.log.local.description import LocalLogDescription
 
-__all__ = ["RAW_SCHEMA", "LocalLogDataSource"]
+__all__ = ["RAW_SCHEMA", "LocalLogDataSource", "encode_description"]
 
 RAW_SCHEMA = (
     "stream string, partition int, offset long, timestamp timestamp, key string, value binary"
@@ -32,19 +35,23 @@ RAW_SCHEMA = (
 _MAX_BATCH = 16_384
 
 
+def encode_description(description: LogDescription) -> str:
+    """The `description` option of a local log's description."""
+    return cast(LocalLogDescription, description).to_json()
+
+
 @dataclass(frozen=True)
 class LogRange(InputPartition):
-    """Offsets `[start, end)` of partition `partition` of the log in `folder`."""
+    """Offsets `[start, end)` of partition `partition` of the described log."""
 
-    folder: str
-    stream: str
+    log: LocalLogDescription
     partition: int
     start: int
     end: int
 
 
 class LocalLogDataSource(DataSource):
-    """Batch reads of offset ranges of one local log (options `path`, `stream`, `ranges`)."""
+    """Batch reads of offset ranges of one local log (options `description`, `ranges`)."""
 
     @classmethod
     def name(cls) -> str:
@@ -59,22 +66,21 @@ class LocalLogDataSource(DataSource):
 
 class LocalLogReader(DataSourceReader):
     def __init__(self, options: dict[str, str]) -> None:
-        missing = [k for k in ("path", "stream", "ranges") if k not in options]
+        missing = [k for k in ("description", "ranges") if k not in options]
         if missing:
             raise LogError(
-                f"the streamcore_log source needs option(s) {', '.join(missing)}: path = the "
-                "log folder, stream = its name, ranges = JSON {partition: [start, end]}"
+                f"the streamcore_log source needs option(s) {', '.join(missing)}: description "
+                "= encode_description(manager.describe(name)), ranges = JSON {partition: "
+                "[start, end]}"
             )
-        self.folder = options["path"]
-        self.stream = options["stream"]
+        self.log = LocalLogDescription.from_json(options["description"])
         self.ranges = {
             int(p): (int(s), int(e)) for p, (s, e) in json.loads(options["ranges"]).items()
         }
 
     def partitions(self) -> list[InputPartition]:
         return [
-            LogRange(self.folder, self.stream, p, start, end)
-            for p, (start, end) in sorted(self.ranges.items())
+            LogRange(self.log, p, start, end) for p, (start, end) in sorted(self.ranges.items())
         ]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
@@ -88,13 +94,10 @@ def read_range(part: LogRange) -> Iterator[Any]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from streamcore.log.local.reader import PartitionCursor
-
     if part.end <= part.start:
         return
-    folder = Path(part.folder) / f"P-{part.partition:02d}"
-    label = f"{part.stream}-{part.partition:02d}"
-    cursor = PartitionCursor(folder, label)
+    label = part.log.label(part.partition)
+    cursor = part.log.open_cursor(part.partition)
     try:
         if part.start < cursor.start_offset():
             raise LogError(
@@ -104,7 +107,7 @@ def read_range(part: LogRange) -> Iterator[Any]:
             )
         cursor.seek(part.start)
         expected = part.start
-        stream = pa.scalar(part.stream, pa.string())
+        stream = pa.scalar(part.log.name, pa.string())
         number = pa.scalar(part.partition, pa.int32())
         while expected < part.end:
             batch = cursor.next_arrow(min(_MAX_BATCH, part.end - expected))

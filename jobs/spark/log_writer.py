@@ -16,24 +16,27 @@ a task that fails half-way and is retried appends its rows again (the importer's
 by id, so a replayed document changes nothing).
 
 Kafka: Spark's Kafka sink writes from the executors, partitioned by Kafka's own key hash (murmur2,
-the same as `KafkaLogManager` appends).
+the same as `KafkaLogManager` appends), with the client settings of the log's description.
+
+Executors open the log from the description its backend gives (`LogManager.describe`): a local
+appender with the driver's log options (`max_record_bytes`, ...), or Spark Kafka options.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType
 
-from jobs.spark.streams import backend_of
 from streamcore.errors import ConfigError
-from streamcore.log import LocalLogManager, LogManager
-from streamcore.log.kafka import KafkaLogManager
+from streamcore.log import LogManager
+from streamcore.log.kafka.description import KafkaLogDescription
+from streamcore.log.local.description import LocalLogDescription
 from streamcore.names import Name
 
 __all__ = ["append_dataframe"]
@@ -48,14 +51,16 @@ def append_dataframe(
     """Append rows `key` (string) and `value` (binary) of `df` to log `name`; returns the number
     of records appended per partition."""
     name = Name.of(name)
-    backend = backend_of(manager, name)
-    if isinstance(backend, KafkaLogManager):
-        return _append_kafka(df, backend, name)
-    if not isinstance(backend, LocalLogManager):
+    description = manager.describe(name)
+    if description.backend == "kafka":
+        return _append_kafka(df, manager, cast(KafkaLogDescription, description))
+    if description.backend != "local":
         raise ConfigError(
-            f"log {name} lives in a {type(backend).__name__}; Spark jobs write local or kafka logs"
+            f"log {name} lives in a {description.backend} log; Spark jobs write local or kafka "
+            "logs: route it to one with LogConfig (include/streamcore.toml)"
         )
-    size = backend.size(name)
+    log = cast(LocalLogDescription, description)
+    size = log.partitions
     if layout == "by_task":
         if df.rdd.getNumPartitions() != size:
             df = df.repartition(size)
@@ -65,10 +70,9 @@ def append_dataframe(
         tagged = tagged.repartition(size, "_p")
     else:
         raise ValueError(f"layout must be 'by_task' or 'by_key', not {layout!r}")
-    root, urn = str(backend.root), name.urn
 
     def append(batches: Iterator[Any]) -> Iterator[Any]:
-        yield from _append_local(batches, root, urn)
+        yield from _append_local(batches, log)
 
     counts: dict[int, int] = {}
     for row in tagged.mapInArrow(append, _RESULT).collect():
@@ -88,12 +92,12 @@ def _partition_of(key: Any, size: int) -> Any:
     return partition_for(key)
 
 
-def _append_local(batches: Iterator[Any], root: str, urn: str) -> Iterator[Any]:
+def _append_local(batches: Iterator[Any], log: LocalLogDescription) -> Iterator[Any]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    manager = LocalLogManager(root)
-    appender = manager.appender(urn)
+    manager = log.open_manager()
+    appender = manager.appender(log.name)
     firsts: dict[int, int] = {}
     counts: dict[int, int] = {}
     try:
@@ -119,14 +123,14 @@ def _append_local(batches: Iterator[Any], root: str, urn: str) -> Iterator[Any]:
         )
 
 
-def _append_kafka(df: DataFrame, backend: KafkaLogManager, name: Name) -> dict[int, int]:
-    before = backend.end_offsets(name)
+def _append_kafka(df: DataFrame, manager: LogManager, log: KafkaLogDescription) -> dict[int, int]:
+    before = manager.end_offsets(log.name)
     (
         df.select("key", "value")
         .write.format("kafka")
-        .option("kafka.bootstrap.servers", backend.bootstrap_servers)
-        .option("topic", backend.topic(name))
+        .options(**log.spark_options())
+        .option("topic", log.topic)
         .save()
     )
-    after = backend.end_offsets(name)
+    after = manager.end_offsets(log.name)
     return {p: a - b for p, (b, a) in enumerate(zip(before, after, strict=True)) if a > b}

@@ -13,18 +13,18 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
+from typing import cast
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 
-from jobs.spark.local_source import LocalLogDataSource
+from jobs.spark.local_source import LocalLogDataSource, encode_description
 from streamcore.codecs.framing import single_object_header
 from streamcore.codecs.record_binary import RECORD_FINGERPRINT, RECORD_SCHEMA
 from streamcore.errors import ConfigError
-from streamcore.log import LocalLogManager, LogManager
-from streamcore.log.kafka import KafkaLogManager
-from streamcore.log.unified import UnifiedLogManager
+from streamcore.log import LogManager
+from streamcore.log.kafka.description import KafkaLogDescription
 from streamcore.names import Name
 
 __all__ = ["read_raw", "read_stream", "unwrap_records"]
@@ -34,43 +34,29 @@ Ranges = Mapping[int, tuple[int, int]]
 _RECORD_HEADER = single_object_header(RECORD_FINGERPRINT)
 
 
-def backend_of(manager: LogManager, name: str | Name) -> LogManager:
-    """The backend manager that holds `name` (through a unified manager's routing)."""
-    if isinstance(manager, UnifiedLogManager):
-        return manager.manager_for(name)
-    return manager
-
-
 def read_raw(
     spark: SparkSession, manager: LogManager, name: str | Name, ranges: Ranges
 ) -> DataFrame:
     """The raw records (`stream, partition, offset, timestamp, key, value`) of `[start, end)`
-    per partition of log `name`."""
-    name = Name.of(name)
-    backend = backend_of(manager, name)
+    per partition of log `name`, opened from the description its backend gives (so a memory log
+    is refused there, with what to do)."""
+    description = manager.describe(name)
     clean = {int(p): (int(s), int(e)) for p, (s, e) in ranges.items()}
-    if isinstance(backend, LocalLogManager):
+    if description.backend == "local":
         spark.dataSource.register(LocalLogDataSource)
         return (
             spark.read.format(LocalLogDataSource.name())
-            .option("path", str(backend.folder(name)))
-            .option("stream", name.urn)
+            .option("description", encode_description(description))
             .option("ranges", json.dumps({str(p): list(r) for p, r in clean.items()}))
             .load()
         )
-    if isinstance(backend, KafkaLogManager):
+    if description.backend == "kafka":
         from jobs.spark.kafka_source import read_kafka_ranges
 
-        return read_kafka_ranges(
-            spark,
-            bootstrap_servers=backend.bootstrap_servers,
-            topic=backend.topic(name),
-            stream=name.urn,
-            ranges=clean,
-        )
+        return read_kafka_ranges(spark, cast(KafkaLogDescription, description), clean)
     raise ConfigError(
-        f"log {name} lives in a {type(backend).__name__}, which Spark jobs cannot read; route it "
-        "to a local or kafka log config in include/streamcore.toml"
+        f"log {description.name} lives in a {description.backend} log, which Spark jobs cannot "
+        "read; route it to a local or kafka log config in include/streamcore.toml"
     )
 
 

@@ -69,7 +69,7 @@ def _located_logs(manager: LogManager) -> list[tuple[Name, LogManager, dict[str,
     out = []
     for name, backend in locations():
         fields: dict[str, Any] = {"backend": backend.label, "config": backend.name}
-        routed = manager.backend_of(name)
+        routed = manager.route(name).config
         if routed != backend.name:
             fields["note"] = f"the name routes to config {routed!r}; commands don't reach this copy"
         out.append((name, manager.backend_manager(backend.name), fields))

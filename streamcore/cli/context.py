@@ -2,7 +2,7 @@
 and output helpers. `open_manager` is the one place that chooses the log backend: a
 `UnifiedLogManager` routing each log by the `[log.configs.*]` / `[[log.match]]` tables of the
 configuration (`--config`), so every command works on every backend. Features only some backends
-have (the local log's `info`, `purge`, `commit_position`, ...) are reached per log through
+have (the local log's `info`, `purge`, ...) are reached per log through
 `backend_feature`."""
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ def open_manager(args: argparse.Namespace, config: StreamcoreConfig | None = Non
 def backend_for(manager: LogManager, name: str | Name, group: str | None = None) -> LogManager:
     """The backend manager holding log `name` (the one `group`'s calls on it use, if given);
     the manager itself when it does not route."""
-    manager_for = getattr(manager, "manager_for", None)
-    return manager_for(name, group) if manager_for is not None else manager
+    routed = getattr(manager, "backend_for", None)
+    return routed(name, group) if routed is not None else manager
 
 
 def backend_feature(
@@ -64,9 +64,9 @@ def backend_feature(
 
 def backend_label(manager: LogManager, name: str | Name) -> str:
     """How tools name the backend of `name`: `local`, `kafka`, `memory:scratch`, ..."""
-    backend_config = getattr(manager, "backend_config", None)
-    if backend_config is not None:
-        return str(backend_config(name).label)
+    log_config = getattr(manager, "log_config", None)
+    if log_config is not None:
+        return str(log_config.config_for(name).label)
     return type(manager).__name__
 
 

@@ -9,12 +9,11 @@ from typing import Any
 from streamcore.cli.context import (
     Context,
     UsageError,
-    backend_feature,
     global_options,
     group_name,
 )
 from streamcore.cli.table import iso_time, render_table
-from streamcore.log.api import LogManager, LogOffset, LogPartition
+from streamcore.log.api import LogManager, LogPartition
 
 _TO_OFFSET = re.compile(r"^\s*(?:(\d+)\s*:\s*\+?)?(\d+)\s*$")
 
@@ -50,17 +49,6 @@ def parse_date_ms(value: str) -> int:
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return int(when.timestamp() * 1000)
-
-
-def commit_position(manager: LogManager, partition: LogPartition, group: str, offset: int) -> None:
-    """Set the committed position: directly when the backend can, else through a tailer."""
-    direct = backend_feature(manager, partition.name, "commit_position", group)
-    if direct is not None:
-        direct(partition, group, offset)
-        return
-    with manager.tailer(group, partition) as tailer:
-        tailer.seek(LogOffset(partition, offset))
-        tailer.commit_partition(partition)
 
 
 def _after_date(manager: LogManager, partitions: list[LogPartition], ms: int) -> dict[int, int]:
@@ -107,7 +95,7 @@ def run_position(ctx: Context) -> int:
         targets = _after_date(manager, partitions, date_ms)
         action = f"after-date {iso_time(date_ms)}"
     for p in partitions:
-        commit_position(manager, p, group, targets[p.partition])
+        manager.commit_position(p, group, targets[p.partition])
     lags = manager.lag_per_partition(name, group)
     parts = [
         {

@@ -10,6 +10,7 @@ from streamcore.config import StreamcoreConfig
 from streamcore.log.api import (
     Latency,
     LogAppender,
+    LogDescription,
     LogInfo,
     LogLag,
     LogManager,
@@ -41,6 +42,7 @@ __all__ = [
     "LocalLogManager",
     "LogAppender",
     "LogConfig",
+    "LogDescription",
     "LogInfo",
     "LogLag",
     "LogManager",

@@ -163,6 +163,18 @@ class Latency:
 
 
 @dataclass(frozen=True)
+class LogDescription:
+    """How another process (a Spark executor) opens a log without the manager that described
+    it: primitives only, so it pickles. Made by `LogManager.describe`; each backend subclasses it
+    with its own fields and knows how to open it (see docs/spark-jobs.md). `backend` is `local`
+    or `kafka`; `name` is the log's URN."""
+
+    backend: str
+    name: str
+    partitions: int
+
+
+@dataclass(frozen=True)
 class LogInfo:
     """What `LogManager.info` reports about one log."""
 
@@ -350,6 +362,12 @@ class LogTailer(abc.ABC, Generic[M]):
             yield rec
 
     @abc.abstractmethod
+    def read_arrow(self, max_records: int = 65536, timeout: float = 0.0) -> Any:
+        """Up to `max_records` raw records of one partition as a pyarrow RecordBatch with columns
+        partition, offset, timestamp (ms), key, value (no codec applied), or None if none arrives
+        within `timeout` s. Moves the read position like `read`."""
+
+    @abc.abstractmethod
     def skip_one(self) -> LogOffset:
         """Move past the record the last `UndecodableRecordError` was about, if the tailer still
         stands at it, and return its offset; `LogError` otherwise. Committing afterwards
@@ -523,8 +541,19 @@ class LogManager(abc.ABC):
         return LogLag.aggregate(self.lag_per_partition(name, group))
 
     @abc.abstractmethod
+    def commit_position(self, partition: LogPartition, group: str, offset: int) -> None:
+        """Set `group`'s committed position on `partition` to `offset` (the next record to
+        process) without a tailer. Kafka: the group must have no live member."""
+
+    @abc.abstractmethod
     def record_at(self, partition: LogPartition, offset: int) -> tuple[str, bytes, int] | None:
         """(key, raw bytes, timestamp) of one record, or None if not retained."""
+
+    @abc.abstractmethod
+    def describe(self, name: str | Name) -> LogDescription:
+        """How another process opens log `name` (a `LogDescription` of this backend); raises
+        `LogNotFoundError` if it does not exist, `ConfigError` if the backend cannot be opened
+        from elsewhere (memory)."""
 
     def latency_per_partition(
         self, name: str | Name, group: str, codec: Any = None, now_ms: int | None = None

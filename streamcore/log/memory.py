@@ -22,6 +22,7 @@ from streamcore.errors import (
 )
 from streamcore.log.api import (
     LogAppender,
+    LogDescription,
     LogManager,
     LogOffset,
     LogPartition,
@@ -170,6 +171,15 @@ class MemoryLogManager(LogManager):
     def commit_position(self, partition: LogPartition, group: str, offset: int) -> None:
         self._log(partition.name)
         self._positions[partition.name].commit(group, partition.partition, offset)
+
+    def describe(self, name: str | Name) -> LogDescription:
+        """Refused: the records live in this process's memory, which no other process sees."""
+        self._log(name)
+        raise ConfigError(
+            f"log {Name.of(name)} is in the memory backend, which lives in one process; a Spark "
+            "job needs a local or Kafka log: route the stream to a local or kafka config with "
+            "LogConfig ([[log.match]] in include/streamcore.toml, or STREAMCORE_LOG_BACKEND)"
+        )
 
     def record_at(self, partition: LogPartition, offset: int) -> tuple[str, bytes, int] | None:
         records = self._log(partition.name)[partition.partition].records

@@ -11,8 +11,10 @@ config a `KafkaLogManager` (imported only then, so confluent-kafka is not loaded
 runs). `list_logs` merges the backends calls can reach (the default and every rule's config);
 `close` closes every backend built.
 
-Tools reach backend-specific features through `manager_for(name)` (e.g. the local log's `info`,
-`purge`, `commit_position`) and show where a log lives with `backend_of(name)` / `locations()`.
+One method answers which backend serves a log (for a group): `backend_for(name, group)`; tools
+reach backend-specific features through it (the local log's `info`, `purge`), `route()` says why,
+and `locations()` shows where each log lives. `describe` and `commit_position` are forwarded like
+any other call.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from streamcore.errors import ConfigError, LogClosedError
 from streamcore.log.api import (
     Latency,
     LogAppender,
+    LogDescription,
     LogLag,
     LogManager,
     LogPartition,
@@ -105,18 +108,12 @@ class UnifiedLogManager(LogManager):
         """Which config a call on `name` (by `group`) goes to, and why."""
         return self.log_config.route(name, group)
 
-    def backend_of(self, name: str | Name, group: str | None = None) -> str:
-        """The name of the config `name` routes to (by `group` for group calls)."""
-        return self.route(name, group).config
-
-    def backend_config(self, name: str | Name, group: str | None = None) -> BackendConfig:
-        return self.log_config.configs[self.backend_of(name, group)]
-
-    def manager_for(self, name: str | Name, group: str | None = None) -> LogManager:
-        """The backend manager of `name`: for backend-specific features (local `info`, `purge`,
-        `commit_position`, ...). With `group`, the one group calls use (same checks)."""
+    def backend_for(self, name: str | Name, group: str | None = None) -> LogManager:
+        """The backend manager that serves log `name`: for calls naming only the log, or, with
+        `group`, for that group's calls (with the same checks as the group calls themselves).
+        Tools reach backend-specific features through it (the local log's `info`, `purge`)."""
         if group is None:
-            return self.backend_manager(self.backend_of(name))
+            return self.backend_manager(self.route(name).config)
         return self._group_manager(Name.of(name), group)
 
     def backend_manager(self, config_name: str) -> LogManager:
@@ -206,19 +203,19 @@ class UnifiedLogManager(LogManager):
 
     # -- logs ------------------------------------------------------------------------------------
     def exists(self, name: str | Name) -> bool:
-        return self.manager_for(name).exists(name)
+        return self.backend_for(name).exists(name)
 
     def create(self, name: str | Name, partitions: int | None = None, **options: Any) -> bool:
-        return self.manager_for(name).create(name, partitions, **options)
+        return self.backend_for(name).create(name, partitions, **options)
 
     def size(self, name: str | Name) -> int:
-        return self.manager_for(name).size(name)
+        return self.backend_for(name).size(name)
 
     def incarnation(self, name: str | Name) -> str | None:
-        return self.manager_for(name).incarnation(name)
+        return self.backend_for(name).incarnation(name)
 
     def delete(self, name: str | Name) -> bool:
-        return self.manager_for(name).delete(name)
+        return self.backend_for(name).delete(name)
 
     def list_logs(self) -> list[Name]:
         """Every log of the backends calls can reach, once each, sorted by URN."""
@@ -234,20 +231,23 @@ class UnifiedLogManager(LogManager):
         return sorted(out, key=lambda item: item[0].urn)
 
     def list_groups(self, name: str | Name) -> list[str]:
-        return self.manager_for(name).list_groups(name)
+        return self.backend_for(name).list_groups(name)
 
     def end_offsets(self, name: str | Name) -> list[int]:
-        return self.manager_for(name).end_offsets(name)
+        return self.backend_for(name).end_offsets(name)
 
     def start_offsets(self, name: str | Name) -> list[int]:
-        return self.manager_for(name).start_offsets(name)
+        return self.backend_for(name).start_offsets(name)
 
     def record_at(self, partition: LogPartition, offset: int) -> tuple[str, bytes, int] | None:
-        return self.manager_for(partition.name).record_at(partition, offset)
+        return self.backend_for(partition.name).record_at(partition, offset)
+
+    def describe(self, name: str | Name) -> LogDescription:
+        return self.backend_for(name).describe(name)
 
     # -- appenders and tailers -------------------------------------------------------------------
     def appender(self, name: str | Name, codec: Any = None) -> LogAppender[Any]:
-        return self.manager_for(name).appender(name, codec)
+        return self.backend_for(name).appender(name, codec)
 
     def tailer(
         self,
@@ -278,6 +278,10 @@ class UnifiedLogManager(LogManager):
     # -- group positions -------------------------------------------------------------------------
     def committed(self, name: str | Name, group: str) -> list[int | None]:
         return self._group_manager(Name.of(name), group).committed(name, group)
+
+    def commit_position(self, partition: LogPartition, group: str, offset: int) -> None:
+        manager = self._group_manager(partition.name, group)
+        manager.commit_position(partition, group, offset)
 
     def lag_per_partition(self, name: str | Name, group: str) -> list[LogLag]:
         return self._group_manager(Name.of(name), group).lag_per_partition(name, group)

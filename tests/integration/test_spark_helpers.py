@@ -133,7 +133,7 @@ def test_read_range_reports_records_purged_by_retention(local, store) -> None:
     folder = local.folder("test/purged")
     (folder / "P-00" / f"{0:020d}.log").rename(folder / "P-00" / f"{2:020d}.log")
     with pytest.raises(LogError, match="purged by retention"):
-        list(read_range(LogRange(str(folder), "test/purged", 0, 0, 3)))
+        list(read_range(LogRange(local.describe("test/purged"), 0, 0, 3)))
 
 
 def test_values_that_are_not_records_are_kept_with_an_error(spark, local) -> None:

@@ -975,3 +975,37 @@ class TestTailerConflicts:
         assert tailer.closed
         with pytest.raises(LogClosedError):
             manager.tailer("g2", name)
+
+
+class TestBackendNeutralAccess:
+    """`commit_position` and `describe`: what Spark jobs use on any manager (read_arrow is
+    covered with the other reads above)."""
+
+    def test_commit_position_without_a_tailer(self, manager: LogManager, new_log: NewLog) -> None:
+        name = new_log(2)
+        fill(manager, name, {0: 6, 1: 2})
+        manager.commit_position(LogPartition.of(name, 0), "g", 4)
+        assert manager.committed(name, "g") == [4, None]
+        manager.commit_position(LogPartition.of(name, 0), "g", 1)  # backwards too
+        with manager.tailer("g", LogPartition.of(name, 0)) as tailer:
+            assert [r.offset for r in drain(tailer)] == [1, 2, 3, 4, 5]
+
+    def test_describe(self, manager: LogManager, new_log: NewLog, backend: str) -> None:
+        import pickle
+
+        name = new_log(3)
+        if backend == "memory":
+            with pytest.raises(ConfigError, match="memory backend, which lives in one process"):
+                manager.describe(name)
+            return
+        description = manager.describe(name)
+        assert (description.backend, description.name, description.partitions) == (
+            backend,
+            Name.of(name).urn,
+            3,
+        )
+        assert pickle.loads(pickle.dumps(description)) == description
+
+    def test_describe_missing_log(self, manager: LogManager, unique_name) -> None:
+        with pytest.raises(LogNotFoundError):
+            manager.describe(unique_name("missing"))

@@ -17,7 +17,6 @@ import pytest
 
 from streamcore.cli.context import backend_feature, require_feature
 from streamcore.cli.main import main
-from streamcore.cli.position import commit_position
 from streamcore.config import LogDefaults, StreamcoreConfig, load_config
 from streamcore.errors import (
     ConfigError,
@@ -86,16 +85,16 @@ def test_names_route_by_namespace_and_default_to_local(
 ) -> None:
     assert um.create("fast/events", 3) is True
     assert um.create("app/events", 2) is True
-    assert um.backend_of("fast/events") == "mem"
-    assert um.backend_of("app/events") == "default"
-    assert um.backend_of("bulk/command") == "default"
-    assert isinstance(um.manager_for("fast/events"), MemoryLogManager)
-    assert isinstance(um.manager_for("app/events"), LocalLogManager)
+    assert um.route("fast/events").config == "mem"
+    assert um.route("app/events").config == "default"
+    assert um.route("bulk/command").config == "default"
+    assert isinstance(um.backend_for("fast/events"), MemoryLogManager)
+    assert isinstance(um.backend_for("app/events"), LocalLogManager)
     assert (tmp_path / "log" / "app-events" / "metadata.json").is_file()
     assert not (tmp_path / "log" / "fast-events").exists()
-    assert um.manager_for("fast/events").size("fast/events") == 3
-    assert not um.manager_for("app/events").exists("fast/events")
-    assert um.backend_config("fast/x").label == "memory:mem"
+    assert um.backend_for("fast/events").size("fast/events") == 3
+    assert not um.backend_for("app/events").exists("fast/events")
+    assert um.log_config.config_for("fast/x").label == "memory:mem"
 
 
 @pytest.mark.parametrize("name", ["fast/orders", "app/orders"], ids=["memory", "local"])
@@ -104,7 +103,7 @@ def test_contract_through_the_router(um: UnifiedLogManager, name: str) -> None:
     assert um.create(name, 2) is True
     assert um.create(name) is False
     assert um.exists(name) and um.size(name) == 2
-    assert um.incarnation(name) == um.manager_for(name).incarnation(name) is not None
+    assert um.incarnation(name) == um.backend_for(name).incarnation(name) is not None
     with um.appender(name) as appender:
         offsets = [appender.append(f"k{i}", b"v%d" % i) for i in range(10)]
         batch = appender.append_batch([("x", b"1"), ("x", b"2")], partition=1)
@@ -206,8 +205,8 @@ def test_group_rule_routes_logs_no_namespace_rule_matches(um: UnifiedLogManager)
     with outside.appender("orders/created") as appender:
         appender.append("o1", b"order")
     assert um.route("orders/created", "ext/billing").by_group
-    assert um.backend_of("orders/created", "ext/billing") == "mem"
-    assert um.manager_for("orders/created", "ext/billing") is outside
+    assert um.route("orders/created", "ext/billing").config == "mem"
+    assert um.backend_for("orders/created", "ext/billing") is outside
     with um.tailer("ext/billing", "orders/created") as tailer:
         assert [r.message for r in tailer] == [b"order"]
         tailer.commit()
@@ -236,8 +235,8 @@ def test_group_rule_against_a_log_its_writers_put_elsewhere_is_an_error(
 def test_namespace_rule_wins_over_group_rule(um: UnifiedLogManager) -> None:
     um.create("app/x", 1)
     um.create("fast/y", 1)
-    assert um.backend_of("fast/y", "ext/billing") == "mem"
-    assert um.backend_of("app/x", "ext/billing") == "mem"  # unmatched: the group rule applies
+    assert um.route("fast/y", "ext/billing").config == "mem"
+    assert um.route("app/x", "ext/billing").config == "mem"  # unmatched: the group rule applies
     assert um.lag("fast/y", "ext/billing") == LogLag(0, 0, 0)
 
 
@@ -267,7 +266,7 @@ def test_env_backend_memory_forces_everything_in_memory(tmp_path: Path) -> None:
     with unified(tmp_path, STREAMCORE_LOG_BACKEND="memory") as manager:
         for name in ("fast/a", "bulk/command", "app/x"):
             manager.create(name, 1)
-            assert manager.backend_of(name) == "mem"
+            assert manager.route(name).config == "mem"
         assert list(manager.built) == ["mem"]
         assert not (tmp_path / "log").exists()
 
@@ -325,7 +324,7 @@ def test_open_log_manager_reads_the_configuration(
     path.write_text(MIXED)
     with open_log_manager(load_config(path, home=tmp_path)) as manager:
         assert isinstance(manager, UnifiedLogManager)
-        assert manager.backend_of("fast/x") == "mem"
+        assert manager.route("fast/x").config == "mem"
         manager.create("app/x", 1)
         assert (tmp_path / "log" / "app-x").is_dir()
 
@@ -425,7 +424,7 @@ def test_backend_features_through_the_router(um: UnifiedLogManager) -> None:
         with um.appender(name) as appender:
             appender.append("k", b"1")
             appender.append("k", b"2")
-        commit_position(um, LogPartition.of(name, 0), "app/g", 1)
+        um.commit_position(LogPartition.of(name, 0), "app/g", 1)
         assert um.committed(name, "app/g") == [1]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures
+import contextlib
 import logging
 import os
 import threading
@@ -18,6 +19,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from streamcore.errors import (
+    BrokerAuthenticationError,
     BrokerUnavailableError,
     ConfigError,
     LogError,
@@ -45,6 +47,11 @@ UNAVAILABLE = {
     KafkaError.LEADER_NOT_AVAILABLE,
     KafkaError.NETWORK_EXCEPTION,
 }
+AUTHENTICATION = {KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED}
+# The last authentication failure librdkafka reported per (bootstrap servers, sasl.username): it
+# comes through the error callback while the operation itself only times out, so the timeout
+# error looks here to say what really went wrong.
+_auth_failures: dict[tuple[str, str], str] = {}
 # Worth another try within the timeout: coordinators moving or loading, leaders electing.
 TRANSIENT = {
     KafkaError.NOT_COORDINATOR,
@@ -132,6 +139,7 @@ class KafkaClients:
             "logger": librdkafka_logger,
         }
         self.user = props
+        self.identity = (self.bootstrap, str(props.get("sasl.username", "")))
         self.common.update({k: v for k, v in props.items() if _kind(k) == "any"})
         self._only = {
             kind: {k: v for k, v in props.items() if _kind(k) == kind}
@@ -145,7 +153,7 @@ class KafkaClients:
             "partitioner": "murmur2_random",  # the Java client's partitioner
             "message.timeout.ms": max(1, int(self.timeout * 1000)),
             "request.timeout.ms": min(max(1, int(self.timeout * 1000)), 30_000),
-            "error_cb": _log_error("producer"),
+            "error_cb": _log_error("producer", self.identity),
         }
         conf.update(self.common)
         conf.update(self._only["producer"])
@@ -173,22 +181,39 @@ class KafkaClients:
             "fetch.wait.max.ms": 100,
             "session.timeout.ms": 10_000,
             "heartbeat.interval.ms": 3_000,
-            "error_cb": _log_error(client_id),
+            "error_cb": _log_error(client_id, self.identity),
         }
         conf.update(self.common)
         conf.update(self._only["consumer"])
         return conf
 
     def admin_config(self) -> dict[str, Any]:
-        return dict(self.common)
+        return {**self.common, "error_cb": _log_error("admin", self.identity)}
 
     # -- errors ---------------------------------------------------------------------------------
     def unavailable(self, what: str, detail: str) -> BrokerUnavailableError:
+        failure = self._auth_failure()
+        if failure is not None:
+            user = self.identity[1] or "(no sasl.username)"
+            return BrokerAuthenticationError(
+                f"{what}: Kafka at {self.bootstrap} refused to authenticate user {user} "
+                f"({failure}); fix sasl.username / sasl.password (or security.protocol and "
+                "sasl.mechanisms) in the kafka log config's properties, [log.configs.<name>."
+                "properties] of include/streamcore.toml or of the file STREAMCORE_CONFIG names"
+            )
         return BrokerUnavailableError(
             f"{what}: Kafka at {self.bootstrap} did not answer within {self.timeout:g} s "
             f"({detail}); check that the broker runs (`make kafka` starts the local one, "
             "`make kafka-status` tells) and the bootstrap.servers / security settings"
         )
+
+    def _auth_failure(self) -> str | None:
+        """The authentication failure librdkafka reported for these credentials, if any (taken:
+        a later failure must be reported again to count)."""
+        # Serve queued error callbacks; if that fails too, the caller reports what it has.
+        with contextlib.suppress(KafkaException):
+            _POOL.admin(self.admin_config()).poll(0)
+        return _auth_failures.pop(self.identity, None)
 
     def translate(self, error: Any, what: str, topic: str | None = None) -> StreamcoreError:
         """A streamcore error for a KafkaError / KafkaException / timeout."""
@@ -259,8 +284,10 @@ class KafkaClients:
             return _POOL.admin(self.admin_config())
 
 
-def _log_error(who: str) -> Callable[[KafkaError], None]:
+def _log_error(who: str, identity: tuple[str, str]) -> Callable[[KafkaError], None]:
     def on_error(error: KafkaError) -> None:
+        if error.code() in AUTHENTICATION:
+            _auth_failures[identity] = error.str()
         # librdkafka logs transient errors itself and retries; operations that need the broker
         # raise on their timeout. Only fatal errors (the client is unusable) are worth a line.
         if error.fatal():

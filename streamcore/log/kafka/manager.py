@@ -45,6 +45,7 @@ from streamcore.log.api import (
 )
 from streamcore.log.append_checks import check_keys_encode, check_timestamps
 from streamcore.log.kafka.client import _POOL, KafkaClients
+from streamcore.log.kafka.description import BACKEND, KafkaLogDescription
 from streamcore.log.kafka.partitioner import kafka_partition_for_key
 from streamcore.names import Name
 
@@ -442,6 +443,17 @@ class KafkaLogManager(LogManager):
         for item in result.topic_partitions:
             if item.error is not None:
                 raise self.clients.translate(item.error, f"position of {group_id}", topic)
+
+    def describe(self, name: str | Name) -> KafkaLogDescription:
+        name = Name.of(name)
+        return KafkaLogDescription(
+            BACKEND,
+            name.urn,
+            self.size(name),
+            bootstrap_servers=self.bootstrap_servers,
+            topic=self.topic(name),
+            properties=dict(self.clients.user),
+        )
 
     def record_at(self, partition: LogPartition, offset: int) -> tuple[str, bytes, int] | None:
         topic = self.topic(partition.name)

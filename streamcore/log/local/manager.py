@@ -47,6 +47,7 @@ from streamcore.log.api import (
     RebalanceListener,
 )
 from streamcore.log.append_checks import check_keys_encode, check_timestamps
+from streamcore.log.local.description import LocalLogDescription, partition_folder
 from streamcore.log.local.membership import FileGroupStore
 from streamcore.log.local.positions import PositionStore
 from streamcore.log.local.reader import PartitionCursor
@@ -137,7 +138,7 @@ class LocalLogManager(LogManager):
             folder = self.folder(name)
             folder.mkdir(parents=True, exist_ok=True)
             for p in range(partitions):
-                (folder / f"P-{p:02d}").mkdir(exist_ok=True)
+                partition_folder(folder, p).mkdir(exist_ok=True)
             tmp = folder / f".{_METADATA}.tmp"
             tmp.write_text(json.dumps(meta, indent=2))
             os.replace(tmp, folder / _METADATA)
@@ -203,7 +204,12 @@ class LocalLogManager(LogManager):
         return PositionStore(self.folder(name), "none").groups()
 
     def partition_folder(self, partition: LogPartition) -> Path:
-        return self.folder(partition.name) / f"P-{partition.partition:02d}"
+        return partition_folder(self.folder(partition.name), partition.partition)
+
+    def describe(self, name: str | Name) -> LocalLogDescription:
+        name = Name.of(name)
+        size = self.size(name)
+        return LocalLogDescription.of(name.urn, size, self.folder(name), self.config.log)
 
     def info(self, name: str | Name) -> LogInfo:
         name = Name.of(name)
