@@ -81,7 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=0.05,
         help="fail when more than this fraction of the rows fails expectations (0..1)",
     )
-    consume.add_argument("--table", default="repository", help="Delta table under home/delta")
+    consume.add_argument(
+        "--table",
+        default="repository",
+        help="Delta table under the warehouse root (STREAMCORE_WAREHOUSE); a name other than "
+        "repository is a repository-shaped table of that name",
+    )
     consume.add_argument(
         "--gx-result-format",
         choices=("BOOLEAN_ONLY", "BASIC", "SUMMARY", "COMPLETE"),
@@ -216,6 +221,7 @@ def consume(args: argparse.Namespace) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     from jobs.spark.avro import decode_payload
+    from jobs.spark.catalog import Catalog
     from jobs.spark.delta_sink import DeltaBatchSink, commit_positions, plan_batch
     from jobs.spark.expectations import (
         any_failure,
@@ -234,12 +240,12 @@ def consume(args: argparse.Namespace) -> dict[str, Any]:
     schema = store.by_name(DOCUMENT_SCHEMA)
     suite = load_suite(schema)
     stream, group = Name.of(args.stream), args.group
-    table_path = str(config.home / "delta" / args.table)
-    quarantine_path = str(config.home / "delta" / "quarantine")
     app_id = f"importer/{group}"
     phases = Phases()
     with phases("session"):
         spark = build_session("importer-consume", args.master)
+    catalog = Catalog(spark, config)
+    table_path, quarantine_path = catalog.path(args.table), catalog.path("quarantine")
     preload()
     started = time.monotonic()
     cached = None
@@ -323,11 +329,11 @@ def consume(args: argparse.Namespace) -> dict[str, Any]:
             )
             with phases("quarantine"):
                 rows = quarantine_rows(bad, job=app_id, batch=plan.batch)
-                write_quarantine(rows, quarantine_path)
+                write_quarantine(rows, catalog)
         good = cached.where(~failing)
         fault_point("importer.before_delta_commit")
         with phases("merge"):
-            version = upsert_documents(sink, plan, good, fields)
+            version = upsert_documents(catalog, args.table, sink, plan, good, fields)
         if version is None:
             _check_same_batch(sink, plan)
         fault_point("importer.after_delta_commit")

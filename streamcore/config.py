@@ -78,6 +78,8 @@ class StreamcoreConfig:
     source: Path | None = None
     # Folders whose files the importer may read (after resolving symlinks and `..`); empty: home.
     import_roots: tuple[Path, ...] = ()
+    # Root of the Delta tables: a folder or any URI Spark understands; empty: home/delta.
+    warehouse: str = ""
     # The parsed TOML document (read-only by convention): sections that have their own parser,
     # such as the log routing tables `[log.configs.*]` / `[[log.match]]` (streamcore.log.config).
     table: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -89,6 +91,7 @@ class StreamcoreConfig:
     def __post_init__(self) -> None:
         if not self.import_roots:
             object.__setattr__(self, "import_roots", (self.home,))
+        object.__setattr__(self, "warehouse", _warehouse(self.warehouse, self.home))
 
     @property
     def log_dir(self) -> Path:
@@ -143,6 +146,19 @@ def _paths(value: Any, what: str) -> tuple[Path, ...]:
     return tuple(Path(i).expanduser().resolve() for i in items if i.strip())
 
 
+def _warehouse(value: str, home: Path) -> str:
+    """A URI (`s3a://…`, `file:///…`) as given, without a trailing slash; a plain path resolved
+    like `home` (relative to the working directory); empty: `home/delta`."""
+    value = str(value).strip()
+    if not value:
+        return str(home / "delta")
+    # A scheme of one letter would be a Windows drive; Spark URIs have longer ones.
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]+:", value):
+        stripped = value.rstrip("/")
+        return stripped if not stripped.endswith(":") else value
+    return str(Path(value).expanduser().resolve())
+
+
 def load_config(path: str | Path | None = None, **overrides: Any) -> StreamcoreConfig:
     """Read the configuration. `overrides` (e.g. `home=...`) win over everything."""
     source = Path(path) if path else _find_file()
@@ -181,6 +197,7 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> StreamcoreC
         "schema_registry_url": str(_lookup(table, "codec", "schema_registry_url", "")),
         "source": source,
         "import_roots": _paths(_lookup(table, "import", "roots", []), "import.roots"),
+        "warehouse": str(_lookup(table, None, "warehouse", "")),
         "table": table,
     }
     values.update(overrides)

@@ -99,6 +99,10 @@ class BrokerUnavailableError(LogError):
     refused the credentials)."""
 
 
+class BrokerAuthenticationError(BrokerUnavailableError):
+    """A Kafka broker refused the client's credentials (SASL authentication failed)."""
+
+
 class TopologyError(StreamcoreError):
     """A topology, its settings or a computation's metadata is inconsistent (unknown stream,
     cycle, duplicate name, bad policy). Fix the definition; retrying does not help."""
@@ -111,3 +115,13 @@ class ComputationError(StreamcoreError):
 class CheckpointError(ComputationError):
     """Appending the produced records or committing the input positions failed (after the
     configured retries, the computation's unit terminates; nothing committed is lost)."""
+
+
+class TableError(StreamcoreError):
+    """A Delta table of the catalog (streamcore.tables) cannot be read or maintained as asked."""
+
+
+class IncompatibleTableError(TableError):
+    """A table exists where the catalog puts one, with other columns, types or partitioning than
+    the catalog declares. Writing would mix shapes, so nothing is written; retrying does not help:
+    migrate or move the table away."""

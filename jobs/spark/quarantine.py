@@ -1,5 +1,6 @@
 """The `quarantine` Delta table: rows that failed their expectations (or could not be decoded),
-with the failed expectations, the decoding error, and where they came from.
+with the failed expectations, the decoding error, and where they came from. Its shape is declared
+in streamcore.tables; the catalog (jobs.spark.catalog) creates it.
 
 Writes are MERGEs that insert a row only if no row of the same (stream, partition, offset) is
 there yet: a batch replayed after a crash quarantines each record once, whatever range the rerun
@@ -11,22 +12,9 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-__all__ = ["QUARANTINE_COLUMNS", "quarantine_rows", "write_quarantine"]
+from jobs.spark.catalog import Catalog
 
-QUARANTINE_COLUMNS = (
-    "stream",
-    "partition",
-    "offset",
-    "timestamp",
-    "key",
-    "watermark",
-    "data",
-    "failed_expectations",
-    "error",
-    "job",
-    "batch",
-    "quarantined_at",
-)
+__all__ = ["quarantine_rows", "write_quarantine"]
 
 
 def quarantine_rows(bad: DataFrame, *, job: str, batch: int) -> DataFrame:
@@ -48,22 +36,14 @@ def quarantine_rows(bad: DataFrame, *, job: str, batch: int) -> DataFrame:
     )
 
 
-def write_quarantine(rows: DataFrame, path: str) -> None:
-    """Insert `rows` into the quarantine table at `path` (created on first use), once per source
+def write_quarantine(rows: DataFrame, catalog: Catalog) -> None:
+    """Insert `rows` into the catalog's quarantine table (created on first use), once per source
     position."""
     from delta.tables import DeltaTable
 
-    spark = rows.sparkSession
-    if not DeltaTable.isDeltaTable(spark, path):
-        (
-            DeltaTable.createIfNotExists(spark)
-            .location(path)
-            .addColumns(rows.schema)
-            .partitionedBy("stream")
-            .execute()
-        )
+    path = catalog.ensure("quarantine")
     (
-        DeltaTable.forPath(spark, path)
+        DeltaTable.forPath(rows.sparkSession, path)
         .alias("q")
         .merge(
             rows.alias("r"),

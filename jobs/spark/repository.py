@@ -1,4 +1,5 @@
-"""The `repository` Delta table: one row per document id, upserted by the importer.
+"""The `repository` Delta table: one row per document id, upserted by the importer. Its shape is
+declared in streamcore.tables (the Document schema's fields first); the catalog creates it.
 
 Rows carry the Document fields plus where their latest version came from (`watermark`,
 `source_partition`, `source_offset`, `import_batch`, `imported_at`). A batch may hold several
@@ -11,6 +12,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from jobs.spark.catalog import Catalog
 from jobs.spark.delta_sink import BatchPlan, DeltaBatchSink
 
 __all__ = ["latest_per_id", "upsert_documents"]
@@ -56,21 +58,25 @@ def latest_per_id(df: DataFrame, fields: list[str], batch: int) -> DataFrame:
 
 
 def upsert_documents(
-    sink: DeltaBatchSink, plan: BatchPlan, good: DataFrame, fields: list[str]
+    catalog: Catalog,
+    table: str,
+    sink: DeltaBatchSink,
+    plan: BatchPlan,
+    good: DataFrame,
+    fields: list[str],
 ) -> int | None:
-    """MERGE the batch's valid documents into the table as batch `plan.batch` (exactly once);
-    the first batch creates the table. Returns the new table version (None if already landed)."""
+    """MERGE the batch's valid documents into the repository-shaped `table` as batch `plan.batch`
+    (exactly once). Returns the new table version (None if already landed)."""
     from delta.tables import DeltaTable
 
+    # Created before the batch's write, outside its transaction: a creation commit carrying the
+    # batch's txn id would make Delta skip the MERGE as already landed.
+    catalog.ensure(table)
     rows = latest_per_id(good, fields, plan.batch)
-    spark = good.sparkSession
 
     def write() -> None:
-        if not DeltaTable.isDeltaTable(spark, sink.path):
-            rows.write.format("delta").mode("append").save(sink.path)
-            return
         (
-            DeltaTable.forPath(spark, sink.path)
+            DeltaTable.forPath(good.sparkSession, sink.path)
             .alias("t")
             .merge(rows.alias("s"), "t.id = s.id")
             .whenMatchedUpdateAll()

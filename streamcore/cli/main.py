@@ -14,7 +14,7 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 
-from streamcore.cli import admin, avrofile, copy, demo, lag, outbox, position, read, run
+from streamcore.cli import admin, avrofile, copy, demo, lag, outbox, position, read, run, tables
 from streamcore.cli.context import Context, UsageError, global_options, load_cli_config
 from streamcore.errors import (
     InvalidNameError,
@@ -45,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.register(sub)
     run.register(sub)
     outbox.register(sub)
+    tables.register(sub)
     return parser
 
 

@@ -1,0 +1,270 @@
+"""The table catalog, Spark side: create, OPTIMIZE and VACUUM the Delta tables that
+`streamcore.tables` declares, at their places under the warehouse root.
+
+    catalog = Catalog(spark, load_config())
+    path = catalog.ensure("quarantine")       # created if missing, else checked
+    catalog.optimize("archive")               # bin-packing, z-order by the declared columns
+    catalog.vacuum("archive")                 # the declared retention (168 h by default)
+
+`ensure` is idempotent and cheap after the first call of a `Catalog`; it refuses a table whose
+columns, types or partitioning are not the declared ones (`IncompatibleTableError`), so a job never
+writes into a table of another shape. Columns the table has beyond the declared ones are allowed:
+writers leave them null. Nullability is not compared: Delta may store columns as nullable that
+the catalog declares NOT NULL (tables made by a DataFrame write), which readers do not mind.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    DataType,
+    DateType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from streamcore.config import StreamcoreConfig
+from streamcore.errors import IncompatibleTableError, TableError
+from streamcore.tables import DELTA_MIN_RETENTION_HOURS, TableSpec, table_spec
+
+__all__ = ["Catalog", "spark_type", "table_schema"]
+
+logger = logging.getLogger(__name__)
+
+_RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
+# Delta 4 ignores VACUUM's retention argument (other than 0) unless this is off, and uses the
+# table's delta.deletedFileRetentionDuration instead.
+_RETENTION_WINDOW_IGNORE = "spark.databricks.delta.vacuum.retentionWindowIgnore.enabled"
+_DELETED_FILE_RETENTION = "delta.deletedFileRetentionDuration"
+_PRIMITIVES: dict[str, DataType] = {
+    "string": StringType(),
+    "int": IntegerType(),
+    "long": LongType(),
+    "float": FloatType(),
+    "double": DoubleType(),
+    "boolean": BooleanType(),
+    "binary": BinaryType(),
+    "date": DateType(),
+    "timestamp": TimestampType(),
+}
+
+
+def spark_type(type_: str) -> DataType:
+    """The Spark type of a catalog column type (`long`, `array<string>`, `map<string,long>`)."""
+    if type_ in _PRIMITIVES:
+        return _PRIMITIVES[type_]
+    if type_.startswith("array<") and type_.endswith(">"):
+        return ArrayType(spark_type(type_[len("array<") : -1]))
+    if type_.startswith("map<string,") and type_.endswith(">"):
+        return MapType(StringType(), spark_type(type_[len("map<string,") : -1]))
+    raise TableError(f"column type {type_!r} has no Spark type; see streamcore.tables")
+
+
+def table_schema(spec: TableSpec) -> StructType:
+    """The Spark schema of a table spec, in declared column order."""
+    return StructType(
+        [
+            StructField(c.name, spark_type(c.type), c.nullable, {"comment": c.doc} if c.doc else {})
+            for c in spec.columns
+        ]
+    )
+
+
+def _properties(spec: TableSpec) -> dict[str, str]:
+    """The table properties to create `spec` with: the declared ones, plus its VACUUM retention
+    as Delta's deleted-file retention (which also bounds time travel)."""
+    hours = spec.vacuum_retention_hours
+    return {_DELETED_FILE_RETENTION: f"interval {hours} hours", **spec.properties}
+
+
+@contextmanager
+def _session_confs(spark: SparkSession, confs: Mapping[str, str]) -> Iterator[None]:
+    """Set session confs for the duration of the block, then restore the previous values."""
+    previous = {key: spark.conf.get(key, None) for key in confs}
+    for key, value in confs.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+
+
+class Catalog:
+    """The catalog's tables for one Spark session and configuration (its warehouse root)."""
+
+    def __init__(self, spark: SparkSession, config: StreamcoreConfig) -> None:
+        self.spark = spark
+        self.config = config
+        self._specs: dict[str, TableSpec] = {}
+        self._ensured: set[str] = set()
+
+    def spec(self, table: str) -> TableSpec:
+        """The declared facts of `table` (a name outside the catalog is repository-shaped)."""
+        if table not in self._specs:
+            self._specs[table] = table_spec(table, self.config)
+        return self._specs[table]
+
+    def path(self, table: str) -> str:
+        """The table's location under the warehouse root (a path or URI, for Spark)."""
+        return self.spec(table).location
+
+    def exists(self, table: str) -> bool:
+        from delta.tables import DeltaTable
+
+        return bool(DeltaTable.isDeltaTable(self.spark, self.path(table)))
+
+    def ensure(self, table: str) -> str:
+        """Create `table` if missing (columns, partitioning, properties); check it otherwise.
+        Returns its location. Raises IncompatibleTableError if it exists with another shape."""
+        spec = self.spec(table)
+        if table in self._ensured:
+            return spec.location
+        from delta.tables import DeltaTable
+
+        if not self.exists(table):
+            builder = (
+                DeltaTable.createIfNotExists(self.spark)
+                .location(spec.location)
+                .addColumns(table_schema(spec))
+                .comment(spec.description)
+            )
+            if spec.partition_by:
+                builder = builder.partitionedBy(*spec.partition_by)
+            for key, value in _properties(spec).items():
+                builder = builder.property(key, value)
+            builder.execute()
+            logger.info("created Delta table %s at %s", table, spec.location)
+        # Checked after creating too: another job may have created it first, in its own shape.
+        self._check(spec)
+        self._ensured.add(table)
+        return spec.location
+
+    def _check(self, spec: TableSpec) -> None:
+        from delta.tables import DeltaTable
+
+        table = DeltaTable.forPath(self.spark, spec.location)
+        found = {f.name: f.dataType for f in table.toDF().schema.fields}
+        problems = []
+        for column in spec.columns:
+            want = spark_type(column.type).simpleString()
+            have = found.get(column.name)
+            if have is None:
+                problems.append(f"column {column.name} ({want}) is missing")
+            elif have.simpleString() != want:
+                problems.append(f"column {column.name} is {have.simpleString()}, not {want}")
+        detail = table.detail().select("partitionColumns").first()
+        partitions = tuple(detail["partitionColumns"]) if detail else ()
+        if partitions != spec.partition_by:
+            problems.append(f"partitioned by {list(partitions)}, not {list(spec.partition_by)}")
+        if problems:
+            raise IncompatibleTableError(
+                f"Delta table {spec.name} at {spec.location} does not match the catalog: "
+                f"{'; '.join(problems)}. Nothing was written; move that table away (or migrate "
+                "it to the declared schema, see streamcore/tables.py) and run again"
+            )
+
+    def optimize(self, table: str) -> dict[str, Any]:
+        """Compact small files (z-ordered by the declared columns, if any). Returns the files and
+        bytes of the table's snapshot before and after."""
+        from delta.tables import DeltaTable
+
+        spec = self.spec(table)
+        self._require(spec)
+        before = self._snapshot_size(spec.location)
+        optimizer = DeltaTable.forPath(self.spark, spec.location).optimize()
+        if spec.zorder_by:
+            optimizer.executeZOrderBy(*spec.zorder_by)
+        else:
+            optimizer.executeCompaction()
+        after = self._snapshot_size(spec.location)
+        return {
+            "table": table,
+            "zorder_by": list(spec.zorder_by),
+            "files_before": before[0],
+            "files_after": after[0],
+            "bytes_before": before[1],
+            "bytes_after": after[1],
+        }
+
+    def vacuum(
+        self, table: str, retention_hours: float | None = None, *, force: bool = False
+    ) -> dict[str, Any]:
+        """Delete the files the table no longer references and that are older than the retention
+        (default: the declared one). A retention below Delta's 168 h safety minimum is refused
+        unless `force`, which lifts Delta's check for this call only. Returns the data files and
+        bytes under the table's folder (the Delta log excluded) before and after."""
+        from delta.tables import DeltaTable
+
+        spec = self.spec(table)
+        self._require(spec)
+        hours = spec.vacuum_retention_hours if retention_hours is None else retention_hours
+        if hours < 0:
+            raise TableError(f"vacuum {table}: retention_hours must be >= 0, got {hours}")
+        if hours < DELTA_MIN_RETENTION_HOURS and not force:
+            raise TableError(
+                f"vacuum {table}: a retention of {hours} h is below Delta's safety minimum of "
+                f"{DELTA_MIN_RETENTION_HOURS} h; readers or writers running longer than that could "
+                "lose files they still need. Use at least that, or force=True if no job reads or "
+                "writes the table meanwhile"
+            )
+        before = self._stored_size(spec.location)
+        confs = {_RETENTION_WINDOW_IGNORE: "false"}
+        if force:
+            confs[_RETENTION_CHECK] = "false"
+        with _session_confs(self.spark, confs):
+            DeltaTable.forPath(self.spark, spec.location).vacuum(hours)
+        after = self._stored_size(spec.location)
+        return {
+            "table": table,
+            "retention_hours": hours,
+            "files_before": before[0],
+            "files_after": after[0],
+            "bytes_removed": before[1] - after[1],
+        }
+
+    def _require(self, spec: TableSpec) -> None:
+        if not self.exists(spec.name):
+            raise TableError(
+                f"Delta table {spec.name} does not exist at {spec.location}; a job creates it "
+                "on its first write (or call Catalog.ensure)"
+            )
+
+    def _snapshot_size(self, location: str) -> tuple[int, int]:
+        """(files, bytes) of the current snapshot."""
+        from delta.tables import DeltaTable
+
+        row = DeltaTable.forPath(self.spark, location).detail().first()
+        return (int(row["numFiles"]), int(row["sizeInBytes"])) if row else (0, 0)
+
+    def _stored_size(self, location: str) -> tuple[int, int]:
+        """(files, bytes) stored under the table's folder outside `_delta_log`, through Hadoop's
+        file system (so any URI Spark reads works), referenced or not."""
+        jvm = self.spark._jvm
+        conf = self.spark._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+        root = jvm.org.apache.hadoop.fs.Path(location)  # type: ignore[union-attr]
+        fs = root.getFileSystem(conf)
+        log = jvm.org.apache.hadoop.fs.Path(root, "_delta_log")  # type: ignore[union-attr]
+        total, meta = fs.getContentSummary(root), fs.getContentSummary(log)
+        return (
+            int(total.getFileCount()) - int(meta.getFileCount()),
+            int(total.getLength()) - int(meta.getLength()),
+        )
