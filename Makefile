@@ -62,7 +62,8 @@ format: $(STAMP)
 	$(BIN)/ruff format .
 
 # A single-node Kafka 4.x (KRaft) on 127.0.0.1 from the fetched jars; data under .cache/kafka/.
-# Ports: STREAMCORE_KAFKA_PORT (9092), STREAMCORE_KAFKA_CONTROLLER_PORT (9093).
+# Ports: STREAMCORE_KAFKA_PORT (9092), STREAMCORE_KAFKA_CONTROLLER_PORT (9093),
+# STREAMCORE_KAFKA_SASL_PORT (9094, SASL/PLAIN).
 kafka: $(STAMP) $(JARS_STAMP)
 	@scripts/kafka.sh start
 

@@ -89,6 +89,8 @@ class StreamcoreConfig:
         return redact_credentials(f"{type(self).__name__}({shown})")
 
     def __post_init__(self) -> None:
+        # Callers and subprocess scripts pass plain strings; every derived path needs a Path.
+        object.__setattr__(self, "home", Path(self.home))
         if not self.import_roots:
             object.__setattr__(self, "import_roots", (self.home,))
         object.__setattr__(self, "warehouse", _warehouse(self.warehouse, self.home))

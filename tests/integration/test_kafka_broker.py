@@ -45,6 +45,7 @@ def private_broker(tmp_path: Path) -> tuple[dict[str, str], str]:
     env = {
         "STREAMCORE_KAFKA_PORT": str(port),
         "STREAMCORE_KAFKA_CONTROLLER_PORT": str(free_port()),
+        "STREAMCORE_KAFKA_SASL_PORT": str(free_port()),
         "STREAMCORE_KAFKA_HOME": str(tmp_path / "kafka"),
     }
     return env, f"127.0.0.1:{port}"
@@ -76,6 +77,7 @@ def test_private_broker_lifecycle_and_broker_loss(tmp_path: Path) -> None:
     """Start a second broker on free ports in a temporary home, use it, stop it under a manager."""
     env, address = private_broker(tmp_path)
     port, controller = env["STREAMCORE_KAFKA_PORT"], env["STREAMCORE_KAFKA_CONTROLLER_PORT"]
+    sasl = env["STREAMCORE_KAFKA_SASL_PORT"]
     assert run("status", env).returncode == 3
     started = time.monotonic()
     result = run("start", env)
@@ -86,7 +88,8 @@ def test_private_broker_lifecycle_and_broker_loss(tmp_path: Path) -> None:
         config = (tmp_path / "kafka" / "server.properties").read_text()
         for line in (
             "process.roles=broker,controller",
-            f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}",
+            f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller},"
+            f"SASL_PLAINTEXT://127.0.0.1:{sasl}",
             "auto.create.topics.enable=false",
             "log.retention.hours=168",
             "num.partitions=1",

@@ -44,6 +44,7 @@ class PrivateBroker:
             **os.environ,
             "STREAMCORE_KAFKA_PORT": str(free_port()),
             "STREAMCORE_KAFKA_CONTROLLER_PORT": str(free_port()),
+            "STREAMCORE_KAFKA_SASL_PORT": str(free_port()),
             "STREAMCORE_KAFKA_HOME": str(home),
             "STREAMCORE_KAFKA_START_TIMEOUT": "120",  # a loaded CI machine starts it slowly
         }

@@ -193,6 +193,15 @@ class KafkaClients:
     # -- errors ---------------------------------------------------------------------------------
     def unavailable(self, what: str, detail: str) -> BrokerUnavailableError:
         failure = self._auth_failure()
+        if failure is not None and "handshake failed" in failure:
+            # The listener does not offer the mechanism (a PLAINTEXT listener offers none): the
+            # credentials were never checked, so naming them would send the user the wrong way.
+            return BrokerAuthenticationError(
+                f"{what}: Kafka at {self.bootstrap} does not accept this client's security "
+                f"settings ({failure}); make security.protocol and sasl.mechanism match the "
+                "listener bootstrap.servers names (the scripted broker: PLAINTEXT on 9092, "
+                "SASL_PLAINTEXT with PLAIN on 9094)"
+            )
         if failure is not None:
             user = self.identity[1] or "(no sasl.username)"
             return BrokerAuthenticationError(
