@@ -20,6 +20,7 @@ Schema (every key optional; with none of it, every log is a local log under `hom
     partitions = 4                  # for topics created without a count (default: [log] partitions)
     [log.configs.kafka.properties]  # any librdkafka property, passed through as is
     # "security.protocol" = "SASL_SSL"
+    # "sasl.password" = "${KAFKA_PASSWORD}"   # from the environment (see below)
 
     [log.configs.scratch]
     type = "memory"                 # in-process, nothing on disk (tests, examples); no options
@@ -67,6 +68,23 @@ Environment overrides (over the file):
   or against Kafka in staging without editing the file.
 - `STREAMCORE_KAFKA_BOOTSTRAP_SERVERS`: the `bootstrap_servers` of every kafka config.
 - `STREAMCORE_KAFKA_TOPIC_PREFIX`: the `topic_prefix` of every kafka config.
+
+Environment variables in a kafka config's properties (credentials stay out of the file): in every
+string value of `[log.configs.<name>.properties]`, `${NAME}` is replaced by the variable `NAME`,
+`${NAME:-default}` by `default` when `NAME` is unset or empty, and `$${` is a literal `${` (in a
+run of `$` before `{`, `$$` is one `$`: `$$${NAME}` is `$` then the value; any other `$` stays).
+`NAME` unset (or empty: CI systems pass a missing secret as an empty string) without a default
+raises `ConfigError` naming the variable, the property and the config, and the fix. The variables
+are read when the file is loaded (`LogConfig.parse` / `load`, with `environ`), in the process that
+loads it: for a Spark job that is the driver, and the resolved values travel in the log's
+description (`KafkaLogDescription.properties` -> `kafka.sasl.jaas.config`), so executors need no
+such variable. An unset variable in a config that no call can reach (not `default`, no rule's,
+not the forced one) fails only when that config is opened, not at load: a file naming
+`${KAFKA_PASSWORD}` still loads where the Kafka config is not used (`STREAMCORE_LOG_BACKEND=memory`
+in tests). A malformed reference (`${}`, `${1X}`, an unclosed `${`) is an error at load, always.
+Resolved values are secrets like written ones: reprs show `***` for passwords, secrets, tokens,
+JAAS configs and private keys (`streamcore.redact.redact_properties`), and no error message
+shows a property's value.
 """
 
 from __future__ import annotations
@@ -82,6 +100,7 @@ from typing import Any
 from streamcore.config import FSYNC_MODES, StreamcoreConfig, parse_duration_ms
 from streamcore.errors import ConfigError
 from streamcore.names import Name
+from streamcore.redact import redact_properties
 
 TYPES = ("local", "kafka", "memory")
 DEFAULT_CONFIG = "default"
@@ -116,6 +135,13 @@ _NAMESPACE = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 _BARE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]*")
 _REST = re.compile(r"[A-Za-z0-9_\-]*")
 _RULE_KEYS = ("namespace", "group", "config")
+# A run of "$" before "{": each "$$" is a literal "$"; an odd run ends with a reference "${".
+_DOLLARS_BRACE = re.compile(r"(\$+)\{")
+_VARIABLE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?::-(.*))?", re.DOTALL)
+_REFERENCE_SYNTAX = (
+    "write ${NAME} or ${NAME:-default} (NAME: letters, digits and _, not starting with a digit; "
+    'a default holds no "}" and no "${"), or $${ for a literal "${"'
+)
 
 
 @dataclass(frozen=True)
@@ -136,6 +162,17 @@ class BackendConfig:
         """How tools show it: `type`, or `type:name` for a config not named `default` or after
         its type (`local`, `kafka`, `memory:scratch`, `local:archive`)."""
         return self.type if self.name in (self.type, DEFAULT_CONFIG) else f"{self.type}:{self.name}"
+
+    def __repr__(self) -> str:
+        # Secret properties (sasl.password, ... whether written or from `${VAR}`) never show.
+        options = dict(self.options)
+        properties = options.get("properties")
+        if isinstance(properties, Mapping) and not isinstance(properties, _Unresolved):
+            options["properties"] = redact_properties(properties)
+        return (
+            f"BackendConfig(name={self.name!r}, type={self.type!r}, options={options!r}, "
+            f"builtin={self.builtin!r})"
+        )
 
     def local_root(self, home: Path) -> Path:
         """The folder of a local config's logs."""
@@ -247,7 +284,12 @@ class LogConfig:
             if forced.config not in configs:  # a built-in config of a type
                 builtin = BackendConfig(forced.config, forced.config, {}, builtin=True)
                 configs[forced.config] = _apply_kafka_env({"x": builtin}, env)["x"]
-        return cls(configs, rules, forced)
+        config = cls(configs, rules, forced)
+        reachable = {backend.name for backend in config.used()}
+        for name, backend in config.configs.items():
+            if backend.type == "kafka":
+                config.configs[name] = _resolve_properties(backend, env, name in reachable)
+        return config
 
     @classmethod
     def from_settings(
@@ -503,6 +545,110 @@ def _apply_kafka_env(
             cfg = BackendConfig(cfg.name, cfg.type, options, cfg.builtin)
         out[name] = cfg
     return out
+
+
+class _UnsetVariable(ConfigError):
+    """A `${NAME}` whose variable is unset or empty, with no default."""
+
+    def __init__(self, message: str, variable: str) -> None:
+        super().__init__(message)
+        self.variable = variable
+
+
+class _Unresolved(Mapping[str, Any]):
+    """The properties of a kafka config that no call can reach and whose `${NAME}` is not set:
+    loading the file does not fail for a config it does not open; reading them (opening the
+    backend: `KafkaLogManager(config=...)`) raises the `ConfigError` of the missing variable."""
+
+    def __init__(self, error: _UnsetVariable) -> None:
+        self.message = str(error)
+        self.variable = error.variable
+
+    def _raise(self) -> Any:
+        raise ConfigError(self.message)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._raise()
+
+    def __iter__(self) -> Any:
+        return self._raise()
+
+    def __len__(self) -> int:
+        return int(self._raise())
+
+    def __eq__(self, other: object) -> bool:
+        return other is self
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"<unresolved: ${{{self.variable}}}, its variable is unset or empty>"
+
+
+def _substitute(text: str, env: Mapping[str, str], where: str) -> str:
+    """`text` with `${NAME}` / `${NAME:-default}` replaced from `env`; before a `{`, `$$` is a
+    literal `$` (`$${X}` -> `${X}`, `$$${X}` -> `$` + X). Other `$` stay as written. Messages name
+    the variable and `where` (the property), never the value."""
+    out: list[str] = []
+    pos = 0
+    while (match := _DOLLARS_BRACE.search(text, pos)) is not None:
+        dollars = len(match.group(1))
+        out.append(text[pos : match.start()] + "$" * (dollars // 2))
+        pos = match.end()
+        if dollars % 2 == 0:  # escaped: a literal "{"
+            out.append("{")
+            continue
+        close = text.find("}", pos)
+        parsed = _VARIABLE.fullmatch(text[pos:close]) if close >= 0 else None
+        if parsed is None or "${" in (parsed.group(2) or ""):
+            raise ConfigError(
+                f'{where} holds a "${{" that is not a variable reference; {_REFERENCE_SYNTAX}'
+            )
+        out.append(_lookup(parsed.group(1), parsed.group(2), env, where))
+        pos = close + 1
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _lookup(variable: str, default: str | None, env: Mapping[str, str], where: str) -> str:
+    value = env.get(variable, "")
+    if value:
+        return value
+    if default is not None:
+        return default
+    state = "is set but empty" if variable in env else "is not set"
+    raise _UnsetVariable(
+        f"{where} takes ${{{variable}}} from the environment, but the environment variable "
+        f"{variable} {state}; export {variable} in the environment of the process that loads "
+        "the config (the shell, the Airflow worker, the Spark driver: executors get the "
+        f'resolved value), or give a default: "${{{variable}:-default}}"',
+        variable,
+    )
+
+
+def _resolve_properties(
+    backend: BackendConfig, env: Mapping[str, str], reachable: bool
+) -> BackendConfig:
+    """A kafka config with `${NAME}` resolved in its properties' string values. An unset variable
+    raises for a config calls can reach; for another, reading its properties raises."""
+    properties = backend.options.get("properties", {})
+    resolved: dict[str, Any] = {}
+    unset: _UnsetVariable | None = None
+    for prop, value in properties.items():
+        if not isinstance(value, str) or "${" not in value:
+            resolved[prop] = value
+            continue
+        try:
+            resolved[prop] = _substitute(value, env, f'{backend.key}.properties."{prop}"')
+        except _UnsetVariable as exc:  # go on: a malformed reference elsewhere fails at load
+            unset = unset or exc
+    if unset is not None:
+        if reachable:
+            raise ConfigError(str(unset)) from None
+        options = {**backend.options, "properties": _Unresolved(unset)}
+    else:
+        options = {**backend.options, "properties": resolved}
+    return BackendConfig(backend.name, backend.type, options, backend.builtin)
 
 
 def _forced_route(value: Any, source: str, configs: Mapping[str, BackendConfig]) -> Route:

@@ -11,6 +11,9 @@ import pytest
 from streamcore.config import PROJECT_ROOT, load_config
 from streamcore.errors import ConfigError
 from streamcore.log.config import KAFKA_DEFAULTS, LogConfig
+from streamcore.log.kafka.description import KafkaLogDescription
+from streamcore.log.unified import UnifiedLogManager, kafka_kwargs
+from streamcore.redact import redact_properties
 
 FULL = """
 [log]
@@ -397,6 +400,178 @@ class TestEnvironment:
         clean_env.setenv("STREAMCORE_LOG_BACKEND", "memory")
         config = LogConfig.from_settings(load_config(path, home=tmp_path))
         assert route(config, "bulk/command") == "scratch"
+
+
+# -- ${VAR} in a kafka config's properties ---------------------------------------------------
+SECURED = """
+[log.configs.secured]
+type = "kafka"
+[log.configs.secured.properties]
+"security.protocol" = "SASL_PLAINTEXT"
+"sasl.mechanisms" = "PLAIN"
+"sasl.username" = "${KAFKA_USER:-streamcore}"
+"sasl.password" = "${KAFKA_PASSWORD}"
+"linger.ms" = 5
+[[log.match]]
+namespace = "bulk"
+config = "secured"
+"""
+SECRET = "s3cret-from-env"
+
+
+def secured_properties(**env: str) -> dict[str, object]:
+    return dict(parse(SECURED, **env).configs["secured"].options["properties"])
+
+
+class TestPropertyVariables:
+    def test_set_variables_are_substituted_in_string_values(self) -> None:
+        props = secured_properties(KAFKA_PASSWORD=SECRET, KAFKA_USER="alice")
+        assert props == {
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanisms": "PLAIN",
+            "sasl.username": "alice",
+            "sasl.password": SECRET,
+            "linger.ms": 5,
+        }
+        text = SECURED.replace('"${KAFKA_PASSWORD}"', '"${A}:${B}/${A}"')
+        config = parse(text, A="x", B="y")
+        assert config.configs["secured"].options["properties"]["sasl.password"] == "x:y/x"
+
+    @pytest.mark.parametrize(
+        ("env", "state"),
+        [({}, "is not set"), ({"KAFKA_PASSWORD": ""}, "is set but empty")],
+        ids=["unset", "empty"],
+    )
+    def test_an_unset_variable_names_the_variable_property_config_and_fix(
+        self, env: dict[str, str], state: str
+    ) -> None:
+        with pytest.raises(ConfigError) as info:
+            parse(SECURED, KAFKA_USER=SECRET, **env)
+        assert str(info.value) == (
+            'log.configs.secured.properties."sasl.password" takes ${KAFKA_PASSWORD} from the '
+            f"environment, but the environment variable KAFKA_PASSWORD {state}; export "
+            "KAFKA_PASSWORD in the environment of the process that loads the config (the shell, "
+            "the Airflow worker, the Spark driver: executors get the resolved value), or give a "
+            'default: "${KAFKA_PASSWORD:-default}"'
+        )
+        assert SECRET not in str(info.value)
+
+    def test_defaults_apply_when_unset_or_empty(self) -> None:
+        assert secured_properties(KAFKA_PASSWORD="p")["sasl.username"] == "streamcore"
+        assert secured_properties(KAFKA_PASSWORD="p", KAFKA_USER="")["sasl.username"] == (
+            "streamcore"
+        )
+        text = SECURED.replace("${KAFKA_PASSWORD}", "${KAFKA_PASSWORD:-}")
+        assert parse(text).configs["secured"].options["properties"]["sasl.password"] == ""
+        text = SECURED.replace("${KAFKA_PASSWORD}", "${KAFKA_PASSWORD:-a:-b c}")
+        assert parse(text).configs["secured"].options["properties"]["sasl.password"] == "a:-b c"
+
+    def test_double_dollar_brace_is_a_literal_and_other_dollars_stay(self) -> None:
+        text = SECURED.replace("${KAFKA_PASSWORD}", "$${KAFKA_PASSWORD}-pa$$w$rd$")
+        props = parse(text, KAFKA_PASSWORD=SECRET).configs["secured"].options["properties"]
+        assert props["sasl.password"] == "${KAFKA_PASSWORD}-pa$$w$rd$"
+        text = SECURED.replace("${KAFKA_PASSWORD}", "$$${KAFKA_PASSWORD}")
+        props = parse(text, KAFKA_PASSWORD="v").configs["secured"].options["properties"]
+        assert props["sasl.password"] == "$v"  # "$$" before "{" is one "$"
+        text = SECURED.replace("${KAFKA_PASSWORD}", "$$$${KAFKA_PASSWORD}$${}")
+        props = parse(text).configs["secured"].options["properties"]
+        assert props["sasl.password"] == "$${KAFKA_PASSWORD}${}"
+
+    @pytest.mark.parametrize(
+        "value",
+        ["${}", "${1X}", "${A B}", "hunter2${X", "${A:-${B}}", "${A:=x}", "${A-x}"],
+    )
+    def test_a_malformed_reference_is_an_error_without_the_value(self, value: str) -> None:
+        text = SECURED.replace("${KAFKA_PASSWORD}", value)
+        with pytest.raises(ConfigError) as info:
+            parse(text, A="a", B="b", X="x")
+        message = str(info.value)
+        assert message.startswith(
+            'log.configs.secured.properties."sasl.password" holds a "${" that is not a variable '
+            "reference; write ${NAME} or ${NAME:-default}"
+        )
+        assert 'or $${ for a literal "${"' in message
+        assert value not in message and "hunter2" not in message
+
+    def test_only_property_values_are_substituted(self) -> None:
+        text = SECURED.replace('"linger.ms" = 5', '"client.id" = "c"\n"x${A}" = 1')
+        props = parse(text, KAFKA_PASSWORD="p", A="a").configs["secured"].options["properties"]
+        assert props["x${A}"] == 1
+        # other options are taken as written
+        text = SECURED.replace('type = "kafka"', 'type = "kafka"\ntopic_prefix = "${A}-"')
+        config = parse(text, KAFKA_PASSWORD="p", A="a")
+        assert config.configs["secured"].options["topic_prefix"] == "${A}-"
+
+    def test_an_unused_config_loads_and_fails_only_when_opened(self) -> None:
+        # STREAMCORE_LOG_BACKEND=memory: the kafka config is never opened, so its missing
+        # password must not break loading (tests, local runs with the production file).
+        config = parse(SECURED, STREAMCORE_LOG_BACKEND="memory")
+        assert route(config, "bulk/command") == "memory"
+        secured = config.configs["secured"]
+        assert "<unresolved: ${KAFKA_PASSWORD}, its variable is unset or empty>" in repr(secured)
+        with pytest.raises(ConfigError, match=r"variable KAFKA_PASSWORD is not set; export"):
+            kafka_kwargs(secured, load_config())
+        um = UnifiedLogManager(load_config(), config)
+        try:
+            with pytest.raises(ConfigError, match=r"properties.\"sasl.password\" takes"):
+                um.backend_manager("secured")
+        finally:
+            um.close()
+        # a malformed reference is a file error: it fails at load, used or not
+        with pytest.raises(ConfigError, match="not a variable reference"):
+            parse(SECURED.replace("${KAFKA_USER", "${1"), STREAMCORE_LOG_BACKEND="memory")
+
+    def test_resolved_secrets_are_redacted_in_reprs(self) -> None:
+        config = parse(SECURED, KAFKA_PASSWORD=SECRET, KAFKA_USER="alice")
+        secured = config.configs["secured"]
+        assert SECRET not in repr(secured) and SECRET not in str(secured)
+        assert "'sasl.password': '***'" in repr(secured) and "'alice'" in repr(secured)
+        props = secured.options["properties"]
+        assert props["sasl.password"] == SECRET  # only the repr hides it
+        # the description a Spark driver sends carries the resolved value (executors need not
+        # have the variable), and hides it in its repr
+        description = KafkaLogDescription("kafka", "bulk/x", 1, "h:9094", "t", props)
+        assert SECRET not in repr(description) and "'sasl.password': '***'" in repr(description)
+        jaas = description.spark_options()["kafka.sasl.jaas.config"]
+        assert f'password="{SECRET}"' in jaas and 'username="alice"' in jaas
+
+    def test_redact_properties_masks_secret_keys_only(self) -> None:
+        props = {
+            "sasl.username": "u",
+            "sasl.password": "1",
+            "ssl.key.password": "2",
+            "ssl.keystore.password": "3",
+            "sasl.oauthbearer.client.secret": "4",
+            "sasl.jaas.config": "5",
+            "sasl.oauthbearer.config": "6",
+            "ssl.key.pem": "7",
+            "security.protocol": "SASL_SSL",
+            "ssl.keystore.location": "/k.p12",
+        }
+        redacted = redact_properties(props)
+        assert [k for k, v in redacted.items() if v == "***"] == [
+            "sasl.password",
+            "ssl.key.password",
+            "ssl.keystore.password",
+            "sasl.oauthbearer.client.secret",
+            "sasl.jaas.config",
+            "sasl.oauthbearer.config",
+            "ssl.key.pem",
+        ]
+        assert props["sasl.password"] == "1"  # a copy
+
+    def test_load_reads_the_process_environment(
+        self, tmp_path: Path, clean_env: pytest.MonkeyPatch
+    ) -> None:
+        path = tmp_path / "streamcore.toml"
+        path.write_text(SECURED)
+        clean_env.delenv("KAFKA_USER", raising=False)
+        clean_env.setenv("KAFKA_PASSWORD", SECRET)
+        props = LogConfig.load(path).configs["secured"].options["properties"]
+        assert (props["sasl.username"], props["sasl.password"]) == ("streamcore", SECRET)
+        clean_env.delenv("KAFKA_PASSWORD")
+        with pytest.raises(ConfigError, match="KAFKA_PASSWORD is not set"):
+            LogConfig.from_settings(load_config(path, home=tmp_path))
 
 
 # -- routing ----------------------------------------------------------------------------------

@@ -1,5 +1,11 @@
 """`KafkaLogDescription`: a Kafka-backed log as a Spark job opens it (Spark's Kafka source and
-sink, in the JVM): bootstrap servers, topic and every librdkafka property of the log config."""
+sink, in the JVM): bootstrap servers, topic and every librdkafka property of the log config.
+
+The properties are the resolved ones: a `${NAME}` in the config's properties (e.g. the
+`sasl.password`) was replaced from the environment of the process that loaded the config, the
+driver, so the description carries the value and executors need no such variable (they get it
+inside `kafka.sasl.jaas.config`). Secret values never show in the repr (`redact_properties`);
+`spark_options()` holds them in clear, as Spark needs them: pass it to Spark, never log it."""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ from typing import Any
 
 from streamcore.log.api import LogDescription
 from streamcore.log.kafka.java_client import java_client_properties
+from streamcore.redact import redact_properties
 
 BACKEND = "kafka"
 
@@ -21,6 +28,13 @@ class KafkaLogDescription(LogDescription):
     bootstrap_servers: str = ""
     topic: str = ""
     properties: Mapping[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return (
+            f"KafkaLogDescription(backend={self.backend!r}, name={self.name!r}, "
+            f"partitions={self.partitions!r}, bootstrap_servers={self.bootstrap_servers!r}, "
+            f"topic={self.topic!r}, properties={redact_properties(self.properties)!r})"
+        )
 
     def spark_options(self) -> dict[str, str]:
         """Spark Kafka source / sink options reaching this cluster as the describing manager
