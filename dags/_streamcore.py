@@ -7,15 +7,13 @@ of `jobs.spark` at module level (DAG files must parse in well under a second).
 
 from __future__ import annotations
 
-import contextlib
 import importlib
-import io
 import json
 import logging
 import os
 import re
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -160,18 +158,11 @@ def check_job_arguments(job: str, argv: list[str]) -> None:
     which import no pyspark) on `argv`, so the DAG and the job cannot disagree about what is
     valid and a bad run stops before spark-submit. Raises AirflowFailException with the job's
     own message."""
-    module = importlib.import_module(f"jobs.{job}")
-    parser = module.build_parser()
-    errors = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(errors):
-            module.check_args(parser, parser.parse_args(argv))
-    except SystemExit as exc:
-        if exc.code:
-            message = errors.getvalue().strip().splitlines()
-            raise AirflowFailException(
-                f"jobs/{job}.py rejects `{' '.join(argv)}`: {message[-1] if message else exc}"
-            ) from None
+    from jobs.spark.job import argument_errors
+
+    error = argument_errors(importlib.import_module(f"jobs.{job}"), argv)
+    if error is not None:
+        raise AirflowFailException(f"jobs/{job}.py rejects `{' '.join(argv)}`: {error}")
 
 
 def run_record_path(job: str, run_id: str) -> Path:
@@ -187,3 +178,104 @@ def write_run_record(job: str, run_id: str, record: Mapping[str, Any]) -> Path:
     tmp.write_text(json.dumps(record, indent=2, sort_keys=True, default=str) + "\n")
     tmp.replace(path)
     return path
+
+
+# -- the job-task factory --------------------------------------------------------------------------
+Arguments = Callable[[dict[str, Any], Any], Mapping[str, list[str]]]
+"""(the run's params, its Airflow context) -> the arguments of each spark-submit step, in order."""
+
+
+def interval_arguments(context: Any) -> list[str]:
+    """`--start ISO --end ISO`: the run's data interval `[start, end)` as job arguments. A run
+    without one (triggered with no logical date) is refused with the fix."""
+    start = context.get("data_interval_start")
+    end = context.get("data_interval_end")
+    if start is None or end is None:
+        raise AirflowFailException(
+            "this run has no data interval (it was triggered without a logical date); trigger it "
+            "with a logical date, or run `airflow backfill create` over the dates to process"
+        )
+    return ["--start", start.isoformat(), "--end", end.isoformat()]
+
+
+def render_rows(rows: list[tuple[str, str]]) -> str:
+    """An aligned two-column table, for the summary task's log."""
+    width = max((len(k) for k, _ in rows), default=0)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
+
+
+def summary_rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The scalar fields of a job summary as rows (nested values are in the run record)."""
+    return [
+        (key, f"{value:,}" if type(value) is int else str(value))
+        for key, value in summary.items()
+        if not isinstance(value, dict | list)
+    ]
+
+
+def job_tasks(
+    job: str,
+    steps: Sequence[str],
+    arguments: Arguments,
+    *,
+    retries: Mapping[str, int] | None = None,
+    render: Callable[[Mapping[str, Mapping[str, Any]]], str] | None = None,
+    **submit: Any,
+) -> Any:
+    """validate → one spark-submit of `jobs/<job>.py` per step of `steps` (task ids, in order) →
+    summary, inside a `@dag`.
+
+    validate checks the Spark set-up and builds each step's arguments with `arguments`, checked by
+    the job's own `check_args` (a bad run fails there, without retries). The summary task logs
+    `render(summaries)` (by default a table of each step's scalar fields) and keeps the run record
+    under STREAMCORE_HOME/runs/<job>/. Returns the summary task."""
+    from airflow.sdk import get_current_context, task
+
+    @task(task_id="validate", retries=0)
+    def validate() -> dict[str, list[str]]:
+        context = get_current_context()
+        check_spark_ready()
+        argvs = dict(arguments(dict(context["params"]), context))
+        if list(argvs) != list(steps):
+            raise AirflowFailException(f"arguments of {job} gave steps {list(argvs)}, not {steps}")
+        for argv in argvs.values():
+            check_job_arguments(job, argv)
+        logger.info("%s steps: %s", job, argvs)
+        return argvs
+
+    checked = validate()
+    submits = []
+    for step in steps:
+        operator = StreamcoreSparkSubmitOperator(
+            task_id=step,
+            job=job,
+            application_args=checked[step],
+            retries=(retries or {}).get(step, 1),
+            **submit,
+        )
+        if submits:
+            submits[-1] >> operator
+        submits.append(operator)
+
+    @task(task_id="summary", retries=0)
+    def summary(**outputs: dict[str, Any]) -> dict[str, Any]:
+        context = get_current_context()
+        run_id = context["dag_run"].run_id
+        if render is not None:
+            report = render(outputs)
+        else:
+            report = "\n\n".join(
+                f"{step}\n{render_rows(summary_rows(out))}" for step, out in outputs.items()
+            )
+        record = {
+            "dag_id": context["dag"].dag_id,
+            "run_id": run_id,
+            "params": dict(context["params"]),
+            **outputs,
+            "report": report,
+        }
+        path = write_run_record(job, run_id, record)
+        logger.info("%s run %s\n%s\nrun record: %s", job, run_id, report, path)
+        return record
+
+    return summary(**{op.task_id: op.output for op in submits})

@@ -18,11 +18,8 @@ a local session.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import os
 import re
-import signal
 import sys
 import time
 from pathlib import Path
@@ -31,6 +28,8 @@ from typing import Any
 if __package__ in (None, ""):  # `python jobs/importer.py` / spark-submit: make `jobs` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from jobs.spark.batches import Landed
+from jobs.spark.job import JobArgumentError, JobContext, JobError, run_job
 from streamcore.errors import InvalidNameError, StreamcoreError
 from streamcore.names import Name
 
@@ -38,12 +37,11 @@ logger = logging.getLogger("jobs.importer")
 
 DOCUMENT_SCHEMA = "org.streamcore.importer.Document"
 DECODES = f"payload decodes as {DOCUMENT_SCHEMA}"  # the failure of undecodable rows
-FAULT_ENV = "STREAMCORE_FAULT"
 _TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _FORMATS = ("jsonl", "csv", "parquet", "avro")
 
 
-class QualityThresholdError(StreamcoreError):
+class QualityThresholdError(JobError):
     """More rows failed their expectations than the failure threshold allows."""
 
 
@@ -97,24 +95,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Reject bad arguments before Spark starts (argparse exits 2 with the message)."""
+def check_args(args: argparse.Namespace) -> None:
+    """Reject bad arguments before Spark starts (the runner exits 2 with the message; the DAG's
+    validate task calls this too)."""
     try:
         Name.of(args.stream)
         if args.step == "consume":
             Name.of(args.group)
     except InvalidNameError as exc:
-        parser.error(f"--stream/--group: {exc}")
+        raise JobArgumentError(f"--stream/--group: {exc}") from None
     if args.home is not None and Path(args.home).exists() and not Path(args.home).is_dir():
-        parser.error(f"--home {args.home} is not a directory; give the STREAMCORE_HOME folder")
+        raise JobArgumentError(
+            f"--home {args.home} is not a directory; give the STREAMCORE_HOME folder"
+        )
     if args.step == "produce":
         if args.source == "random" and args.count < 1:
-            parser.error(f"--count must be at least 1, got {args.count}")
+            raise JobArgumentError(f"--count must be at least 1, got {args.count}")
         if args.source == "files":
             if not args.path:
-                parser.error("--source files needs --path (a file or a folder of files)")
+                raise JobArgumentError("--source files needs --path (a file or a folder of files)")
             if not Path(args.path).exists():
-                parser.error(f"--path {args.path} does not exist; give an existing file or folder")
+                raise JobArgumentError(
+                    f"--path {args.path} does not exist; give an existing file or folder"
+                )
             from jobs.spark.import_roots import check_import_path
             from streamcore.config import load_config
 
@@ -123,86 +126,80 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
                 # The job reads the path it checked, not whatever a link points to later.
                 args.path = str(check_import_path(args.path, roots))
             except StreamcoreError as exc:
-                parser.error(f"--path: {exc}")
+                raise JobArgumentError(f"--path: {exc}") from None
             if args.format is None:
                 from jobs.spark.formats import detect_format
 
                 try:
                     args.format = detect_format(args.path)
                 except StreamcoreError as exc:
-                    parser.error(str(exc))
+                    raise JobArgumentError(str(exc)) from None
         if args.partitions is not None and not 1 <= args.partitions <= 1000:
-            parser.error(f"--partitions must be 1..1000, got {args.partitions}")
+            raise JobArgumentError(f"--partitions must be 1..1000, got {args.partitions}")
         if args.avg_blob_size < 0:
-            parser.error(f"--avg-blob-size must be >= 0 bytes, got {args.avg_blob_size}")
+            raise JobArgumentError(f"--avg-blob-size must be >= 0 bytes, got {args.avg_blob_size}")
     else:
         if args.batch_size < 0:
-            parser.error(f"--batch-size must be >= 0 (0 = everything), got {args.batch_size}")
+            raise JobArgumentError(
+                f"--batch-size must be >= 0 (0 = everything), got {args.batch_size}"
+            )
         if not 0.0 <= args.failure_threshold <= 1.0:
-            parser.error(f"--failure-threshold must be within 0..1, got {args.failure_threshold}")
+            raise JobArgumentError(
+                f"--failure-threshold must be within 0..1, got {args.failure_threshold}"
+            )
         if not _TABLE_NAME.match(args.table):
-            parser.error(f"--table {args.table!r} must be a plain identifier such as repository")
+            raise JobArgumentError(
+                f"--table {args.table!r} must be a plain identifier such as repository"
+            )
 
 
 # -- steps ----------------------------------------------------------------------------------------
-def _context() -> tuple[Any, Any, Any]:
-    """(config, log manager, schema store) of STREAMCORE_HOME."""
-    from streamcore.codecs import SchemaStore
-    from streamcore.config import load_config
-    from streamcore.log import open_log_manager
-
-    config = load_config()
-    return config, open_log_manager(config), SchemaStore(config.schemas_dir)
+def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
+    base = {"stream": Name.of(args.stream).urn}
+    return {**base, **(produce(args, ctx) if args.step == "produce" else consume(args, ctx))}
 
 
-def produce(args: argparse.Namespace) -> dict[str, Any]:
+def produce(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     """Append the documents to the stream from the executors; returns the summary."""
     from pyspark.sql import functions as F
 
     from jobs.spark.avro import encode_payload, encode_record, spark_schema
     from jobs.spark.documents import check_encodable, random_documents, read_documents
     from jobs.spark.log_writer import append_dataframe
-    from jobs.spark.phases import Phases
-    from jobs.spark.session import build_session
 
-    _config, manager, store = _context()
-    schema = store.by_name(DOCUMENT_SCHEMA)
+    manager, phases = ctx.logs, ctx.phases
+    schema = ctx.schemas.by_name(DOCUMENT_SCHEMA)
     stream = Name.of(args.stream)
-    phases = Phases()
-    with phases("session"):
-        spark = build_session("importer-produce", args.master)
-    try:
-        if not manager.exists(stream):
-            manager.create(stream, args.partitions or 4)
-        elif args.partitions is not None:
-            manager.create(stream, args.partitions)  # LogExistsError if the sizes differ
-        partitions = manager.size(stream)
-        if args.source == "random":
-            docs = random_documents(
-                spark,
-                args.count,
-                partitions=partitions,
-                seed=args.seed,
-                avg_blob_size=args.avg_blob_size,
-            )
-            layout = "by_task"  # generated ids are unique: no key needs a fixed partition
-        else:
-            docs = read_documents(spark, args.path, args.format, spark_schema(spark, schema))
-            with phases("check_input"):
-                check_encodable(docs, schema)
-            layout = "by_key"
-        now_ms = time.time_ns() // 1_000_000
-        payload = encode_payload([F.col(c) for c in docs.columns], schema)
-        records = docs.select(
-            F.col("id").alias("key"),
-            encode_record(F.col("id"), payload, F.lit(now_ms << 17)).alias("value"),
+    spark = ctx.spark
+    if not manager.exists(stream):
+        manager.create(stream, args.partitions or 4)
+    elif args.partitions is not None:
+        manager.create(stream, args.partitions)  # LogExistsError if the sizes differ
+    partitions = manager.size(stream)
+    if args.source == "random":
+        docs = random_documents(
+            spark,
+            args.count,
+            partitions=partitions,
+            seed=args.seed,
+            avg_blob_size=args.avg_blob_size,
         )
-        started = time.monotonic()
-        with phases("generate_encode_append"):
-            counts = append_dataframe(records, manager, stream, layout=layout)
-        seconds = time.monotonic() - started
-    finally:
-        manager.close()
+        layout = "by_task"  # generated ids are unique: no key needs a fixed partition
+    else:
+        docs = read_documents(spark, args.path, args.format, spark_schema(spark, schema))
+        with phases("check_input"):
+            check_encodable(docs, schema)
+        layout = "by_key"
+    now_ms = time.time_ns() // 1_000_000
+    payload = encode_payload([F.col(c) for c in docs.columns], schema)
+    records = docs.select(
+        F.col("id").alias("key"),
+        encode_record(F.col("id"), payload, F.lit(now_ms << 17)).alias("value"),
+    )
+    started = time.monotonic()
+    with phases("generate_encode_append"):
+        counts = append_dataframe(records, manager, stream, layout=layout)
+    seconds = time.monotonic() - started
     total = sum(counts.values())
     logger.info("appended %d documents to %s in %.1f s", total, stream, seconds)
     return {
@@ -211,92 +208,88 @@ def produce(args: argparse.Namespace) -> dict[str, Any]:
         "per_partition": {str(p): n for p, n in sorted(counts.items())},
         "source": args.source,
         "docs_per_s": round(total / seconds, 1) if seconds > 0 else None,
-        "phases": phases.seconds,
     }
 
 
-def consume(args: argparse.Namespace) -> dict[str, Any]:
+def consume(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     """Import the group's unconsumed range into the Delta table, exactly once."""
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-
-    from jobs.spark.avro import decode_payload
+    from jobs.spark.batches import run_offset_batch
     from jobs.spark.catalog import Catalog
-    from jobs.spark.delta_sink import DeltaBatchSink, commit_positions, plan_batch
-    from jobs.spark.expectations import (
-        any_failure,
-        failed_expectations,
-        failure_counts,
-        load_suite,
-    )
-    from jobs.spark.phases import Phases
-    from jobs.spark.quarantine import quarantine_rows, write_quarantine
-    from jobs.spark.repository import upsert_documents
-    from jobs.spark.session import build_session
-    from jobs.spark.streams import read_stream
-    from jobs.spark.validation import preload, validate
+    from jobs.spark.validation import preload
 
-    config, manager, store = _context()
-    schema = store.by_name(DOCUMENT_SCHEMA)
-    suite = load_suite(schema)
-    stream, group = Name.of(args.stream), args.group
-    app_id = f"importer/{group}"
-    phases = Phases()
-    with phases("session"):
-        spark = build_session("importer-consume", args.master)
-    catalog = Catalog(spark, config)
+    catalog = Catalog(ctx.spark, ctx.config)
     table_path, quarantine_path = catalog.path(args.table), catalog.path("quarantine")
     preload()
     started = time.monotonic()
-    cached = None
+    land = _DocumentLanding(args, ctx, catalog)
     try:
-        if not manager.exists(stream):
-            raise StreamcoreError(
-                f"stream {stream} does not exist; run `importer produce` first (or check --stream)"
-            )
-        sink = DeltaBatchSink(spark, table_path, app_id)
-        with phases("plan"):
-            plan = plan_batch(sink, manager, stream, group, max_records=args.batch_size)
-        summary: dict[str, Any] = {
-            "group": group,
-            "batch": plan.batch,
-            "offsets": {str(p): list(r) for p, r in sorted(plan.ranges.items())},
-            "recovered_positions": {str(p): o for p, o in plan.recovered.items()},
-            "table_path": table_path,
-            "quarantine_path": quarantine_path,
+        summary = run_offset_batch(
+            ctx,
+            app="importer",
+            stream=args.stream,
+            group=args.group,
+            table_path=table_path,
+            land=land,
+            max_records=args.batch_size,
+        )
+    finally:
+        land.release()
+    seconds = time.monotonic() - started
+    summary["quarantine_path"] = quarantine_path
+    if summary["read"] == 0:
+        return {
+            **summary,
+            "imported": 0,
+            "quarantined": 0,
+            "validation": None,
+            "data_docs": None,
+            "docs_per_s": 0.0,
         }
-        if plan.records == 0:
-            logger.info("%s: nothing to import for group %s", stream, group)
-            return {
-                **summary,
-                "read": 0,
-                "imported": 0,
-                "quarantined": 0,
-                "delta_version": sink.version(),
-                "validation": None,
-                "data_docs": None,
-                "docs_per_s": 0.0,
-            }
-        records = read_stream(spark, manager, stream, plan.ranges)
-        decoded = decode_payload(records, schema, store)
+    return {**summary, "docs_per_s": round(summary["read"] / seconds, 1) if seconds > 0 else None}
+
+
+class _DocumentLanding:
+    """The importer's `land`: decode, row checks and Great Expectations on the batch, failing
+    rows to `quarantine`, the good documents MERGEd into the repository table as the batch."""
+
+    def __init__(self, args: argparse.Namespace, ctx: JobContext, catalog: Any) -> None:
+        from jobs.spark.expectations import load_suite
+
+        self.args, self.ctx, self.catalog = args, ctx, catalog
+        self.schema = ctx.schemas.by_name(DOCUMENT_SCHEMA)
+        self.suite = load_suite(self.schema)
+        self.cached: Any = None
+
+    def __call__(self, records: Any, plan: Any, sink: Any) -> Landed:
+        from pyspark import StorageLevel
+        from pyspark.sql import functions as F
+
+        from jobs.spark.avro import decode_payload
+        from jobs.spark.expectations import any_failure, failed_expectations, failure_counts
+        from jobs.spark.quarantine import quarantine_rows, write_quarantine
+        from jobs.spark.repository import upsert_documents
+        from jobs.spark.validation import validate
+
+        args, ctx, suite, phases = self.args, self.ctx, self.suite, self.ctx.phases
+        decoded = decode_payload(records, self.schema, ctx.schemas)
         undecodable = F.col("record_error").isNotNull() | F.col("payload_error").isNotNull()
         # The row checks run in the pass that fills the cache; the raw payload is only kept for
         # the rows that go to quarantine (the good ones need their decoded columns only).
         checked = decoded.withColumn("_failing", undecodable | any_failure(suite))
         checked = checked.withColumn("data", F.when(F.col("_failing"), F.col("data")))
-        cached = checked.persist(StorageLevel.MEMORY_AND_DISK)
+        self.cached = cached = checked.persist(StorageLevel.MEMORY_AND_DISK)
         with phases("read_decode_check"):
             counts = failure_counts(cached, suite, also=undecodable)
         read, bad_count = counts.pop("rows"), counts.pop("failing")
         counts[DECODES] = counts.pop("*")
         per_expectation = {k: v for k, v in sorted(counts.items(), key=lambda kv: -kv[1]) if v}
-        fields = [f["name"] for f in schema.raw["fields"]]
+        fields = [f["name"] for f in self.schema.raw["fields"]]
         with phases("validate"):
             report = validate(
                 cached.where(~undecodable).select(*fields),
                 suite,
-                config.home / "gx",
-                run_name=f"{Name.of(group).id}-batch-{plan.batch}",
+                ctx.config.home / "gx",
+                run_name=f"{Name.of(args.group).id}-batch-{plan.batch}",
                 result_format=args.gx_result_format,
             )
         ratio = bad_count / read if read else 0.0
@@ -305,22 +298,16 @@ def consume(args: argparse.Namespace) -> dict[str, Any]:
             "failure_ratio": round(ratio, 6),
             "quarantined_by_expectation": per_expectation,
         }
-        summary |= {"read": read, "validation": validation, "data_docs": report.data_docs}
+        summary = {"read": read, "validation": validation, "data_docs": report.data_docs}
         if ratio > args.failure_threshold:
             names = ", ".join(f"{k} ({v} rows)" for k, v in per_expectation.items())
-            error = QualityThresholdError(
+            raise QualityThresholdError(
                 f"{bad_count} of {read} rows ({ratio:.2%}) failed their expectations, over the "
                 f"--failure-threshold {args.failure_threshold:.2%}: {names}. Nothing was imported "
-                f"and the positions of {group} did not move: fix the producer, or rerun with a "
-                "higher --failure-threshold to quarantine them"
+                f"and the positions of {args.group} did not move: fix the producer, or rerun "
+                "with a higher --failure-threshold to quarantine them",
+                {**summary, "imported": 0, "quarantined": 0},
             )
-            error.summary = {  # type: ignore[attr-defined]
-                **summary,
-                "imported": 0,
-                "quarantined": 0,
-                "phases": phases.seconds,
-            }
-            raise error
         failing = F.col("_failing")
         if bad_count:
             bad = cached.where(failing).withColumn(
@@ -328,83 +315,22 @@ def consume(args: argparse.Namespace) -> dict[str, Any]:
                 F.when(undecodable, F.array(F.lit(DECODES))).otherwise(failed_expectations(suite)),
             )
             with phases("quarantine"):
-                rows = quarantine_rows(bad, job=app_id, batch=plan.batch)
-                write_quarantine(rows, catalog)
+                rows = quarantine_rows(bad, job=sink.app_id, batch=plan.batch)
+                write_quarantine(rows, self.catalog)
         good = cached.where(~failing)
-        fault_point("importer.before_delta_commit")
+        ctx.fault_point("importer.before_delta_commit")
         with phases("merge"):
-            version = upsert_documents(catalog, args.table, sink, plan, good, fields)
-        if version is None:
-            _check_same_batch(sink, plan)
-        fault_point("importer.after_delta_commit")
-        with phases("commit_positions"):
-            commit_positions(manager, plan)
-        seconds = time.monotonic() - started
-        summary |= {
-            "imported": read - bad_count,
-            "quarantined": bad_count,
-            "delta_version": version if version is not None else sink.version(),
-            "docs_per_s": round(read / seconds, 1) if seconds > 0 else None,
-            "phases": phases.seconds,
-        }
-        return summary
-    finally:
-        if cached is not None:
-            cached.unpersist()
-        manager.close()
+            version = upsert_documents(self.catalog, args.table, sink, plan, good, fields)
+        summary |= {"imported": read - bad_count, "quarantined": bad_count}
+        return Landed(version, summary)
 
-
-def _check_same_batch(sink: Any, plan: Any) -> None:
-    """Delta skipped the write because the table has this batch number already: only possible if
-    another run of the same group landed it meanwhile (runs of a group must not overlap). Moving
-    the positions is safe only if that run covered exactly this range."""
-    landed = sink.last_batch()
-    mine = {p: end for p, (_, end) in plan.ranges.items()}
-    if landed is None or landed.batch != plan.batch or landed.ends != mine:
-        raise StreamcoreError(
-            f"batch {plan.batch} of {sink.app_id} was landed by another run with other offsets "
-            f"({landed.ends if landed else 'unknown'}, this run read up to {mine}): two consume "
-            "runs of one group overlapped. Nothing was committed by this run; run it again (it "
-            "recovers from the other run's batch) and keep one run per group at a time"
-        )
-
-
-def fault_point(name: str) -> None:
-    """Crash here (SIGKILL, no clean-up) if `STREAMCORE_FAULT` names this point: how the tests
-    kill the job between two commits."""
-    if os.environ.get(FAULT_ENV) == name:
-        logger.error("fault injection: killing the job at %s", name)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.kill(os.getpid(), signal.SIGKILL)
+    def release(self) -> None:
+        if self.cached is not None:
+            self.cached.unpersist()
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    check_args(parser, args)
-    logging.basicConfig(
-        level=os.environ.get("STREAMCORE_LOG_LEVEL", "INFO"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    for noisy in ("great_expectations", "py4j"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    if args.home:
-        os.environ["STREAMCORE_HOME"] = str(Path(args.home).resolve())
-    started = time.monotonic()
-    base = {"job": "importer", "step": args.step, "stream": Name.of(args.stream).urn}
-    try:
-        summary = produce(args) if args.step == "produce" else consume(args)
-        code = 0
-    except StreamcoreError as exc:
-        logger.error("%s failed: %s", args.step, exc)
-        summary = {"status": "failed", "error": str(exc), **getattr(exc, "summary", {})}
-        code = 1
-    summary = {**base, **summary, "seconds": round(time.monotonic() - started, 3)}
-    summary.setdefault("status", "ok")
-    print(json.dumps(summary, separators=(",", ":"), default=str), flush=True)
-    return code
+    return run_job(sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,6 @@ the allowed roots (a plain path, `..`, a symlink, a folder holding a symlink).""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import subprocess
@@ -259,18 +257,11 @@ def _docs(folder: Path, name: str = "docs.jsonl") -> Path:
 
 
 def _check(*argv: str) -> str | None:
-    """The importer's argument checks in this process: None if accepted, else argparse's error."""
+    """The importer's argument checks in this process: None if accepted, else the error."""
     from jobs import importer
+    from jobs.spark.job import argument_errors
 
-    parser = importer.build_parser()
-    errors = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(errors):
-            importer.check_args(parser, parser.parse_args(list(argv)))
-    except SystemExit as exc:
-        assert exc.code == 2
-        return errors.getvalue().strip().splitlines()[-1]
-    return None
+    return argument_errors(importer, list(argv))
 
 
 def _home() -> Path:

@@ -292,9 +292,9 @@ def test_sink_records_batches_and_recover_commits_landed_positions(spark, local,
     commit_positions(local, again)
     assert local.committed("test/exact", "g") == [5, 5]
     # A write Delta skipped is only accepted if the landed batch covered the same range.
-    from jobs.importer import _check_same_batch
+    from jobs.spark.batches import _check_same_batch
 
     _check_same_batch(sink, plan)
     overlapping = dataclasses.replace(plan, ranges={0: (0, 6), 1: (0, 5)})
-    with pytest.raises(StreamcoreError, match="two consume runs of one group overlapped"):
+    with pytest.raises(StreamcoreError, match="two runs of one group overlapped"):
         _check_same_batch(sink, overlapping)

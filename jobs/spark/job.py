@@ -1,0 +1,216 @@
+"""The job skeleton every `jobs/<job>.py` follows, and the one runner that executes it.
+
+A job module defines three functions and a two-line entry point:
+
+    def build_parser() -> argparse.ArgumentParser: ...
+    def check_args(args: argparse.Namespace) -> None: ...   # raise JobArgumentError; no Spark
+    def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]: ...  # the summary
+
+    if __name__ == "__main__":
+        sys.exit(run_job(sys.modules[__name__]))
+
+`run_job` parses the arguments, runs `check_args` before anything else (the DAG's validate task
+calls the same function through `argument_errors`), sets up logging and `STREAMCORE_HOME`, opens
+the `JobContext` (configuration, log manager, schema store, Spark session on first use), calls
+`run`, prints one JSON summary line on stdout and returns the exit code: 0 on success, 1 when the
+job failed (`JobError`, or any `StreamcoreError`), 2 for bad arguments. A `JobError` carries the
+summary of what the job did before it failed, so the failure line says as much as a success line.
+
+Crash tests kill a job at a named point: `ctx.fault_point("importer.before_delta_commit")` sends
+SIGKILL to the process when `STREAMCORE_FAULT` names that point, and does nothing otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Protocol
+
+from streamcore.errors import StreamcoreError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from jobs.spark.phases import Phases
+    from streamcore.codecs import SchemaStore
+    from streamcore.config import StreamcoreConfig
+    from streamcore.log.api import LogManager
+
+__all__ = [
+    "FAULT_ENV",
+    "Job",
+    "JobArgumentError",
+    "JobContext",
+    "JobError",
+    "argument_errors",
+    "run_job",
+]
+
+logger = logging.getLogger("jobs")
+
+FAULT_ENV = "STREAMCORE_FAULT"
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class JobArgumentError(StreamcoreError):
+    """An argument (or a combination of them) the job cannot run with; the message names it and
+    says what to give instead. Raised by `check_args`, before any Spark session."""
+
+
+class JobError(StreamcoreError):
+    """The job failed after it started. `summary` is what it did until then (counts, offsets,
+    phases), printed in the failure's summary line."""
+
+    def __init__(self, message: str, summary: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.summary: dict[str, Any] = dict(summary or {})
+
+
+class Job(Protocol):
+    """What `run_job` needs of a job module."""
+
+    def build_parser(self) -> argparse.ArgumentParser: ...
+
+    def check_args(self, args: argparse.Namespace) -> None: ...
+
+    def run(self, args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]: ...
+
+
+@dataclass
+class JobContext:
+    """What a running job works with. Everything is opened on first use, so a job that needs no
+    Spark (or no log) pays nothing for it; `close()` releases what was opened."""
+
+    name: str
+    master: str | None = None
+    session_conf: dict[str, str] = field(default_factory=dict)
+
+    @cached_property
+    def config(self) -> StreamcoreConfig:
+        from streamcore.config import load_config
+
+        return load_config()
+
+    @cached_property
+    def logs(self) -> LogManager:
+        from streamcore.log import open_log_manager
+
+        return open_log_manager(self.config)
+
+    @cached_property
+    def schemas(self) -> SchemaStore:
+        from streamcore.codecs import SchemaStore
+
+        return SchemaStore(self.config.schemas_dir)
+
+    @cached_property
+    def phases(self) -> Phases:
+        from jobs.spark.phases import Phases
+
+        return Phases()
+
+    @cached_property
+    def spark(self) -> SparkSession:
+        from jobs.spark.session import build_session
+
+        with self.phases("session"):
+            return build_session(f"streamcore-{self.name}", self.master, conf=self.session_conf)
+
+    def fault_point(self, point: str) -> None:
+        """Crash here (SIGKILL, no clean-up) if `STREAMCORE_FAULT` names `point`."""
+        if os.environ.get(FAULT_ENV) == point:
+            logger.error("fault injection: killing the job at %s", point)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def close(self) -> None:
+        if "logs" in self.__dict__:
+            self.logs.close()
+
+
+def argument_errors(job: Job, argv: list[str]) -> str | None:
+    """Why `job` refuses `argv` (argparse's or `check_args`' message), or None if it accepts
+    them: how a DAG checks a run's arguments before spark-submit, with the job's own rules."""
+    parser = job.build_parser()
+    errors = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(errors):
+            args = parser.parse_args(argv)
+    except SystemExit as exc:
+        if not exc.code:  # --help
+            return None
+        lines = errors.getvalue().strip().splitlines()
+        return lines[-1] if lines else f"invalid arguments `{' '.join(argv)}` (see --help)"
+    try:
+        job.check_args(args)
+    except JobArgumentError as exc:
+        return str(exc)
+    return None
+
+
+def run_job(job: Job | ModuleType, argv: list[str] | None = None) -> int:
+    """Run a job module end to end (see the module docstring); returns the exit code."""
+    name = _job_name(job)
+    parser = job.build_parser()
+    args = parser.parse_args(argv)
+    try:
+        job.check_args(args)
+    except JobArgumentError as exc:
+        parser.error(str(exc))  # exit 2 with the usage line, as argparse does
+    _setup_logging()
+    home = getattr(args, "home", None)
+    if home:
+        os.environ["STREAMCORE_HOME"] = str(Path(home).resolve())
+    ctx = JobContext(name, master=getattr(args, "master", None))
+    base = {"job": name, **_step(args)}
+    started = time.monotonic()
+    try:
+        summary, code = dict(job.run(args, ctx)), EXIT_OK
+    except JobError as exc:
+        logger.error("%s failed: %s", name, exc)
+        summary, code = {**exc.summary, "status": "failed", "error": str(exc)}, EXIT_FAILED
+    except StreamcoreError as exc:
+        logger.error("%s failed: %s", name, exc)
+        summary, code = {"status": "failed", "error": str(exc)}, EXIT_FAILED
+    finally:
+        ctx.close()
+    if "phases" in ctx.__dict__:
+        summary.setdefault("phases", ctx.phases.seconds)
+    summary = {**base, **summary, "seconds": round(time.monotonic() - started, 3)}
+    summary.setdefault("status", "ok")
+    print(json.dumps(summary, separators=(",", ":"), default=str), flush=True)
+    return code
+
+
+def _job_name(job: Job | ModuleType) -> str:
+    module = getattr(job, "__name__", type(job).__name__)
+    if module == "__main__":  # spark-submit jobs/x.py: name the job by its file
+        return Path(getattr(job, "__file__", "job")).stem
+    return module.rsplit(".", 1)[-1]
+
+
+def _step(args: argparse.Namespace) -> dict[str, Any]:
+    step = getattr(args, "step", None)
+    return {"step": step} if step else {}
+
+
+def _setup_logging(quiet: tuple[str, ...] = ("great_expectations", "py4j")) -> None:
+    logging.basicConfig(
+        level=os.environ.get("STREAMCORE_LOG_LEVEL", "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    for noisy in quiet:
+        logging.getLogger(noisy).setLevel(logging.WARNING)
