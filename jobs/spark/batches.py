@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from jobs.spark.job import JobError
 from streamcore.errors import StreamcoreError
 from streamcore.names import Name
 
@@ -75,7 +76,11 @@ def run_offset_batch(
         logger.info("%s: nothing to read for group %s", name, group)
         return {**summary, "read": 0, "delta_version": sink.version()}
     records = read_stream(ctx.spark, ctx.logs, name, plan.ranges)
-    landed = land(records, plan, sink)
+    try:
+        landed = land(records, plan, sink)
+    except JobError as exc:  # the failure's summary line names the batch too
+        exc.summary = {**summary, **exc.summary}
+        raise
     if landed.version is None:
         _check_same_batch(sink, plan)
     ctx.fault_point(f"{app}.after_delta_commit")

@@ -76,6 +76,7 @@ def test_bad_rows_go_to_quarantine_with_reasons(spark) -> None:
     for name in expected.values():
         assert name in failed["error"]
     assert failed["validation"]["success"] is False
+    assert failed["batch"] == 0 and sum(e - s for s, e in failed["offsets"].values()) == 100
     assert not (_home() / "delta" / "repository").exists()
     assert not (_home() / "delta" / "quarantine").exists()
     with open_log_manager(load_config()) as manager:
