@@ -231,7 +231,9 @@ def job_tasks(
     under STREAMCORE_HOME/runs/<job>/. Returns the summary task."""
     from airflow.sdk import get_current_context, task
 
-    @task(task_id="validate", retries=0)
+    # multiple_outputs: each step's spark-submit pulls its own key (`checked[step]`); said
+    # explicitly: Airflow infers it from the return annotation only when it can evaluate it.
+    @task(task_id="validate", retries=0, multiple_outputs=True)
     def validate() -> dict[str, list[str]]:
         context = get_current_context()
         check_spark_ready()
@@ -257,8 +259,10 @@ def job_tasks(
             submits[-1] >> operator
         submits.append(operator)
 
-    @task(task_id="summary", retries=0)
-    def summary(**outputs: dict[str, Any]) -> dict[str, Any]:
+    # One dict argument, not **outputs: a task function taking **kwargs gets the whole Airflow
+    # context in them. Its XComArgs are resolved, and make the steps upstream of summary.
+    @task(task_id="summary", retries=0, multiple_outputs=False)
+    def summary(outputs: dict[str, dict[str, Any]]) -> dict[str, Any]:
         context = get_current_context()
         run_id = context["dag_run"].run_id
         if render is not None:
@@ -278,4 +282,4 @@ def job_tasks(
         logger.info("%s run %s\n%s\nrun record: %s", job, run_id, report, path)
         return record
 
-    return summary(**{op.task_id: op.output for op in submits})
+    return summary({op.task_id: op.output for op in submits})

@@ -5,24 +5,14 @@ validate → produce (spark-submit jobs/importer.py produce) → consume (… co
 
 from __future__ import annotations
 
-import logging
 import zlib
 from pathlib import Path
 from typing import Any
 
 import pendulum
-from _streamcore import (
-    StreamcoreSparkSubmitOperator,
-    check_job_arguments,
-    check_spark_ready,
-    default_args,
-    streamcore_home,
-    write_run_record,
-)
-from airflow.sdk import Param, dag, get_current_context, task
+from _streamcore import check_job_arguments, default_args, job_tasks, streamcore_home
+from airflow.sdk import Param, dag
 from airflow.sdk.exceptions import AirflowFailException
-
-logger = logging.getLogger("streamcore.dags.importer")
 
 STREAM = "import/docs"
 GROUP = "import/repository"
@@ -220,53 +210,16 @@ def render_summary(produced: dict[str, Any], consumed: dict[str, Any]) -> str:
     default_args=default_args(retries=1),
 )
 def streamcore_importer() -> None:
-    @task(retries=0, multiple_outputs=True)
-    def validate() -> dict[str, Any]:
-        """Checks the run's parameters and Spark set-up; bad input fails here without retries."""
-        context = get_current_context()
-        master = check_spark_ready()
-        arguments = importer_arguments(
-            dict(context["params"]), streamcore_home(), context["dag_run"].run_id
-        )
-        logger.info("spark master %s; produce %s; consume %s", master, *arguments.values())
-        return {**arguments, "master": master}
-
-    checked = validate()
-    produce = StreamcoreSparkSubmitOperator(
-        task_id="produce",
-        job="importer",
-        application_args=checked["produce"],
+    job_tasks(
+        "importer",
+        ["produce", "consume"],
+        lambda params, context: importer_arguments(
+            params, streamcore_home(), context["dag_run"].run_id
+        ),
+        retries={"consume": 2},  # crash-safe and idempotent: a retry after a lost worker is safe
+        render=lambda out: render_summary(out["produce"], out["consume"]),
         driver_memory="2g",
     )
-    # Crash-safe and idempotent, so a retry after a lost worker is safe.
-    consume = StreamcoreSparkSubmitOperator(
-        task_id="consume",
-        job="importer",
-        application_args=checked["consume"],
-        driver_memory="2g",
-        retries=2,
-    )
-    produce >> consume
-
-    @task(retries=0)
-    def summary(produced: dict[str, Any], consumed: dict[str, Any]) -> dict[str, Any]:
-        """Logs what the run did and keeps it under STREAMCORE_HOME/runs/importer/."""
-        context = get_current_context()
-        run_id = context["dag_run"].run_id
-        report = render_summary(produced, consumed)
-        record = {
-            "dag_id": context["dag"].dag_id,
-            "run_id": run_id,
-            "params": dict(context["params"]),
-            "produce": produced,
-            "consume": consumed,
-            "report": report,
-        }
-        path = write_run_record("importer", run_id, record)
-        logger.info("importer run %s\n%s\nrun record: %s", run_id, report, path)
-        return record
-
-    summary(produce.output, consume.output)
 
 
 streamcore_importer()

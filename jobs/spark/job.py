@@ -32,6 +32,7 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from functools import cached_property
 from pathlib import Path
 from types import ModuleType
@@ -53,7 +54,11 @@ __all__ = [
     "JobArgumentError",
     "JobContext",
     "JobError",
+    "add_interval",
     "argument_errors",
+    "instant",
+    "interval_ms",
+    "job_parser",
     "run_job",
 ]
 
@@ -138,6 +143,41 @@ class JobContext:
     def close(self) -> None:
         if "logs" in self.__dict__:
             self.logs.close()
+
+
+def job_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """A job's argument parser with the two arguments `run_job` reads: `--home`
+    (STREAMCORE_HOME) and `--master` (the Spark master when spark-submit did not set one)."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--home", help="STREAMCORE_HOME (default: the environment, else ./data)")
+    parser.add_argument("--master", help="Spark master when not run by spark-submit")
+    return parser
+
+
+def instant(text: str) -> datetime:
+    """An ISO 8601 time as an argument type; one without a UTC offset is UTC (never the
+    machine's time zone, which differs between a laptop, Airflow workers and Spark)."""
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an ISO 8601 time") from None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def add_interval(parser: argparse.ArgumentParser) -> None:
+    """`--start` (included) and `--end` (excluded): the time interval a job covers, as the
+    DAG side's `interval_arguments` passes an Airflow data interval."""
+    parser.add_argument("--start", type=instant, required=True, help="ISO 8601, included")
+    parser.add_argument("--end", type=instant, required=True, help="ISO 8601, excluded")
+
+
+def interval_ms(args: argparse.Namespace) -> tuple[int, int]:
+    """The `[start, end)` of `add_interval`'s arguments in epoch milliseconds; refuses an empty
+    or reversed interval (call it from `check_args`)."""
+    if args.end <= args.start:
+        raise JobArgumentError(f"--end {args.end} must be after --start {args.start}")
+    start_ms, end_ms = (int(t.timestamp() * 1000) for t in (args.start, args.end))
+    return start_ms, end_ms
 
 
 def argument_errors(job: Job, argv: list[str]) -> str | None:

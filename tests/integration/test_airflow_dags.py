@@ -37,6 +37,8 @@ def dagbag(af: AirflowEnv) -> dict[str, Any]:
                 "tags": sorted(dag.tags),
                 "doc_md": dag.doc_md or "",
                 "fileloc": dag.fileloc,
+                "catchup": dag.catchup,
+                "timetable": repr(dag.timetable),
                 "tasks": {{
                     t.task_id: {{
                         "retries": t.retries,
@@ -213,3 +215,66 @@ def test_validate_checks_parameters_together(af: AirflowEnv, tmp_path: Path) -> 
     assert "--count" not in files_args
     # what the job itself rejects, the validate task rejects before spark-submit
     assert "jobs/importer.py rejects" in result["missing"]
+
+
+def test_stream_stats_dag_shape(dagbag: dict[str, Any]) -> None:
+    """job_tasks: validate → one spark-submit per step → summary; a daily one-day interval."""
+    dag = dagbag["dags"]["streamcore_stream_stats"]
+    tasks = dag["tasks"]
+    assert tasks["validate"]["downstream"] == ["stats"]  # the step's arguments (XCom)
+    assert tasks["stats"]["downstream"] == ["summary"]  # its summary (XCom)
+    assert tasks["summary"]["downstream"] == []
+    assert tasks["stats"]["type"] == "StreamcoreSparkSubmitOperator"
+    assert tasks["stats"]["conn_id"] == "spark_default"
+    assert tasks["validate"]["retries"] == tasks["summary"]["retries"] == 0
+    assert tasks["stats"]["retries"] == 1
+    assert dag["catchup"] is False
+    # a cron trigger with a one-day interval: the run at midnight covers the day before
+    assert "CronTriggerTimetable" in dag["timetable"] and "days=1" in dag["timetable"]
+    assert dag["params"]["stream"]["schema"]["type"] == "string"
+
+
+def test_stream_stats_validate_uses_the_interval_and_the_jobs_checks(af: AirflowEnv) -> None:
+    """What the validate task of job_tasks does with the DAG's arguments function: the data
+    interval as --start/--end, checked by jobs/stream_stats.py's own check_args."""
+    result = run_python(
+        af,
+        """
+        import pendulum
+        import streamcore_stream_stats as m
+        from _streamcore import check_job_arguments
+        from airflow.sdk.exceptions import AirflowFailException
+        day = {"data_interval_start": pendulum.datetime(2026, 3, 10, tz="UTC"),
+               "data_interval_end": pendulum.datetime(2026, 3, 11, tz="UTC")}
+        out = {"day": m.stats_arguments({"stream": "import/docs"}, day)}
+        cases = {
+            "no_interval": ({"stream": "import/docs"}, {"data_interval_start": None,
+                                                       "data_interval_end": None}),
+            "empty_interval": ({"stream": "import/docs"}, {**day, "data_interval_end":
+                                                          day["data_interval_start"]}),
+            "bad_stream": ({"stream": "Not A Stream"}, day),
+        }
+        for name, (params, context) in cases.items():
+            try:
+                check_job_arguments("stream_stats", m.stats_arguments(params, context)["stats"])
+                out[name] = None
+            except AirflowFailException as exc:
+                out[name] = str(exc)
+        print(json.dumps(out))
+        """,
+    )
+    argv = result["day"]["stats"]
+    assert argv[:6] == [
+        "--stream",
+        "import/docs",
+        "--start",
+        "2026-03-10T00:00:00+00:00",
+        "--end",
+        "2026-03-11T00:00:00+00:00",
+    ]
+    assert argv[6:] == ["--home", str(af.streamcore_home)]
+    assert "no data interval" in result["no_interval"]
+    assert "jobs/stream_stats.py rejects" in result["empty_interval"]
+    assert "must be after --start" in result["empty_interval"]
+    assert "jobs/stream_stats.py rejects" in result["bad_stream"]
+    assert "--stream" in result["bad_stream"]
