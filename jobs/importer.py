@@ -22,6 +22,7 @@ import logging
 import re
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -221,19 +222,15 @@ def consume(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     table_path, quarantine_path = catalog.path(args.table), catalog.path("quarantine")
     preload()
     started = time.monotonic()
-    land = _DocumentLanding(args, ctx, catalog)
-    try:
-        summary = run_offset_batch(
-            ctx,
-            app="importer",
-            stream=args.stream,
-            group=args.group,
-            table_path=table_path,
-            land=land,
-            max_records=args.batch_size,
-        )
-    finally:
-        land.release()
+    summary = run_offset_batch(
+        ctx,
+        app="importer",
+        stream=args.stream,
+        group=args.group,
+        table_path=table_path,
+        land=_DocumentLanding(args, ctx, catalog),
+        max_records=args.batch_size,
+    )
     seconds = time.monotonic() - started
     summary["quarantine_path"] = quarantine_path
     if summary["read"] == 0:
@@ -258,47 +255,66 @@ class _DocumentLanding:
         self.args, self.ctx, self.catalog = args, ctx, catalog
         self.schema = ctx.schemas.by_name(DOCUMENT_SCHEMA)
         self.suite = load_suite(self.schema)
-        self.cached: Any = None
 
     def __call__(self, records: Any, plan: Any, sink: Any) -> Landed:
-        from pyspark import StorageLevel
+        # The driver idles while the executors write: GX validates meanwhile.
+        with ThreadPoolExecutor(1, thread_name_prefix="importer-gx") as driver:
+            return self._land(records, plan, sink, driver)
+
+    def _land(self, records: Any, plan: Any, sink: Any, driver: ThreadPoolExecutor) -> Landed:
         from pyspark.sql import functions as F
 
         from jobs.spark.avro import decode_payload
-        from jobs.spark.expectations import any_failure, failed_expectations, failure_counts
+        from jobs.spark.expectations import any_failure, failed_expectations
+        from jobs.spark.gx_metrics import check_aggregates
         from jobs.spark.quarantine import quarantine_rows, write_quarantine
-        from jobs.spark.repository import upsert_documents
+        from jobs.spark.repository import (
+            read_unique_ids,
+            unique_id_aggregates,
+            upsert_documents,
+        )
         from jobs.spark.validation import validate
 
         args, ctx, suite, phases = self.args, self.ctx, self.suite, self.ctx.phases
         decoded = decode_payload(records, self.schema, ctx.schemas)
         undecodable = F.col("record_error").isNotNull() | F.col("payload_error").isNotNull()
-        # The row checks run in the pass that fills the cache; the raw payload is only kept for
-        # the rows that go to quarantine (the good ones need their decoded columns only).
         checked = decoded.withColumn("_failing", undecodable | any_failure(suite))
-        checked = checked.withColumn("data", F.when(F.col("_failing"), F.col("data")))
-        self.cached = cached = checked.persist(StorageLevel.MEMORY_AND_DISK)
+        failing = F.col("_failing")
+        # Two passes over the range, no cache: filling one cost more than reading and decoding
+        # the range again (1M documents: 3.6-4.1 s against 2.2 s). The first pass counts: the
+        # row checks, the metrics GX would run its own Spark jobs for, and whether the good
+        # rows' ids are unique (one aggregate: observing them beside another job ran slower).
+        checks = check_aggregates(suite, also=undecodable)
+        ids = unique_id_aggregates(~failing, rows=plan.records)
         with phases("read_decode_check"):
-            counts = failure_counts(cached, suite, also=undecodable)
+            row = checked.agg(*checks.columns, *ids).first().asDict()
+        counts, gx_metrics = checks.read(row)
         read, bad_count = counts.pop("rows"), counts.pop("failing")
         counts[DECODES] = counts.pop("*")
         per_expectation = {k: v for k, v in sorted(counts.items(), key=lambda kv: -kv[1]) if v}
         fields = [f["name"] for f in self.schema.raw["fields"]]
-        with phases("validate"):
-            report = validate(
-                cached.where(~undecodable).select(*fields),
-                suite,
-                ctx.config.home / "gx",
-                run_name=f"{Name.of(args.group).id}-batch-{plan.batch}",
-                result_format=args.gx_result_format,
-            )
         ratio = bad_count / read if read else 0.0
-        validation = {
-            **report.to_json(),
-            "failure_ratio": round(ratio, 6),
-            "quarantined_by_expectation": per_expectation,
-        }
-        summary = {"read": read, "validation": validation, "data_docs": report.data_docs}
+
+        def validation() -> dict[str, Any]:
+            with phases("validate"):
+                report = validate(
+                    checked.where(~undecodable).select(*fields),
+                    suite,
+                    ctx.config.home / "gx",
+                    run_name=f"{Name.of(args.group).id}-batch-{plan.batch}",
+                    result_format=args.gx_result_format,
+                    metrics=gx_metrics,
+                )
+            found = {
+                **report.to_json(),
+                "failure_ratio": round(ratio, 6),
+                "quarantined_by_expectation": per_expectation,
+            }
+            return {"read": read, "validation": found, "data_docs": report.data_docs}
+
+        # Whether the batch lands is decided by the counts above (the same expectations); GX
+        # gives the report and the Data Docs.
+        validating = driver.submit(validation)
         if ratio > args.failure_threshold:
             names = ", ".join(f"{k} ({v} rows)" for k, v in per_expectation.items())
             raise QualityThresholdError(
@@ -306,27 +322,26 @@ class _DocumentLanding:
                 f"--failure-threshold {args.failure_threshold:.2%}: {names}. Nothing was imported "
                 f"and the positions of {args.group} did not move: fix the producer, or rerun "
                 "with a higher --failure-threshold to quarantine them",
-                {**summary, "imported": 0, "quarantined": 0},
+                {**validating.result(), "imported": 0, "quarantined": 0},
             )
-        failing = F.col("_failing")
         if bad_count:
-            bad = cached.where(failing).withColumn(
+            bad = checked.where(failing).withColumn(
                 "failed_expectations",
                 F.when(undecodable, F.array(F.lit(DECODES))).otherwise(failed_expectations(suite)),
             )
             with phases("quarantine"):
                 rows = quarantine_rows(bad, job=sink.app_id, batch=plan.batch)
                 write_quarantine(rows, self.catalog)
-        good = cached.where(~failing)
+        # The second pass writes: all of the decoded rows when none failed (no checks again).
+        good = checked.where(~failing) if bad_count else decoded
         ctx.fault_point("importer.before_delta_commit")
         with phases("merge"):
-            version = upsert_documents(self.catalog, args.table, sink, plan, good, fields)
+            version = upsert_documents(
+                self.catalog, args.table, sink, plan, good, fields, unique_ids=read_unique_ids(row)
+            )
+        summary = validating.result()
         summary |= {"imported": read - bad_count, "quarantined": bad_count}
         return Landed(version, summary)
-
-    def release(self) -> None:
-        if self.cached is not None:
-            self.cached.unpersist()
 
 
 def main(argv: list[str] | None = None) -> int:

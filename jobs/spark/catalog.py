@@ -161,6 +161,8 @@ class Catalog:
     def _check(self, spec: TableSpec) -> None:
         from delta.tables import DeltaTable
 
+        from jobs.spark.delta_sink import delta_snapshot
+
         table = DeltaTable.forPath(self.spark, spec.location)
         found = {f.name: f.dataType for f in table.toDF().schema.fields}
         problems = []
@@ -171,8 +173,8 @@ class Catalog:
                 problems.append(f"column {column.name} ({want}) is missing")
             elif have.simpleString() != want:
                 problems.append(f"column {column.name} is {have.simpleString()}, not {want}")
-        detail = table.detail().select("partitionColumns").first()
-        partitions = tuple(detail["partitionColumns"]) if detail else ()
+        columns = delta_snapshot(self.spark, spec.location).metadata().partitionColumns()
+        partitions = tuple(columns.apply(i) for i in range(columns.size()))
         if partitions != spec.partition_by:
             problems.append(f"partitioned by {list(partitions)}, not {list(spec.partition_by)}")
         if problems:

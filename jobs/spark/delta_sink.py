@@ -37,6 +37,7 @@ import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -45,7 +46,7 @@ from streamcore.errors import StreamcoreError
 from streamcore.log import LogManager, LogPartition
 from streamcore.names import Name
 
-__all__ = ["BatchPlan", "DeltaBatchSink", "LogMismatchError", "plan_batch"]
+__all__ = ["BatchPlan", "DeltaBatchSink", "LogMismatchError", "delta_snapshot", "plan_batch"]
 
 logger = logging.getLogger(__name__)
 _TXN_APP = "spark.databricks.delta.write.txnAppId"
@@ -156,12 +157,15 @@ class DeltaBatchSink:
         snapshot's transaction of the app id, which checkpoints keep when history is cleaned."""
         if not self.exists():
             return None
-        # Delta's Python API has no reader of the table's transactions: ask its JVM DeltaLog.
-        jvm = self.spark._jvm
-        log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(self.spark._jsparkSession, self.path)
-        empty = jvm.scala.Option.empty()
-        found = log.update(False, empty, empty).transactions().get(self.app_id)
+        found = self._snapshot().transactions().get(self.app_id)
         return int(found.get()) if found.isDefined() else None
+
+    def is_empty(self) -> bool:
+        """Whether the table holds no data file (missing, just created, or emptied)."""
+        return not self.exists() or self._snapshot().numOfFiles() == 0
+
+    def _snapshot(self) -> Any:
+        return delta_snapshot(self.spark, self.path)
 
     def write(self, plan: BatchPlan, action: Callable[[], None]) -> int | None:
         """Run `action` (one Delta write or MERGE on this table) as batch `plan.batch`: the commit
@@ -189,12 +193,17 @@ class DeltaBatchSink:
         return after
 
     def version(self) -> int | None:
-        if not self.exists():
-            return None
-        from delta.tables import DeltaTable
+        return int(self._snapshot().version()) if self.exists() else None
 
-        row = DeltaTable.forPath(self.spark, self.path).history(1).select("version").first()
-        return int(row["version"]) if row else None
+
+def delta_snapshot(spark: SparkSession, path: str) -> Any:
+    """The latest snapshot of the Delta table at `path`, from its JVM DeltaLog. Delta's Python
+    API has no reader of a snapshot's transactions, and gets its version, file count or metadata
+    through a Spark job (history(), detail()); the snapshot has them at hand."""
+    jvm = spark._jvm
+    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    empty = jvm.scala.Option.empty()
+    return log.update(False, empty, empty)
 
 
 def recover(

@@ -17,6 +17,7 @@ the same DataFrame for the report (`jobs.spark.validation`).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import reduce
 from pathlib import Path
@@ -35,8 +36,10 @@ __all__ = [
     "Suite",
     "any_failure",
     "failed_expectations",
+    "failure_aggregates",
     "failure_counts",
     "load_suite",
+    "read_failure_counts",
 ]
 
 EXPECTATIONS_DIR = PROJECT_ROOT / "include" / "expectations"
@@ -247,19 +250,30 @@ def failure_counts(df: DataFrame, suite: Suite, *, also: Column | None = None) -
     (by name). `also` is one more failure predicate (e.g. "the payload did not decode"), counted
     as `"*"`; rows it holds for are not checked against the expectations. `"failing"` is the
     number of rows failing anything."""
-    row_level = suite.row_level
+    row = df.agg(*failure_aggregates(suite, also=also)).first()
+    return read_failure_counts(row.asDict(), suite, also=also)
+
+
+def failure_aggregates(suite: Suite, *, also: Column | None = None) -> list[Column]:
+    """The aggregates of `failure_counts`, for a pass that computes more (`read_failure_counts`
+    reads them back from its row)."""
     aggregates = [F.count(F.lit(1)).alias("rows")]
-    for i, e in enumerate(row_level):
+    for i, e in enumerate(suite.row_level):
         broken = e.failure() if also is None else (~also & e.failure())
         aggregates.append(F.sum(broken.cast("long")).alias(f"e{i}"))
     failing = any_failure(suite) if also is None else (any_failure(suite) | also)
     aggregates.append(F.sum(failing.cast("long")).alias("failing"))
     if also is not None:
         aggregates.append(F.sum(also.cast("long")).alias("also"))
-    row = df.agg(*aggregates).first()
+    return aggregates
+
+
+def read_failure_counts(
+    row: Mapping[str, Any], suite: Suite, *, also: Column | None = None
+) -> dict[str, int]:
     counts = {"rows": int(row["rows"]), "failing": int(row["failing"] or 0)}
     if also is not None:
         counts["*"] = int(row["also"] or 0)
-    for i, e in enumerate(row_level):
+    for i, e in enumerate(suite.row_level):
         counts[e.name] = counts.get(e.name, 0) + int(row[f"e{i}"] or 0)
     return counts

@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from spark_session import ROOT, read_delta
@@ -298,3 +299,84 @@ def test_sink_records_batches_and_recover_commits_landed_positions(spark, local,
     overlapping = dataclasses.replace(plan, ranges={0: (0, 6), 1: (0, 5)})
     with pytest.raises(StreamcoreError, match="two runs of one group overlapped"):
         _check_same_batch(sink, overlapping)
+
+
+def test_upsert_inserts_only_while_the_table_has_none_of_the_ids(
+    spark, local, store, tmp_path
+) -> None:
+    """Batches of new ids land with an insert-only MERGE, a batch meeting an existing id with the
+    full upsert; the table ends as the upsert alone leaves it (the newest version of each id)."""
+    from delta.tables import DeltaTable
+
+    from jobs.spark.avro import decode_payload
+    from jobs.spark.catalog import Catalog
+    from jobs.spark.delta_sink import BatchPlan, DeltaBatchSink
+    from jobs.spark.repository import latest_per_id, upsert_documents
+    from jobs.spark.streams import read_stream
+
+    schema = store.by_name(DOCUMENT)
+    fields = [f["name"] for f in schema.raw["fields"]]
+    catalog = Catalog(spark, load_config(home=tmp_path))
+    local.create("test/upsert", 1)
+    batches = [
+        [_doc(i) for i in range(5)],  # a new table
+        [_doc(i) for i in range(5, 8)],  # ids the table does not have
+        # ids 3 and 6 again, and id 8 twice in the batch: the later version must win
+        [_doc(3, title="v2"), _doc(8), _doc(6, title="v2"), _doc(8, title="v2")],
+    ]
+    merges = []
+    start = 0
+    for batch, docs in enumerate(batches):
+        _append_docs(local, "test/upsert", docs, store)
+        ranges = {0: (start, start + len(docs))}
+        start += len(docs)
+        good = decode_payload(read_stream(spark, local, "test/upsert", ranges), schema, store)
+        plan = BatchPlan("test/app", "test/upsert", "g", batch, ranges)
+        sink = DeltaBatchSink(spark, catalog.path("repo"), plan.app_id)
+        assert upsert_documents(catalog, "repo", sink, plan, good, fields) is not None
+        operation = DeltaTable.forPath(spark, sink.path).history(1).first()
+        merges.append(json.loads(operation["operationParameters"]["matchedPredicates"]))
+        # The reference: every batch upserted (the MERGE before the insert-only path).
+        catalog.ensure("reference")
+        (
+            DeltaTable.forPath(spark, catalog.path("reference"))
+            .alias("t")
+            .merge(latest_per_id(good, fields, batch).alias("s"), "t.id = s.id")
+            .whenMatchedUpdateAll()
+            .whenNotMatchedInsertAll()
+            .execute()
+        )
+    assert merges == [[], [], [{"actionType": "update"}]]
+
+    def rows(table: str) -> list[dict]:
+        found = read_delta(catalog.path(table)).drop(["imported_at"]).to_pylist()
+        return sorted(found, key=lambda r: r["id"])
+
+    assert rows("repo") == rows("reference")
+    titles = {r["id"]: r["title"] for r in rows("repo")}
+    assert len(titles) == 9
+    assert [titles[_doc(i)["id"]] for i in (3, 6, 8)] == ["v2", "v2", "v2"]
+    assert titles[_doc(4)["id"]] == "doc 4"
+
+
+@pytest.mark.parametrize("rows", [None, 4], ids=["distinct-count", "collected-hashes"])
+def test_unique_id_aggregates_see_repeated_and_missing_ids(spark, rows) -> None:
+    """Both ways of counting distinct id hashes (a distinct count; one deduplicated array when
+    the pass reads few enough rows) give the same answers, over the kept rows only."""
+    from pyspark.sql import functions as F
+
+    from jobs.spark.repository import read_unique_ids, unique_id_aggregates
+
+    frame = spark.createDataFrame(
+        [("a", True, True), ("b", True, True), ("a", False, True), (None, False, False)],
+        "id string, unique_kept boolean, no_null_kept boolean",
+    )
+
+    def unique(keep: Any) -> bool:
+        row = frame.agg(*unique_id_aggregates(keep, rows=rows)).first().asDict()
+        return read_unique_ids(row)
+
+    assert unique(F.col("unique_kept")) is True
+    assert unique(F.col("no_null_kept")) is False  # "a" twice
+    assert unique(None) is False  # and a null id
+    assert unique(F.col("id") == "b") is True
