@@ -51,6 +51,7 @@ bench: $(STAMP) $(JARS_STAMP)
 	$(BIN)/python bench/topology_bench.py
 	$(BIN)/uv pip install --quiet --python $(BIN)/python --group bench
 	$(BIN)/python bench/outbox_bench.py
+	$(BIN)/python bench/audit_bench.py
 	$(BIN)/python bench/importer_bench.py
 
 lint: $(STAMP)

@@ -8,6 +8,10 @@ compare-and-swap whose token later guards `done`/`error` (see `store`).
 A job is claimable when its dependency (if any) is `done` (or purged). An ordered queue hands
 out only its head: the leading run of claimable jobs in put order, and nothing while an earlier
 job is processing or in error.
+
+A batch queue with a threshold is claimed only when its batch is due (`batch_due_in`): a full
+batch at once, a partial one once its oldest job has waited the threshold. Jobs are not held in
+`processing` while a batch fills, so waiting changes nothing of what a crash leaves behind.
 """
 
 from __future__ import annotations
@@ -44,8 +48,13 @@ _CLAIM_PG = (
 # made SQLite walk the status index instead of the rowids).
 _CLAIM_SQLITE = f"UPDATE {TABLE} {_SET_PROCESSING} WHERE seq IN ({_CLAIMABLE}) {_RETURNING}"
 _HEAD = (
-    f"SELECT j.seq, j.status, {_READY} AS ready FROM {TABLE} j WHERE j.queue = :queue "
-    f"AND j.status IN ('{INIT}', '{PROCESSING}', '{ERROR}') ORDER BY j.seq LIMIT :limit"
+    f"SELECT j.seq, j.status, {_READY} AS ready, j.created_ms FROM {TABLE} j "
+    f"WHERE j.queue = :queue AND j.status IN ('{INIT}', '{PROCESSING}', '{ERROR}') "
+    "ORDER BY j.seq LIMIT :limit"
+)
+_CLAIMABLE_CREATED = (
+    f"SELECT j.created_ms FROM {TABLE} j WHERE j.queue = :queue AND j.status = '{INIT}' "
+    f"AND {_READY} ORDER BY j.seq LIMIT :limit"
 )
 _CLAIM_ERROR = (
     f"UPDATE {TABLE} {_SET_PROCESSING} WHERE seq = :seq AND status = '{ERROR}' {_RETURNING}"
@@ -85,17 +94,23 @@ def claim_batch(conn: sa.Connection, queue: str, limit: int, *, ordered: bool = 
     return _jobs(sql.execute(conn, statement, params).fetchall(), queue, token)
 
 
+def _head(conn: sa.Connection, params: dict[str, object]) -> list[Any]:
+    """(seq, status, ready, created_ms) of an ordered queue's claimable head, in put order."""
+    head = []
+    for row in sql.execute(conn, _HEAD, params).fetchall():
+        if row[1] != INIT or not row[2]:
+            break
+        head.append(row)
+    return head
+
+
 def _claim_head(conn: sa.Connection, queue: str, params: dict[str, object]) -> list[Job]:
     # One claimer per ordered queue at a time: SKIP LOCKED would let a second worker jump over
     # a head row locked by the first one.
     postgres = conn.dialect.name == "postgresql"
     if postgres and not sql.execute(conn, _QUEUE_LOCK, params).scalar():
         return []
-    seqs = []
-    for seq, status, ready in sql.execute(conn, _HEAD, params).fetchall():
-        if status != INIT or not ready:
-            break
-        seqs.append(seq)
+    seqs = [row[0] for row in _head(conn, params)]
     if not seqs:
         return []
     # On PostgreSQL the status re-check guards against a hung reset or force_retry in between.
@@ -104,6 +119,23 @@ def _claim_head(conn: sa.Connection, queue: str, params: dict[str, object]) -> l
     )
     rows = sql.execute(conn, f"UPDATE {TABLE} {_SET_PROCESSING} WHERE {where} {_RETURNING}", params)
     return _jobs(rows.fetchall(), queue, str(params["token"]))
+
+
+def batch_due_in(
+    conn: sa.Connection, queue: str, capacity: int, threshold: float, *, ordered: bool = False
+) -> float | None:
+    """Seconds until a batch of `queue` is due: 0 when `capacity` jobs are claimable or the
+    oldest claimable one was put `threshold` seconds ago; None when no job is claimable."""
+    params: dict[str, object] = {"queue": queue, "limit": capacity}
+    if ordered:
+        created = [row[3] for row in _head(conn, params)]
+    else:
+        created = [row[0] for row in sql.execute(conn, _CLAIMABLE_CREATED, params).fetchall()]
+    if not created:
+        return None
+    if len(created) >= capacity:
+        return 0.0
+    return max(0.0, threshold - (now_ms() - min(created)) / 1000)
 
 
 def claim_error(conn: sa.Connection, queue: str, seq: int) -> Job | None:

@@ -20,7 +20,7 @@ DEFAULT_ERROR_BACKOFF = 5.0
 DEFAULT_HUNG_TIMEOUT = 30 * 60.0
 DEFAULT_MAX_EXECUTE_TIME = 5 * 60.0
 
-Consumer = Callable[[Any], Any]
+Consumer = Callable[[Any], Any]  # one payload, or a list of them for a batch consumer
 DependsOn = Callable[[Any], "tuple[str, str] | None"]
 
 
@@ -43,6 +43,14 @@ class QueueSpec:
     :param depends_on: payload -> `(queue, id)` of a job that must be `done` first, or None.
     :param ordered: run jobs strictly in put order, one batch at a time, a failure blocking the
         queue until it is retried (the relay uses it to keep the order per key). Default - False.
+    :param batch_capacity: makes the consumer a batch consumer: it is called once with a list of
+        up to this many decoded payloads (consecutive claimed jobs, in put order) and succeeds or
+        fails for all of them; a failure puts every job of the batch in `error`, and a retry runs
+        one job as a batch of one. Workers claim this many jobs at a time for the queue, whatever
+        the outbox's `batch_size`. Default - None: the consumer takes one payload.
+    :param batch_threshold: seconds a partial batch waits for more jobs: workers claim fewer than
+        `batch_capacity` jobs only once the oldest of them was put this long ago (by the clock
+        of the process that put it). Default - 0: take what is ready.
     """
 
     name: str
@@ -55,6 +63,8 @@ class QueueSpec:
     max_execute_time: float = DEFAULT_MAX_EXECUTE_TIME
     depends_on: DependsOn | None = None
     ordered: bool = False
+    batch_capacity: int | None = None
+    batch_threshold: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.name or len(self.name) > 200:
@@ -68,6 +78,16 @@ class QueueSpec:
                 raise OutboxError(
                     f"queue {self.name}: {option} is {getattr(self, option)}; use seconds > 0"
                 )
+        if self.batch_capacity is not None and self.batch_capacity < 1:
+            raise OutboxError(
+                f"queue {self.name}: batch_capacity is {self.batch_capacity}; use 1 or more, or "
+                "None for a consumer of one payload"
+            )
+        if self.batch_threshold < 0 or (self.batch_threshold and self.batch_capacity is None):
+            raise OutboxError(
+                f"queue {self.name}: batch_threshold is {self.batch_threshold}; use seconds >= 0, "
+                "with a batch_capacity (a threshold only applies to batch consumers)"
+            )
 
     def can_retry(self, tries: int) -> bool:
         return self.max_retries == 0 or tries < self.max_retries

@@ -1,9 +1,14 @@
-"""Running one claimed job: decode its payload with the queue's codec, call the consumer under
-the watcher's eye, and report the outcome (never raises what the consumer raised)."""
+"""Running claimed jobs: decode their payloads with the queue's codec, call the consumer under
+the watcher's eye, and report the outcome (never raises what the consumer raised).
+
+A queue's consumer takes one payload, or, for a batch queue (`batch_capacity`), a list of them:
+`execute_batch` calls it once for several jobs, which then succeed or fail together, and
+`execute` hands it a single job as a batch of one (retries run one job at a time)."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +21,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    job: Job
+    jobs: tuple[Job, ...]
     result: Any = None
     error: BaseException | None = None
 
@@ -27,26 +32,37 @@ class Outcome:
 
 def execute(spec: QueueSpec, job: Job, watcher: ExecutionWatcher | None = None) -> Outcome:
     """Run `job` with the consumer of `spec` in the calling thread."""
+    return execute_batch(spec, [job], watcher)
+
+
+def execute_batch(
+    spec: QueueSpec, jobs: Sequence[Job], watcher: ExecutionWatcher | None = None
+) -> Outcome:
+    """Run `jobs` (several only for a batch queue) with one call of the consumer of `spec`."""
     if spec.consumer is None:
         raise RuntimeError(f"queue {spec.name} has no consumer in this process")
+    if len(jobs) > 1 and spec.batch_capacity is None:
+        raise RuntimeError(f"queue {spec.name} runs one job at a time, not {len(jobs)}")
+    label = jobs[0].id if len(jobs) == 1 else f"{jobs[0].id} and {len(jobs) - 1} more"
     try:
-        payload = spec.codec.decode(job.payload)
+        payloads = [spec.codec.decode(job.payload) for job in jobs]
+        argument = payloads if spec.batch_capacity is not None else payloads[0]
         if watcher is None:
-            result = spec.consumer(payload)
+            result = spec.consumer(argument)
         else:
-            watcher.begin(spec.name, job.id, spec.max_execute_time)
+            watcher.begin(spec.name, label, spec.max_execute_time)
             try:
-                result = spec.consumer(payload)
+                result = spec.consumer(argument)
             finally:
                 watcher.end()
     except Exception as exc:
         logger.info(
             "outbox: job %s of queue %s failed (try %d): %s: %s",
-            job.id,
+            label,
             spec.name,
-            job.tries,
+            jobs[0].tries,
             type(exc).__name__,
             exc,
         )
-        return Outcome(job, error=exc)
-    return Outcome(job, result=result)
+        return Outcome(tuple(jobs), error=exc)
+    return Outcome(tuple(jobs), result=result)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -250,12 +251,14 @@ class Outbox:
             if job is not None:
                 return spec, job
 
-    def record(self, job: Job, error: BaseException | None) -> None:
+    def record(self, jobs: Sequence[Job], error: BaseException | None) -> None:
+        """Record the outcome of one run of a consumer: its jobs `done`, or all in `error`."""
         with self.engine.begin() as conn:
             if error is None:
-                store.mark_done(conn, [job])
+                store.mark_done(conn, jobs)
             else:
-                store.mark_error(conn, job, error)
+                for job in jobs:
+                    store.mark_error(conn, job, error)
 
     def retry_one_error(self, queue: str) -> Any:
         """Run the oldest job of `queue` in error now, in this thread, whatever its backoff:
@@ -263,7 +266,7 @@ class Outbox:
         job is in error again). NoJobError if the queue has no job in error."""
         spec, job = self.claim_oldest_error(queue)
         outcome = execute(spec, job)
-        self.record(job, outcome.error)
+        self.record([job], outcome.error)
         if outcome.error is not None:
             raise outcome.error
         self.wake()

@@ -5,6 +5,11 @@ one, and marks the successes `done` in one statement. The batch is a `Lease`: th
 counts per job from its own start, not from the claim (see `lease`). When no queue has work it
 sleeps until a wake-up (a committed `put`, see `notify`) or `poll_interval` (jobs put by
 processes that cannot wake us, and jobs whose dependency got done).
+
+A batch queue (`batch_capacity`) is claimed `batch_capacity` jobs at a time, once its batch is
+due (`batch_threshold`), and its consumer runs once for the whole batch: they succeed together
+(recorded `done` together) or fail together (all in `error`, retried one by one by the retry
+poller). A worker that finds a partial batch not yet due sleeps until it is, or until a wake-up.
 """
 
 from __future__ import annotations
@@ -18,9 +23,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from streamcore.outbox import store
-from streamcore.outbox.claim import Job, claim_batch
+from streamcore.outbox.claim import Job, batch_due_in, claim_batch
 from streamcore.outbox.consumers import QueueSpec, Registry
-from streamcore.outbox.execute import execute
+from streamcore.outbox.execute import Outcome, execute, execute_batch
 from streamcore.outbox.lease import Lease, LeaseKeeper
 from streamcore.outbox.watcher import ExecutionWatcher
 
@@ -124,6 +129,7 @@ class WorkerPool:
             seen = self.wakeup.generation
             specs = self.registry.consumed()
             claimed = False
+            sleep = self.poll_interval
             for n in range(len(specs)):
                 spec = specs[(turn + n) % len(specs)]
                 if self._stopping.is_set():
@@ -132,23 +138,59 @@ class WorkerPool:
                 try:
                     with self.engine.begin() as conn:
                         store.mark_done(conn, unrecorded)
-                        batch = claim_batch(conn, spec.name, self.batch_size, ordered=spec.ordered)
+                        due = self._due_in(conn, spec)
+                        batch = self._claim(conn, spec) if due == 0 else []
                     unrecorded = []
                 except Exception:
                     logger.exception("outbox: claiming jobs of %s failed; retrying", spec.name)
                     self._stopping.wait(1.0)
                     continue
+                if due:  # a partial batch that may wait for more jobs: come back when it is due
+                    sleep = min(sleep, due)
                 if batch:
                     claimed = True
-                    unrecorded = self._run(spec, Lease(self.engine, spec, batch, stamped))
+                    lease = Lease(self.engine, spec, batch, stamped)
+                    if spec.batch_capacity is None:
+                        unrecorded = self._run(spec, lease)
+                    else:
+                        unrecorded = self._run_batch(spec, lease)
             turn += 1
             if not claimed:
                 if unrecorded:  # the claim transactions failed: record them on their own
                     self._finish(unrecorded[0].queue, unrecorded)
                     unrecorded = []
-                self.wakeup.wait(seen, self.poll_interval)
+                self.wakeup.wait(seen, sleep)
         if unrecorded:
             self._finish(unrecorded[0].queue, unrecorded)
+
+    @staticmethod
+    def _due_in(conn: sa.Connection, spec: QueueSpec) -> float | None:
+        """Seconds until the queue's next batch is due (0: claim now; None: nothing to claim;
+        always 0 for a queue without a batch threshold, whose claim says what there is)."""
+        if not spec.batch_threshold or spec.batch_capacity is None:
+            return 0.0
+        return batch_due_in(
+            conn, spec.name, spec.batch_capacity, spec.batch_threshold, ordered=spec.ordered
+        )
+
+    def _claim(self, conn: sa.Connection, spec: QueueSpec) -> list[Job]:
+        limit = spec.batch_capacity or self.batch_size
+        return claim_batch(conn, spec.name, limit, ordered=spec.ordered)
+
+    @staticmethod
+    def _take(spec: QueueSpec, lease: Lease, job: Job) -> bool | None:
+        """`lease.take(job)`: whether this worker still holds the job; None when the database
+        cannot say (the job must not run, and neither may the rest of its batch)."""
+        try:
+            return lease.take(job)
+        except Exception:
+            logger.exception(
+                "outbox: cannot tell whether job %s of %s is still ours; giving the rest of its "
+                "batch back",
+                job.id,
+                spec.name,
+            )
+            return None
 
     def _run(self, spec: QueueSpec, lease: Lease) -> list[Job]:
         """Run a batch; returns the successes not recorded yet (a failure is recorded at once,
@@ -159,15 +201,8 @@ class WorkerPool:
             for job in lease.jobs:
                 if self._stopping.is_set():
                     break
-                try:
-                    held = lease.take(job)
-                except Exception:
-                    logger.exception(
-                        "outbox: cannot tell whether job %s of %s is still ours; giving the rest "
-                        "of its batch back",
-                        job.id,
-                        spec.name,
-                    )
+                held = self._take(spec, lease, job)
+                if held is None:
                     break
                 if not held:
                     if spec.ordered:  # a later job must not overtake the one handed over
@@ -181,13 +216,47 @@ class WorkerPool:
                 assert outcome.error is not None
                 if spec.ordered:  # nothing behind a failure runs before it is retried
                     done, rest = lease.release()
-                    self._finish(spec.name, done, failed=(job, outcome.error), rest=rest)
+                    self._finish(spec.name, done, failed=([job], outcome.error), rest=rest)
                     return []
-                self._finish(spec.name, lease.pop_finished(), failed=(job, outcome.error))
+                self._finish(spec.name, lease.pop_finished(), failed=([job], outcome.error))
         finally:
             self.keeper.remove(lease)
             self.counters.add(spec.name, "done", succeeded)
         done, waiting = lease.release()
+        if waiting:
+            self._finish(spec.name, done, rest=waiting)
+            return []
+        return done
+
+    def _run_batch(self, spec: QueueSpec, lease: Lease) -> list[Job]:
+        """Run a batch queue's consumer once on the claimed jobs this worker still holds (a
+        leading run: a later job must not go without an earlier one). Returns them if they
+        succeeded, to be recorded `done` with the next claim; a failure is recorded at once,
+        every job of the batch in `error`."""
+        jobs: list[Job] = []
+        outcome: Outcome | None = None
+        self.keeper.add(lease)
+        try:
+            for job in lease.jobs:
+                if self._stopping.is_set():
+                    break
+                held = self._take(spec, lease, job)
+                if held is None:
+                    break
+                if not held:
+                    break
+                jobs.append(job)
+            outcome = execute_batch(spec, jobs, self.watcher) if jobs else None
+            if outcome is not None and outcome.ok:
+                for job in jobs:
+                    lease.finished(job)
+                self.counters.add(spec.name, "done", len(jobs))
+        finally:
+            self.keeper.remove(lease)
+        done, waiting = lease.release()
+        if outcome is not None and outcome.error is not None:
+            self._finish(spec.name, done, failed=(jobs, outcome.error), rest=waiting)
+            return []
         if waiting:
             self._finish(spec.name, done, rest=waiting)
             return []
@@ -198,7 +267,7 @@ class WorkerPool:
         queue: str,
         done: list[Job],
         *,
-        failed: tuple[Job, BaseException] | None = None,
+        failed: tuple[list[Job], BaseException] | None = None,
         rest: list[Job] | None = None,
     ) -> None:
         """Record outcomes in one transaction (retried: losing them would re-run jobs)."""
@@ -207,7 +276,8 @@ class WorkerPool:
                 with self.engine.begin() as conn:
                     store.mark_done(conn, done)
                     if failed is not None:
-                        store.mark_error(conn, *failed)
+                        for job in failed[0]:
+                            store.mark_error(conn, job, failed[1])
                     if rest:
                         store.release(conn, rest)
                 break
@@ -215,4 +285,4 @@ class WorkerPool:
                 logger.exception("outbox: recording outcomes of %s failed (try %d)", queue, attempt)
                 time.sleep(min(2**attempt * 0.1, 5.0))
         if failed is not None:
-            self.counters.add(queue, "error")
+            self.counters.add(queue, "error", len(failed[0]))

@@ -11,17 +11,21 @@ retry after a lost acknowledgement can append a record twice.
 By default the log record is a `Record` whose key is the job key and whose data is the payload
 in the queue's encoding (e.g. an Avro single-object AuditEntry), as DESIGN.md's streams carry,
 written with the default Record codec (`get_codec("avro")`).
+
+With `batch_capacity` the relay is a batch consumer: one `append_batch` for up to that many jobs
+(waiting up to `batch_threshold` seconds for a batch to fill), all marked done once the batch
+append is acknowledged, all in error if it fails (`streamcore.audit` relays this way).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from streamcore.codecs import get_codec
-from streamcore.log.api import LogAppender, LogManager
+from streamcore.log.api import LogAppender, LogManager, LogOffset
 from streamcore.outbox.consumers import QueueSpec, Registry, default_registry, resolve_codec
 from streamcore.record import Record
 
@@ -69,6 +73,12 @@ class RelayConsumer:
         offset = self.appender().append(key, self.to_message(key, payload))
         return str(offset)
 
+    def append_batch(self, payloads: list[Any]) -> Sequence[LogOffset]:
+        """The batch consumer: one append for every payload, in order; returns where each went."""
+        keys = [self.key_of(payload) for payload in payloads]
+        items = [(k, self.to_message(k, p)) for k, p in zip(keys, payloads, strict=True)]
+        return self.appender().append_batch(items)
+
 
 def relay(
     queue: str,
@@ -93,7 +103,8 @@ def relay(
         encoded by the queue codec)`, for the log's default Record codec.
     :param log_codec: the appender's codec. Default - the Record codec `get_codec("avro")`
         with the default `message`, else raw bytes (no codec).
-    :param options: other `QueueSpec` options (max_retries, error_backoff, ...).
+    :param options: other `QueueSpec` options (max_retries, error_backoff, ...); with
+        `batch_capacity` (and `batch_threshold`) the payloads go in batch appends.
     """
     payload_codec = resolve_codec(codec, schema)
 
@@ -106,6 +117,11 @@ def relay(
     consumer = RelayConsumer(
         manager, stream, _key_function(key, queue), message or record_of, log_codec
     )
+    batched = options.get("batch_capacity") is not None
     return (registry or default_registry).register(
-        queue, consumer, codec=payload_codec, ordered=True, **options
+        queue,
+        consumer.append_batch if batched else consumer,
+        codec=payload_codec,
+        ordered=True,
+        **options,
     )
