@@ -22,7 +22,6 @@ import logging
 import re
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -30,20 +29,15 @@ if __package__ in (None, ""):  # `python jobs/importer.py` / spark-submit: make 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from jobs.spark.batches import Landed
-from jobs.spark.job import JobArgumentError, JobContext, JobError, run_job
+from jobs.spark.job import JobArgumentError, JobContext, run_job
 from streamcore.errors import InvalidNameError, StreamcoreError
 from streamcore.names import Name
 
 logger = logging.getLogger("jobs.importer")
 
 DOCUMENT_SCHEMA = "org.streamcore.importer.Document"
-DECODES = f"payload decodes as {DOCUMENT_SCHEMA}"  # the failure of undecodable rows
 _TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _FORMATS = ("jsonl", "csv", "parquet", "avro")
-
-
-class QualityThresholdError(JobError):
-    """More rows failed their expectations than the failure threshold allows."""
 
 
 # -- arguments ------------------------------------------------------------------------------------
@@ -246,8 +240,8 @@ def consume(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
 
 
 class _DocumentLanding:
-    """The importer's `land`: decode, row checks and Great Expectations on the batch, failing
-    rows to `quarantine`, the good documents MERGEd into the repository table as the batch."""
+    """The importer's `land`: the checked landing of the batch (`jobs.spark.checked`), its good
+    documents MERGEd into the repository table as the batch."""
 
     def __init__(self, args: argparse.Namespace, ctx: JobContext, catalog: Any) -> None:
         from jobs.spark.expectations import load_suite
@@ -257,90 +251,46 @@ class _DocumentLanding:
         self.suite = load_suite(self.schema)
 
     def __call__(self, records: Any, plan: Any, sink: Any) -> Landed:
-        # The driver idles while the executors write: GX validates meanwhile.
-        with ThreadPoolExecutor(1, thread_name_prefix="importer-gx") as driver:
-            return self._land(records, plan, sink, driver)
+        from jobs.spark.checked import CheckedBatch, land_checked
+        from jobs.spark.keys import read_unique_keys, unique_key_aggregates
+        from jobs.spark.repository import upsert_documents
 
-    def _land(self, records: Any, plan: Any, sink: Any, driver: ThreadPoolExecutor) -> Landed:
-        from pyspark.sql import functions as F
-
-        from jobs.spark.avro import decode_payload
-        from jobs.spark.expectations import any_failure, failed_expectations
-        from jobs.spark.gx_metrics import check_aggregates
-        from jobs.spark.quarantine import quarantine_rows, write_quarantine
-        from jobs.spark.repository import (
-            read_unique_ids,
-            unique_id_aggregates,
-            upsert_documents,
-        )
-        from jobs.spark.validation import validate
-
-        args, ctx, suite, phases = self.args, self.ctx, self.suite, self.ctx.phases
-        decoded = decode_payload(records, self.schema, ctx.schemas)
-        undecodable = F.col("record_error").isNotNull() | F.col("payload_error").isNotNull()
-        checked = decoded.withColumn("_failing", undecodable | any_failure(suite))
-        failing = F.col("_failing")
-        # Two passes over the range, no cache: filling one cost more than reading and decoding
-        # the range again (1M documents: 3.6-4.1 s against 2.2 s). The first pass counts: the
-        # row checks, the metrics GX would run its own Spark jobs for, and whether the good
-        # rows' ids are unique (one aggregate: observing them beside another job ran slower).
-        checks = check_aggregates(suite, also=undecodable)
-        ids = unique_id_aggregates(~failing, rows=plan.records)
-        with phases("read_decode_check"):
-            row = checked.agg(*checks.columns, *ids).first().asDict()
-        counts, gx_metrics = checks.read(row)
-        read, bad_count = counts.pop("rows"), counts.pop("failing")
-        counts[DECODES] = counts.pop("*")
-        per_expectation = {k: v for k, v in sorted(counts.items(), key=lambda kv: -kv[1]) if v}
+        args, ctx = self.args, self.ctx
         fields = [f["name"] for f in self.schema.raw["fields"]]
-        ratio = bad_count / read if read else 0.0
 
-        def validation() -> dict[str, Any]:
-            with phases("validate"):
-                report = validate(
-                    checked.where(~undecodable).select(*fields),
-                    suite,
-                    ctx.config.home / "gx",
-                    run_name=f"{Name.of(args.group).id}-batch-{plan.batch}",
-                    result_format=args.gx_result_format,
-                    metrics=gx_metrics,
+        def merge(checked: Any) -> int | None:
+            ctx.fault_point("importer.before_delta_commit")
+            with ctx.phases("merge"):
+                return upsert_documents(
+                    self.catalog,
+                    args.table,
+                    sink,
+                    plan,
+                    checked.good,
+                    fields,
+                    unique_ids=read_unique_keys(checked.row, "id"),
                 )
-            found = {
-                **report.to_json(),
-                "failure_ratio": round(ratio, 6),
-                "quarantined_by_expectation": per_expectation,
-            }
-            return {"read": read, "validation": found, "data_docs": report.data_docs}
 
-        # Whether the batch lands is decided by the counts above (the same expectations); GX
-        # gives the report and the Data Docs.
-        validating = driver.submit(validation)
-        if ratio > args.failure_threshold:
-            names = ", ".join(f"{k} ({v} rows)" for k, v in per_expectation.items())
-            raise QualityThresholdError(
-                f"{bad_count} of {read} rows ({ratio:.2%}) failed their expectations, over the "
-                f"--failure-threshold {args.failure_threshold:.2%}: {names}. Nothing was imported "
-                f"and the positions of {args.group} did not move: fix the producer, or rerun "
-                "with a higher --failure-threshold to quarantine them",
-                {**validating.result(), "imported": 0, "quarantined": 0},
-            )
-        if bad_count:
-            bad = checked.where(failing).withColumn(
-                "failed_expectations",
-                F.when(undecodable, F.array(F.lit(DECODES))).otherwise(failed_expectations(suite)),
-            )
-            with phases("quarantine"):
-                rows = quarantine_rows(bad, job=sink.app_id, batch=plan.batch)
-                write_quarantine(rows, self.catalog)
-        # The second pass writes: all of the decoded rows when none failed (no checks again).
-        good = checked.where(~failing) if bad_count else decoded
-        ctx.fault_point("importer.before_delta_commit")
-        with phases("merge"):
-            version = upsert_documents(
-                self.catalog, args.table, sink, plan, good, fields, unique_ids=read_unique_ids(row)
-            )
-        summary = validating.result()
-        summary |= {"imported": read - bad_count, "quarantined": bad_count}
+        version, summary = land_checked(
+            ctx,
+            self.catalog,
+            records,
+            CheckedBatch(
+                job=sink.app_id,
+                batch=plan.batch,
+                run_name=f"{Name.of(args.group).id}-batch-{plan.batch}",
+                records=plan.records,
+                unmoved=f"the positions of {args.group} did not move",
+            ),
+            schema=self.schema,
+            suite=self.suite,
+            failure_threshold=args.failure_threshold,
+            result_format=args.gx_result_format,
+            write=merge,
+            # Whether the good ids are unique rides the first pass (the MERGE needs to know).
+            aggregates=lambda keep: unique_key_aggregates("id", keep, rows=plan.records),
+        )
+        summary["imported"] = summary.pop("written")
         return Landed(version, summary)
 
 

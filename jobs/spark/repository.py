@@ -19,62 +19,18 @@ had run after this one.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import Any
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from jobs.spark.catalog import Catalog
 from jobs.spark.delta_sink import BatchPlan, DeltaBatchSink
+from jobs.spark.keys import keys_unique
 
-__all__ = [
-    "ids_unique",
-    "latest_per_id",
-    "meets_table",
-    "read_unique_ids",
-    "unique_id_aggregates",
-    "upsert_documents",
-]
+__all__ = ["latest_per_id", "meets_table", "upsert_documents"]
 
 logger = logging.getLogger(__name__)
-# A distinct count regroups every other aggregate of its pass by the counted value (in the
-# importer's row-check pass, 60 sums per id hash: 2 s more per million rows); up to this many
-# rows, collecting the hashes into one array (8 bytes each) and deduplicating it costs a third.
-COLLECT_IDS_UP_TO = 10_000_000
 _SOURCE_COLUMNS = ("watermark", "source_partition", "source_offset", "import_batch", "imported_at")
-
-
-def unique_id_aggregates(keep: Column | None = None, *, rows: int | None = None) -> list[Column]:
-    """The aggregates `ids_unique` reads (over the rows `keep` holds for), for a pass over the
-    batch that computes more: the importer's row-check pass. `rows`: how many the pass reads at
-    most, if known; up to `COLLECT_IDS_UP_TO`, the hashes are counted through one array."""
-
-    def kept(column: Column) -> Column:
-        return column if keep is None else F.when(keep, column)
-
-    hashes = kept(F.xxhash64("id"))
-    if rows is not None and rows <= COLLECT_IDS_UP_TO:
-        distinct = F.size(F.array_distinct(F.collect_list(hashes)))
-    else:
-        distinct = F.count_distinct(hashes)
-    return [
-        F.count(kept(F.lit(1))).alias("_id_rows"),
-        F.count(kept(F.col("id"))).alias("_ids"),  # a null id hashes to a value: count ids too
-        distinct.alias("_id_hashes"),
-    ]
-
-
-def read_unique_ids(row: Mapping[str, Any]) -> bool:
-    return bool(row["_id_rows"] == row["_ids"] == row["_id_hashes"])
-
-
-def ids_unique(df: DataFrame) -> bool:
-    """Whether every row of `df` has an `id` and no two the same, in one Spark job that shuffles
-    64-bit hashes of the ids alone. Distinct hashes prove distinct ids (and shuffle in a third
-    less time than the ids); a collision, about once in 30 million batches of 1M ids, only costs
-    `latest_per_id` its dedup step."""
-    return read_unique_ids(df.agg(*unique_id_aggregates()).first().asDict())
 
 
 def latest_per_id(
@@ -83,13 +39,13 @@ def latest_per_id(
     """One row per `id`: the newest version in `df` (stream columns + decoded `fields`).
 
     A batch usually holds each id once; then the rows go as they are. `unique`: what
-    `ids_unique(df)` said, if a pass over the batch asked already, else it is asked here: one
-    job on the ids, where picking the newest version shuffles whole documents."""
+    `jobs.spark.keys` said of `df`'s ids, if a pass over the batch asked already, else it is
+    asked here: one job on the ids, where picking the newest version shuffles whole documents."""
     stamp = (
         F.lit(batch).cast("long").alias("import_batch"),
         F.current_timestamp().alias("imported_at"),
     )
-    if ids_unique(df) if unique is None else unique:
+    if keys_unique(df, "id") if unique is None else unique:
         return df.select(
             *fields,
             F.col("watermark"),
@@ -127,8 +83,8 @@ def upsert_documents(
 ) -> int | None:
     """MERGE the batch's valid documents into the repository-shaped `table` as batch `plan.batch`
     (exactly once): update the ids it has, insert the others (insert only when it has none of
-    them). `unique_ids`: `ids_unique(good)`, if a pass over the batch asked already. Returns the
-    new table version (None if already landed)."""
+    them). `unique_ids`: whether `good`'s ids are unique (`jobs.spark.keys`), if a pass over the
+    batch asked already. Returns the new table version (None if already landed)."""
     from delta.tables import DeltaTable
 
     # Created before the batch's write, outside its transaction: a creation commit carrying the

@@ -360,12 +360,12 @@ def test_upsert_inserts_only_while_the_table_has_none_of_the_ids(
 
 
 @pytest.mark.parametrize("rows", [None, 4], ids=["distinct-count", "collected-hashes"])
-def test_unique_id_aggregates_see_repeated_and_missing_ids(spark, rows) -> None:
+def test_unique_key_aggregates_see_repeated_and_missing_keys(spark, rows) -> None:
     """Both ways of counting distinct id hashes (a distinct count; one deduplicated array when
     the pass reads few enough rows) give the same answers, over the kept rows only."""
     from pyspark.sql import functions as F
 
-    from jobs.spark.repository import read_unique_ids, unique_id_aggregates
+    from jobs.spark.keys import keys_unique, read_unique_keys, unique_key_aggregates
 
     frame = spark.createDataFrame(
         [("a", True, True), ("b", True, True), ("a", False, True), (None, False, False)],
@@ -373,10 +373,12 @@ def test_unique_id_aggregates_see_repeated_and_missing_ids(spark, rows) -> None:
     )
 
     def unique(keep: Any) -> bool:
-        row = frame.agg(*unique_id_aggregates(keep, rows=rows)).first().asDict()
-        return read_unique_ids(row)
+        row = frame.agg(*unique_key_aggregates("id", keep, rows=rows)).first().asDict()
+        return read_unique_keys(row, "id")
 
     assert unique(F.col("unique_kept")) is True
     assert unique(F.col("no_null_kept")) is False  # "a" twice
     assert unique(None) is False  # and a null id
     assert unique(F.col("id") == "b") is True
+    assert keys_unique(frame, "id") is False
+    assert keys_unique(frame.where(F.col("unique_kept")), "id") is True

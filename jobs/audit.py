@@ -1,0 +1,347 @@
+"""The audit job: entries of the stream `audit/entries` into the Delta table `audit` (DESIGN.md
+section 6; Nuxeo's stream audit writer, landed by Spark), exactly once.
+
+    spark-submit jobs/audit.py batch [--failure-threshold 0.01] [--batch-size 100000]
+    spark-submit jobs/audit.py interval --start 2026-11-23T10:00 --end 2026-11-23T10:05
+
+`batch` (the schedule) reads the group `audit/delta` from its committed positions to the end seen
+at the start, checks the entries (the suite generated from AuditEntry.avsc, the hand-written
+include/expectations/AuditEntry.json, and no event date beyond `--max-future-skew` in the
+future), sends failing rows to `quarantine`, and MERGEs the others into `audit` on the event id:
+an event id the table has is a duplicate of the relay's at-least-once delivery and is left as
+it is. Then it commits the group's positions (`jobs.spark.batches`).
+
+`interval` (backfills, re-runs) lands the entries whose event date is in `[--start, --end)` and
+replaces the table's rows of that interval with them, so running it again changes nothing. It
+finds them through the append times of the log: an entry is appended after its event (the relay
+runs after the commit), so it reads what was appended from `--start` minus the skew to `--end`
+plus `--lateness`; an entry the relay appended later than that is not in the interval's rerun
+(the scheduled batches landed it). It refuses an interval older than the log's retention, which
+would delete rows it cannot read again, and never moves the batch mode's positions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script (spark-submit): make `jobs` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from jobs.spark.batches import Landed
+from jobs.spark.job import (
+    JobArgumentError,
+    JobContext,
+    JobError,
+    instant,
+    interval_ms,
+    job_parser,
+    run_job,
+)
+from streamcore.errors import InvalidNameError
+from streamcore.names import Name
+
+SCHEMA = "org.streamcore.audit.AuditEntry"
+STREAM, GROUP, TABLE = "audit/entries", "audit/delta", "audit"
+_DAY_MS = 86_400_000
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = job_parser("audit", __doc__.split("\n\n")[0])
+    steps = parser.add_subparsers(dest="step", required=True, metavar="{batch,interval}")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--stream", default=STREAM, help=f"log name (default {STREAM})")
+    common.add_argument(
+        "--failure-threshold",
+        type=float,
+        default=0.0,
+        help="fail when more than this fraction of the entries fails expectations (0..1; "
+        "default 0: an audit trail quarantines nothing silently)",
+    )
+    common.add_argument(
+        "--max-future-skew",
+        type=float,
+        default=600.0,
+        help="seconds an event date may lie ahead of the job's clock (default 600)",
+    )
+    common.add_argument(
+        "--gx-result-format",
+        choices=("BOOLEAN_ONLY", "BASIC", "SUMMARY", "COMPLETE"),
+        default="SUMMARY",
+        help="detail of the Great Expectations report and Data Docs",
+    )
+    for name in ("home", "master"):  # also after the step, as the importer takes them
+        common.add_argument(f"--{name}", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    batch = steps.add_parser("batch", parents=[common], help="land the group's new entries")
+    batch.add_argument("--group", default=GROUP, help=f"consumer group (default {GROUP})")
+    batch.add_argument(
+        "--batch-size", type=int, default=0, help="max entries this run reads (0 = all)"
+    )
+    interval = steps.add_parser(
+        "interval", parents=[common], help="land and replace the entries of a time interval"
+    )
+    interval.add_argument("--start", type=instant, required=True, help="ISO 8601, included")
+    interval.add_argument("--end", type=instant, required=True, help="ISO 8601, excluded")
+    interval.add_argument(
+        "--lateness",
+        type=float,
+        default=3600.0,
+        help="seconds after --end the relay may have appended an entry of the interval "
+        "(default 3600)",
+    )
+    return parser
+
+
+def check_args(args: argparse.Namespace) -> None:
+    try:
+        Name.of(args.stream)
+        if args.step == "batch":
+            Name.of(args.group)
+    except InvalidNameError as exc:
+        raise JobArgumentError(f"--stream/--group: {exc}") from None
+    if not 0.0 <= args.failure_threshold <= 1.0:
+        raise JobArgumentError(
+            f"--failure-threshold must be within 0..1, got {args.failure_threshold}"
+        )
+    if args.max_future_skew < 0:
+        raise JobArgumentError(f"--max-future-skew must be >= 0 s, got {args.max_future_skew}")
+    if args.step == "batch" and args.batch_size < 0:
+        raise JobArgumentError(f"--batch-size must be >= 0 (0 = all), got {args.batch_size}")
+    if args.step == "interval":
+        interval_ms(args)
+        if args.lateness < 0:
+            raise JobArgumentError(f"--lateness must be >= 0 s, got {args.lateness}")
+
+
+def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
+    from jobs.spark.catalog import Catalog
+    from jobs.spark.validation import preload
+
+    if not ctx.logs.exists(args.stream):
+        raise JobError(
+            f"stream {args.stream} does not exist: nothing was ever published to it. Run the "
+            "audit relay (streamcore.audit.relay) first, or check --stream"
+        )
+    catalog = Catalog(ctx.spark, ctx.config)
+    preload()
+    landing = _AuditLanding(args, ctx, catalog)
+    base = {"stream": Name.of(args.stream).urn, "table_path": catalog.path(TABLE)}
+    if args.step == "batch":
+        return {**base, **_batch(args, ctx, catalog, landing)}
+    return {**base, **_interval(args, ctx, catalog, landing)}
+
+
+def _batch(
+    args: argparse.Namespace, ctx: JobContext, catalog: Any, landing: _AuditLanding
+) -> dict[str, Any]:
+    from jobs.spark.batches import run_offset_batch
+
+    summary = run_offset_batch(
+        ctx,
+        app="audit",
+        stream=args.stream,
+        group=args.group,
+        table_path=catalog.path(TABLE),
+        land=landing,
+        max_records=args.batch_size,
+    )
+    lag = ctx.logs.lag(args.stream, args.group)
+    return {"landed": 0, "quarantined": 0, **summary, "lag": lag.lag}
+
+
+def _interval(
+    args: argparse.Namespace, ctx: JobContext, catalog: Any, landing: _AuditLanding
+) -> dict[str, Any]:
+    from pyspark.sql import functions as F
+
+    from jobs.spark.checked import CheckedBatch
+    from jobs.spark.intervals import interval_ranges, replace_interval
+    from jobs.spark.streams import read_stream
+
+    start_ms, end_ms = interval_ms(args)
+    skew_ms, late_ms = int(args.max_future_skew * 1000), int(args.lateness * 1000)
+    found = interval_ranges(ctx.logs, args.stream, start_ms - skew_ms, end_ms + late_ms)
+    summary: dict[str, Any] = {
+        "start": args.start.isoformat(),
+        "end": args.end.isoformat(),
+        "offsets": {str(p): list(r) for p, r in sorted(found.ranges.items())},
+    }
+    if not found.complete:
+        raise JobError(
+            f"the interval [{args.start.isoformat()}, {args.end.isoformat()}) begins before "
+            f"the oldest entry {args.stream} still holds ({found.before_retention_ms} ms per "
+            "partition are purged): replacing it would delete audit rows that cannot be read "
+            "again. Nothing was written; rerun a more recent interval",
+            summary,
+        )
+    spec = catalog.spec(TABLE)
+    catalog.ensure(TABLE)
+    records = read_stream(ctx.spark, ctx.logs, args.stream, found.ranges)
+    event_ms = F.unix_millis(F.col("event_date"))
+    batch = CheckedBatch(
+        job=f"audit/interval/{start_ms}-{end_ms}",
+        batch=start_ms,
+        run_name=f"audit-interval-{start_ms}-{end_ms}",
+        records=found.records,
+        unmoved=f"the audit rows of [{args.start.isoformat()}, {args.end.isoformat()}) are as "
+        "they were",
+    )
+
+    def replace(rows: Any) -> int:
+        path = catalog.path(TABLE)
+        return replace_interval(
+            rows, path, "event_date", start_ms, end_ms, partition_by=spec.partition_by
+        )
+
+    version, landed = landing.land(
+        records,
+        batch,
+        write=replace,
+        keep=lambda decoded: decoded.where((event_ms >= start_ms) & (event_ms < end_ms)),
+    )
+    return {**summary, **landed, "delta_version": version}
+
+
+class _AuditLanding:
+    """Checked landing of audit entries (`jobs.spark.checked`) with the audit table's write: the
+    batch mode's `land` (a MERGE on the event id, insert-only), or an interval's replace."""
+
+    def __init__(self, args: argparse.Namespace, ctx: JobContext, catalog: Any) -> None:
+        from jobs.spark.expectations import Expectation, load_suite
+
+        self.args, self.ctx, self.catalog = args, ctx, catalog
+        self.schema = ctx.schemas.by_name(SCHEMA)
+        suite = load_suite(self.schema)
+        # Fixed when the job starts, so both passes over a batch judge an entry the same way.
+        bound = datetime.now(UTC) + timedelta(seconds=args.max_future_skew)
+        suite.expectations.append(
+            Expectation(
+                "expect_column_values_to_be_between",
+                {"column": "event_date", "max_value": bound.strftime("%Y-%m-%dT%H:%M:%SZ")},
+                "job",
+                f"no event date more than {args.max_future_skew:g} s after the job's start",
+            )
+        )
+        self.suite = suite
+        self.known_types = next(
+            e.kwargs["value_set"]
+            for e in suite.expectations
+            if e.type == "expect_column_values_to_be_in_set" and e.kwargs["column"] == "event_type"
+        )
+
+    def __call__(self, records: Any, plan: Any, sink: Any) -> Landed:
+        from jobs.spark.checked import CheckedBatch
+
+        ctx = self.ctx
+        batch = CheckedBatch(
+            job=sink.app_id,
+            batch=plan.batch,
+            run_name=f"audit-batch-{plan.batch}",
+            records=plan.records,
+            unmoved=f"the positions of {self.args.group} did not move",
+        )
+
+        def merge(rows: Any) -> int | None:
+            from delta.tables import DeltaTable
+
+            ctx.fault_point("audit.before_delta_commit")
+            # Created outside the batch's transaction (see jobs.spark.repository), and only
+            # once a batch lands.
+            self.catalog.ensure(TABLE)
+            target = DeltaTable.forPath(ctx.spark, sink.path)
+            # Same event id, same entry, same day: the day prunes the partitions it joins.
+            condition = "t.event_day = s.event_day AND t.event_id = s.event_id"
+            merge = target.alias("t").merge(rows.alias("s"), condition).whenNotMatchedInsertAll()
+            return sink.write(plan, merge.execute)
+
+        version, summary = self.land(records, batch, write=merge)
+        return Landed(version, summary)
+
+    def land(
+        self, records: Any, batch: Any, *, write: Any, keep: Any = None
+    ) -> tuple[Any, dict[str, Any]]:
+        """Check `records` (the decoded rows `keep` leaves) and `write` the table's rows of the
+        good ones, one per event id. Returns the write's result and the summary."""
+        from pyspark.sql import functions as F
+
+        from jobs.spark.checked import land_checked
+        from jobs.spark.keys import read_unique_keys, unique_key_aggregates
+
+        args, ctx = self.args, self.ctx
+        fields = [f["name"] for f in self.schema.raw["fields"]]
+        types = self.known_types
+        by_type: dict[str, int] = {}
+        new: dict[str, int] = {}
+
+        def aggregates(good: Any) -> list[Any]:
+            counted = [
+                F.count(F.when(good & (F.col("event_type") == t), 1)).alias(f"_type {t}")
+                for t in types
+            ]
+            return [*unique_key_aggregates("event_id", good, rows=batch.records), *counted]
+
+        def table_rows(checked: Any) -> Any:
+            rows = checked.good.select(
+                *fields,
+                F.date_from_unix_date(
+                    F.floor(F.unix_millis(F.col("event_date")) / _DAY_MS).cast("int")
+                ).alias("event_day"),  # the UTC day, whatever the session's time zone
+            )
+            found = {t: checked.row[f"_type {t}"] for t in types if checked.row[f"_type {t}"]}
+            by_type.update(sorted(found.items(), key=lambda kv: -kv[1]))
+            if not read_unique_keys(checked.row, "event_id"):
+                rows = rows.dropDuplicates(["event_id"])  # the relay's at-least-once repeats
+            with ctx.phases("write"):
+                version = write(rows)
+            if version is not None:
+                new.update(_inserted(ctx.spark, self.catalog.path(TABLE), version))
+            return version
+
+        started = time.monotonic()
+        version, summary = land_checked(
+            ctx,
+            self.catalog,
+            records,
+            batch,
+            schema=self.schema,
+            suite=self.suite,
+            failure_threshold=args.failure_threshold,
+            result_format=args.gx_result_format,
+            write=table_rows,
+            aggregates=aggregates,
+            rows=keep,
+        )
+        seconds = time.monotonic() - started
+        good = summary.pop("written")
+        # Landed: the rows new in the table (Delta's commit metrics); the other good entries
+        # were duplicates, or rows an interval's rerun wrote again.
+        summary["landed"] = new.get("inserted", 0)
+        summary["duplicates"] = good - summary["landed"] if "inserted" in new else 0
+        summary["by_event_type"] = by_type
+        summary["entries_per_s"] = round(summary["read"] / seconds, 1) if seconds > 0 else None
+        return version, summary
+
+
+def _inserted(spark: Any, path: str, version: int) -> dict[str, int]:
+    """The rows commit `version` of the table at `path` added: {"inserted": n}."""
+    from delta.tables import DeltaTable
+
+    history = DeltaTable.forPath(spark, path).history().where(f"version = {int(version)}")
+    row = history.select("operationMetrics").first()
+    metrics = dict(row["operationMetrics"] or {}) if row else {}
+    for name in ("numTargetRowsInserted", "numOutputRows"):  # a MERGE, a replaceWhere write
+        if name in metrics:
+            return {"inserted": int(metrics[name])}
+    return {}
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_job(sys.modules[__name__], argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
