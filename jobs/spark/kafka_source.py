@@ -12,13 +12,18 @@ import json
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from jobs.spark.local_source import SPLIT_RECORDS
 from streamcore.log.kafka.description import KafkaLogDescription
 
 __all__ = ["read_kafka_ranges"]
 
 
 def read_kafka_ranges(
-    spark: SparkSession, log: KafkaLogDescription, ranges: dict[int, tuple[int, int]]
+    spark: SparkSession,
+    log: KafkaLogDescription,
+    ranges: dict[int, tuple[int, int]],
+    *,
+    split_records: int = SPLIT_RECORDS,
 ) -> DataFrame:
     """Records of the described log at offsets `[start, end)` per partition, read with the
     client settings the description maps to Spark options (security, ...).
@@ -37,6 +42,8 @@ def read_kafka_ranges(
         .option("startingOffsets", json.dumps(starting))
         .option("endingOffsets", json.dumps(ending))
         .option("failOnDataLoss", "true")
+        # As the local source: at most `split_records` records per Spark partition.
+        .option("minPartitions", str(sum(-(-(e - s) // split_records) for s, e in wanted.values())))
     )
     return reader.load().select(
         F.lit(log.name).alias("stream"),

@@ -1,6 +1,8 @@
 """`streamcore_log`: a Python Data Source that reads explicit offset ranges of a local log.
 
-One Spark partition per log partition; each executor opens that partition itself from the log's
+One Spark partition per log partition, or per `SPLIT_RECORDS` of its range when it holds more (a
+one-partition log such as `audit/entries` would otherwise be read, and written on, by one task);
+each executor opens its partition itself from the log's
 `LocalLogDescription` (a read-only cursor, any number of processes may read; the on-disk layout
 stays in `streamcore.log.local`) and yields Arrow record batches
 built straight from the segment buffers, so records never become Python objects. Columns:
@@ -10,7 +12,7 @@ for streamcore logs; `jobs.spark.streams` unwraps it).
     spark.dataSource.register(LocalLogDataSource)
     spark.read.format("streamcore_log")
         .option("description", encode_description(manager.describe("import/docs")))
-        .option("ranges", '{"0": [0, 100], "1": [0, 80]}').load()
+        .option("ranges", '{"0": [0, 100], "1": [0, 80]}').load()   # option split_records
 """
 
 from __future__ import annotations
@@ -27,12 +29,14 @@ from streamcore.errors import LogError
 from streamcore.log.api import LogDescription
 from streamcore.log.local.description import LocalLogDescription
 
-__all__ = ["RAW_SCHEMA", "LocalLogDataSource", "encode_description"]
+__all__ = ["RAW_SCHEMA", "SPLIT_RECORDS", "LocalLogDataSource", "encode_description"]
 
 RAW_SCHEMA = (
     "stream string, partition int, offset long, timestamp timestamp, key string, value binary"
 )
 _MAX_BATCH = 16_384
+# Records per Spark partition at most: 1M records of one log partition are read by 4 tasks.
+SPLIT_RECORDS = 250_000
 
 
 def encode_description(description: LogDescription) -> str:
@@ -77,10 +81,13 @@ class LocalLogReader(DataSourceReader):
         self.ranges = {
             int(p): (int(s), int(e)) for p, (s, e) in json.loads(options["ranges"]).items()
         }
+        self.split = max(1, int(options.get("split_records", SPLIT_RECORDS)))
 
     def partitions(self) -> list[InputPartition]:
         return [
-            LogRange(self.log, p, start, end) for p, (start, end) in sorted(self.ranges.items())
+            LogRange(self.log, p, lo, min(lo + self.split, end))
+            for p, (start, end) in sorted(self.ranges.items())
+            for lo in range(start, max(end, start + 1), self.split)
         ]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:

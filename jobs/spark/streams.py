@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 
-from jobs.spark.local_source import LocalLogDataSource, encode_description
+from jobs.spark.local_source import SPLIT_RECORDS, LocalLogDataSource, encode_description
 from streamcore.codecs.framing import single_object_header
 from streamcore.codecs.record_binary import RECORD_FINGERPRINT, RECORD_SCHEMA
 from streamcore.errors import ConfigError
@@ -35,11 +35,16 @@ _RECORD_HEADER = single_object_header(RECORD_FINGERPRINT)
 
 
 def read_raw(
-    spark: SparkSession, manager: LogManager, name: str | Name, ranges: Ranges
+    spark: SparkSession,
+    manager: LogManager,
+    name: str | Name,
+    ranges: Ranges,
+    *,
+    split_records: int = SPLIT_RECORDS,
 ) -> DataFrame:
     """The raw records (`stream, partition, offset, timestamp, key, value`) of `[start, end)`
     per partition of log `name`, opened from the description its backend gives (so a memory log
-    is refused there, with what to do)."""
+    is refused there, with what to do), in Spark partitions of at most `split_records`."""
     description = manager.describe(name)
     clean = {int(p): (int(s), int(e)) for p, (s, e) in ranges.items()}
     if description.backend == "local":
@@ -48,12 +53,15 @@ def read_raw(
             spark.read.format(LocalLogDataSource.name())
             .option("description", encode_description(description))
             .option("ranges", json.dumps({str(p): list(r) for p, r in clean.items()}))
+            .option("split_records", str(split_records))
             .load()
         )
     if description.backend == "kafka":
         from jobs.spark.kafka_source import read_kafka_ranges
 
-        return read_kafka_ranges(spark, cast(KafkaLogDescription, description), clean)
+        return read_kafka_ranges(
+            spark, cast(KafkaLogDescription, description), clean, split_records=split_records
+        )
     raise ConfigError(
         f"log {description.name} lives in a {description.backend} log, which Spark jobs cannot "
         "read; route it to a local or kafka log config in include/streamcore.toml"
@@ -85,7 +93,12 @@ def unwrap_records(raw: DataFrame) -> DataFrame:
 
 
 def read_stream(
-    spark: SparkSession, manager: LogManager, name: str | Name, ranges: Ranges
+    spark: SparkSession,
+    manager: LogManager,
+    name: str | Name,
+    ranges: Ranges,
+    *,
+    split_records: int = SPLIT_RECORDS,
 ) -> DataFrame:
     """Records of `[start, end)` per partition of log `name`, envelope unwrapped."""
-    return unwrap_records(read_raw(spark, manager, name, ranges))
+    return unwrap_records(read_raw(spark, manager, name, ranges, split_records=split_records))

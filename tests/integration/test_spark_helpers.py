@@ -104,6 +104,12 @@ def test_local_source_reads_exact_ranges_one_spark_partition_per_log_partition(
     first = next(r for r in rows if (r.partition, r.offset) == (0, 2))
     assert first.stream == "test/docs" and first.key == _doc(2)["id"]
     assert first.record_error is None and first.watermark > 0 and first.flags == 1
+    # A long range is read by several tasks: 2 + 1 (empty) + 4 Spark partitions of <= 3 records.
+    split = read_stream(spark, local, "test/docs", ranges, split_records=3)
+    assert split.rdd.getNumPartitions() == 7
+    assert sorted((r.partition, r.offset, r.data) for r in split.collect()) == sorted(
+        (r.partition, r.offset, r.data) for r in rows
+    )
     assert get_codec("avro", store.by_name(DOCUMENT), store=store).decode(first.data) == {
         **_doc(2),
         "created": first_ts(1_700_000_000_000),
