@@ -11,13 +11,15 @@ future), sends failing rows to `quarantine`, and MERGEs the others into `audit` 
 an event id the table has is a duplicate of the relay's at-least-once delivery and is left as
 it is. Then it commits the group's positions (`jobs.spark.batches`).
 
-`interval` (backfills, re-runs) lands the entries whose event date is in `[--start, --end)` and
-replaces the table's rows of that interval with them, so running it again changes nothing. It
-finds them through the append times of the log: an entry is appended after its event (the relay
-runs after the commit), so it reads what was appended from `--start` minus the skew to `--end`
-plus `--lateness`; an entry the relay appended later than that is not in the interval's rerun
-(the scheduled batches landed it). It refuses an interval older than the log's retention, which
-would delete rows it cannot read again, and never moves the batch mode's positions.
+`interval` (backfills, re-runs) lands the entries whose event date is in `[--start, --end)`
+with the same insert-only MERGE: the entries the table lacks are added, the others left as they
+are, so running it again changes nothing, and it never deletes a row (replacing the interval
+would remove an entry it could not read again). It finds them through the append times of the
+log: an entry is appended after its event (the relay runs after the commit), so it reads what was
+appended from `--start` minus the skew to `--end` plus `--lateness`; an entry the relay appended
+later than that is not in the rerun (the scheduled batches landed it). It refuses an interval
+older than the log's retention, whose entries it could only partly give back, and never moves the
+batch mode's positions.
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--batch-size", type=int, default=0, help="max entries this run reads (0 = all)"
     )
     interval = steps.add_parser(
-        "interval", parents=[common], help="land and replace the entries of a time interval"
+        "interval", parents=[common], help="land the entries of a time interval the table lacks"
     )
     interval.add_argument("--start", type=instant, required=True, help="ISO 8601, included")
     interval.add_argument("--end", type=instant, required=True, help="ISO 8601, excluded")
@@ -159,7 +161,7 @@ def _interval(
     from pyspark.sql import functions as F
 
     from jobs.spark.checked import CheckedBatch
-    from jobs.spark.intervals import interval_ranges, replace_interval
+    from jobs.spark.intervals import interval_ranges
     from jobs.spark.streams import read_stream
 
     start_ms, end_ms = interval_ms(args)
@@ -174,11 +176,10 @@ def _interval(
         raise JobError(
             f"the interval [{args.start.isoformat()}, {args.end.isoformat()}) begins before "
             f"the oldest entry {args.stream} still holds ({found.before_retention_ms} ms per "
-            "partition are purged): replacing it would delete audit rows that cannot be read "
-            "again. Nothing was written; rerun a more recent interval",
+            "partition are purged): a rerun would give back only part of it. Nothing was "
+            "written; rerun a more recent interval",
             summary,
         )
-    spec = catalog.spec(TABLE)
     catalog.ensure(TABLE)
     records = read_stream(ctx.spark, ctx.logs, args.stream, found.ranges)
     event_ms = F.unix_millis(F.col("event_date"))
@@ -191,16 +192,17 @@ def _interval(
         "they were",
     )
 
-    def replace(rows: Any) -> int:
+    def merge(rows: Any) -> int | None:
         path = catalog.path(TABLE)
-        return replace_interval(
-            rows, path, "event_date", start_ms, end_ms, partition_by=spec.partition_by
-        )
+        before = _version(ctx.spark, path)
+        _merge_entries(ctx.spark, path, rows).execute()
+        after = _version(ctx.spark, path)
+        return after if after != before else None  # None: nothing to add, no commit
 
     version, landed = landing.land(
         records,
         batch,
-        write=replace,
+        write=merge,
         keep=lambda decoded: decoded.where((event_ms >= start_ms) & (event_ms < end_ms)),
     )
     return {**summary, **landed, "delta_version": version}
@@ -208,7 +210,7 @@ def _interval(
 
 class _AuditLanding:
     """Checked landing of audit entries (`jobs.spark.checked`) with the audit table's write: the
-    batch mode's `land` (a MERGE on the event id, insert-only), or an interval's replace."""
+    insert-only MERGE on the event id, as the batch mode's `land` or for an interval."""
 
     def __init__(self, args: argparse.Namespace, ctx: JobContext, catalog: Any) -> None:
         from jobs.spark.expectations import Expectation, load_suite
@@ -248,17 +250,12 @@ class _AuditLanding:
         )
 
         def merge(rows: Any) -> int | None:
-            from delta.tables import DeltaTable
 
             ctx.fault_point("audit.before_delta_commit")
             # Created outside the batch's transaction (see jobs.spark.repository), and only
             # once a batch lands.
             self.catalog.ensure(TABLE)
-            target = DeltaTable.forPath(ctx.spark, sink.path)
-            # Same event id, same entry, same day: the day prunes the partitions it joins.
-            condition = "t.event_day = s.event_day AND t.event_id = s.event_id"
-            merge = target.alias("t").merge(rows.alias("s"), condition).whenNotMatchedInsertAll()
-            return sink.write(plan, merge.execute)
+            return sink.write(plan, _merge_entries(ctx.spark, sink.path, rows).execute)
 
         version, summary = self.land(records, batch, write=merge)
         return Landed(version, summary)
@@ -320,12 +317,29 @@ class _AuditLanding:
         seconds = time.monotonic() - started
         good = summary.pop("written")
         # Landed: the rows new in the table (Delta's commit metrics); the other good entries
-        # were duplicates, or rows an interval's rerun wrote again.
+        # were in it already (the relay's repeats, an interval run again).
         summary["landed"] = new.get("inserted", 0)
-        summary["duplicates"] = good - summary["landed"] if "inserted" in new else 0
+        summary["duplicates"] = good - summary["landed"]
         summary["by_event_type"] = by_type
         summary["entries_per_s"] = round(summary["read"] / seconds, 1) if seconds > 0 else None
         return version, summary
+
+
+def _merge_entries(spark: Any, path: str, rows: Any) -> Any:
+    """The insert-only MERGE of entry rows into the audit table at `path` (not executed): an
+    event id the table has is a repeat of the same entry, left as it is."""
+    from delta.tables import DeltaTable
+
+    # Same event id, same entry, same day: the day prunes the partitions the MERGE joins.
+    condition = "t.event_day = s.event_day AND t.event_id = s.event_id"
+    target = DeltaTable.forPath(spark, path).alias("t")
+    return target.merge(rows.alias("s"), condition).whenNotMatchedInsertAll()
+
+
+def _version(spark: Any, path: str) -> int:
+    from delta.tables import DeltaTable
+
+    return int(DeltaTable.forPath(spark, path).history(1).first()["version"])
 
 
 def _inserted(spark: Any, path: str, version: int) -> dict[str, int]:
@@ -335,9 +349,8 @@ def _inserted(spark: Any, path: str, version: int) -> dict[str, int]:
     history = DeltaTable.forPath(spark, path).history().where(f"version = {int(version)}")
     row = history.select("operationMetrics").first()
     metrics = dict(row["operationMetrics"] or {}) if row else {}
-    for name in ("numTargetRowsInserted", "numOutputRows"):  # a MERGE, a replaceWhere write
-        if name in metrics:
-            return {"inserted": int(metrics[name])}
+    if "numTargetRowsInserted" in metrics:
+        return {"inserted": int(metrics["numTargetRowsInserted"])}
     return {}
 
 

@@ -12,6 +12,7 @@ import os
 import re
 import tomllib
 from dataclasses import dataclass, field, fields
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ FSYNC_MODES = ("none", "batch", "always")
 MAX_RECORD_BYTES_LIMIT = (1 << 30) - 16
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+AUDIT_SCHEDULE = "*/5 * * * *"
 
 
 def parse_duration_ms(value: str | int, what: str = "duration") -> int:
@@ -38,6 +40,98 @@ def parse_duration_ms(value: str | int, what: str = "duration") -> int:
         )
     number, unit = match.groups()
     return int(number) * _UNIT_MS[unit or "s"]
+
+
+@dataclass(frozen=True)
+class CronSchedule:
+    """A cron expression (read in UTC) whose runs come at one fixed `period`, so that the data
+    intervals of a DAG's runs, each the `period` before its run, tile time without gap or
+    overlap: a backfill over any range then covers every instant once."""
+
+    cron: str
+    period: timedelta
+
+
+# Airflow's presets with a fixed period (@monthly and longer have none: months differ).
+_CRON_PRESETS = {"@hourly": "0 * * * *", "@daily": "0 0 * * *", "@weekly": "0 0 * * 0"}
+_WEEKDAYS = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"]
+_CRON_ITEM = re.compile(r"^(?:\*|(\w+)(?:-(\w+))?)(?:/(\d+))?$")
+_WEEK_MINUTES = 7 * 1440
+
+
+def parse_cron_schedule(value: Any, what: str) -> CronSchedule:
+    """A five-field cron expression (minute hour day-of-month month day-of-week: numbers, `*`,
+    `a-b`, lists, `/step`, day names) or @hourly / @daily / @weekly, whose runs come at one fixed
+    period; raises ConfigError naming `what`, the problem and the fix otherwise."""
+    text = " ".join(str(value).split())
+    cron = _CRON_PRESETS.get(text, text)
+    parts = cron.split(" ")
+    where = f"{what} is {value!r}"
+    example = "e.g. '*/5 * * * *' (every 5 minutes), '0 * * * *' (hourly), '30 2 * * *' (daily)"
+    if text.startswith("@") and text not in _CRON_PRESETS:
+        raise ConfigError(
+            f"{where}; of the presets only {', '.join(_CRON_PRESETS)} run at one fixed period "
+            f"(each run's data interval is the period before it); {example}"
+        )
+    if len(parts) != 5:
+        raise ConfigError(
+            f"{where}, not a cron expression of 5 fields (minute hour day-of-month month "
+            f"day-of-week); {example}"
+        )
+    minute, hour, day, month, weekday = parts
+    if day != "*" or month != "*":
+        raise ConfigError(
+            f"{where}: it runs on some days of the month or months only, whose lengths differ, "
+            "so its runs do not come at one fixed period (each run's data interval is the period "
+            f"before it); keep day-of-month and month '*', {example}"
+        )
+    minutes = _cron_field(minute, "minute", 59, where)
+    hours = _cron_field(hour, "hour", 23, where)
+    weekdays = _cron_field(weekday, "day-of-week", 7, where)
+    days = {d % 7 for d in weekdays}  # 7 is Sunday too
+    fires = sorted(d * 1440 + h * 60 + m for d in days for h in hours for m in minutes)
+    gaps = {b - a for a, b in zip(fires, [*fires[1:], fires[0] + _WEEK_MINUTES], strict=True)}
+    if len(gaps) > 1:
+        raise ConfigError(
+            f"{where}: its runs come {min(gaps)} to {max(gaps)} minutes apart, not at one fixed "
+            "period (each run's data interval is the period before it, so uneven gaps would "
+            f"leave time out of backfills); {example}"
+        )
+    return CronSchedule(cron, timedelta(minutes=gaps.pop()))
+
+
+def _cron_field(text: str, name: str, high: int, where: str) -> set[int]:
+    """The values of one cron field, from 0 to `high`."""
+    names = _WEEKDAYS if name == "day-of-week" else []
+
+    def bad(item: str) -> ConfigError:
+        return ConfigError(
+            f"{where}: its {name} field has {item!r}; give *, a number 0..{high}"
+            f"{', sun..sat' if names else ''}, a range a-b (a <= b), a list a,b or a step */n "
+            "(n >= 1)"
+        )
+
+    def number(token: str, item: str) -> int:
+        if token in names:
+            return names.index(token)
+        if token.isdigit() and int(token) <= high:
+            return int(token)
+        raise bad(item)
+
+    found: set[int] = set()
+    for item in text.split(","):
+        match = _CRON_ITEM.match(item.lower())
+        if match is None:
+            raise bad(item)
+        low, up, step = match.groups()
+        first = 0 if low is None else number(low, item)
+        # `*` and `a/n` run to the field's end; `a` alone is one value.
+        last = high if low is None or (up is None and step) else number(up or low, item)
+        every = int(step or 1)
+        if last < first or every == 0:
+            raise bad(item)
+        found.update(range(first, last + 1, every))
+    return found
 
 
 @dataclass(frozen=True)
@@ -94,6 +188,14 @@ class StreamcoreConfig:
         if not self.import_roots:
             object.__setattr__(self, "import_roots", (self.home,))
         object.__setattr__(self, "warehouse", _warehouse(self.warehouse, self.home))
+
+    @property
+    def audit_schedule(self) -> CronSchedule:
+        """`[audit] schedule` (STREAMCORE_AUDIT_SCHEDULE): when the audit DAG runs batch mode,
+        each run's data interval being the period before it. Checked when asked, not at load, so
+        a bad schedule breaks the audit DAG and nothing else that reads the configuration."""
+        value = _lookup(self.table, "audit", "schedule", AUDIT_SCHEDULE)
+        return parse_cron_schedule(value, "audit.schedule")
 
     @property
     def log_dir(self) -> Path:

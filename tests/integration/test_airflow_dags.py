@@ -1,6 +1,6 @@
 """The DAGs of dags/ as Airflow loads them: no import errors, fast parsing, the conventions of
-DESIGN.md section 5, and the importer's parameter checks (Param schemas and the validate task's
-cross-parameter checks)."""
+DESIGN.md section 5, and the parameter checks of the importer and audit DAGs (Param schemas and
+the validate task's cross-parameter checks); the audit DAG's schedule from the configuration."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from airflow_harness import DAGS, AirflowEnv, make_airflow_env, run_python
+from airflow_harness import DAGS, ROOT, AirflowEnv, make_airflow_env, run_python
 
 pytestmark = pytest.mark.airflow
 
@@ -38,6 +38,7 @@ def dagbag(af: AirflowEnv) -> dict[str, Any]:
                 "doc_md": dag.doc_md or "",
                 "fileloc": dag.fileloc,
                 "catchup": dag.catchup,
+                "max_active_runs": dag.max_active_runs,
                 "timetable": repr(dag.timetable),
                 "tasks": {{
                     t.task_id: {{
@@ -112,19 +113,30 @@ def test_importer_dag_shape(dagbag: dict[str, Any]) -> None:
     assert dag["params"]["source"]["schema"]["enum"] == ["random", "files"]
 
 
-BAD_CONFS = [
-    ({"count": 0}, "count"),
-    ({"count": "many"}, "count"),
-    ({"source": "kafka"}, "source"),
-    ({"partitions": 0}, "partitions"),
-    ({"failure_threshold": 1.5}, "failure_threshold"),
-    ({"batch_size": -1}, "batch_size"),
-    ({"format": "xml"}, "format"),
-]
+BAD_CONFS = {
+    "streamcore_importer": [
+        ({"count": 0}, "count"),
+        ({"count": "many"}, "count"),
+        ({"source": "kafka"}, "source"),
+        ({"partitions": 0}, "partitions"),
+        ({"failure_threshold": 1.5}, "failure_threshold"),
+        ({"batch_size": -1}, "batch_size"),
+        ({"format": "xml"}, "format"),
+    ],
+    "streamcore_audit": [
+        ({"mode": "replay"}, "mode"),
+        ({"failure_threshold": -0.1}, "failure_threshold"),
+        ({"failure_threshold": 2}, "failure_threshold"),
+        ({"batch_limit": -1}, "batch_limit"),
+        ({"batch_limit": 2.5}, "batch_limit"),
+        ({"start": 20261124}, "start"),
+    ],
+}
 
 
 def test_param_schemas_reject_bad_values(af: AirflowEnv) -> None:
     """The schema check Airflow runs when a run is created (UI form, CLI, REST API)."""
+    confs = {dag_id: [c for c, _ in cases] for dag_id, cases in BAD_CONFS.items()}
     result = run_python(
         af,
         f"""
@@ -133,25 +145,27 @@ def test_param_schemas_reject_bad_values(af: AirflowEnv) -> None:
         from airflow.dag_processing.dagbag import BundleDagBag
         from airflow.sdk.exceptions import ParamValidationError
         folder = Path({str(DAGS)!r})
-        dag = BundleDagBag(dag_folder=folder, bundle_path=folder).dags["streamcore_importer"]
+        dags = BundleDagBag(dag_folder=folder, bundle_path=folder).dags
         out = {{}}
-        for i, conf in enumerate({[c for c, _ in BAD_CONFS]!r}):
-            params = copy.deepcopy(dag.params)
-            try:
-                params.update(conf)
-                params.validate()
-                out[i] = None
-            except (ParamValidationError, ValueError) as exc:
-                out[i] = str(exc)
-        params = copy.deepcopy(dag.params)
-        params.validate()
+        for dag_id, confs in {confs!r}.items():
+            dag = dags[dag_id]
+            out[dag_id] = []
+            for conf in confs:
+                params = copy.deepcopy(dag.params)
+                try:
+                    params.update(conf)
+                    params.validate()
+                    out[dag_id].append(None)
+                except (ParamValidationError, ValueError) as exc:
+                    out[dag_id].append(str(exc))
+            copy.deepcopy(dag.params).validate()  # the defaults are valid
         print(json.dumps(out))
         """,
     )
-    for i, (conf, name) in enumerate(BAD_CONFS):
-        message = result[str(i)]
-        assert message is not None, f"{conf} was accepted"
-        assert name in message, message
+    for dag_id, cases in BAD_CONFS.items():
+        for (conf, name), message in zip(cases, result[dag_id], strict=True):
+            assert message is not None, f"{dag_id}: {conf} was accepted"
+            assert name in message, message
 
 
 def test_validate_checks_parameters_together(af: AirflowEnv, tmp_path: Path) -> None:
@@ -278,3 +292,138 @@ def test_stream_stats_validate_uses_the_interval_and_the_jobs_checks(af: Airflow
     assert "must be after --start" in result["empty_interval"]
     assert "jobs/stream_stats.py rejects" in result["bad_stream"]
     assert "--stream" in result["bad_stream"]
+
+
+def test_audit_dag_shape(dagbag: dict[str, Any]) -> None:
+    """job_tasks with one Spark step; every 5 minutes by default, each run's data interval the
+    5 minutes before it; one run at a time."""
+    dag = dagbag["dags"]["streamcore_audit"]
+    tasks = dag["tasks"]
+    assert tasks["validate"]["downstream"] == ["land"]
+    assert tasks["land"]["downstream"] == ["summary"]
+    assert tasks["summary"]["downstream"] == []
+    assert tasks["land"]["type"] == "StreamcoreSparkSubmitOperator"
+    assert tasks["land"]["conn_id"] == "spark_default"
+    assert tasks["validate"]["retries"] == tasks["summary"]["retries"] == 0
+    assert tasks["land"]["retries"] == 2
+    assert dag["catchup"] is False and dag["max_active_runs"] == 1
+    assert dag["tags"] == ["audit", "streamcore"]
+    timetable = dag["timetable"]
+    assert "CronTriggerTimetable(expression='*/5 * * * *', timezone='UTC'" in timetable
+    assert "interval=datetime.timedelta(seconds=300)" in timetable
+    params = dag["params"]
+    assert params["mode"]["schema"]["enum"] == ["auto", "batch", "interval"]
+    threshold = params["failure_threshold"]["schema"]
+    assert (threshold["type"], threshold["minimum"], threshold["maximum"]) == ("number", 0, 1)
+    assert params["batch_limit"]["schema"]["minimum"] == 0
+    for name in ("start", "end"):
+        assert params[name]["schema"]["type"] == ["null", "string"]
+        assert params[name]["schema"]["format"] == "date-time"
+    assert "*/5 * * * *" in dag["doc_md"] and "backfill" in dag["doc_md"]
+
+
+def test_audit_validate_picks_the_mode_and_checks_the_arguments(af: AirflowEnv) -> None:
+    """audit_arguments() and the job's own check_args, as the validate task runs them: the mode
+    from the Params and the run type, the interval from the run or from start/end."""
+    slot = ["2026-11-24T10:00:00+00:00", "2026-11-24T10:05:00+00:00"]
+    cases = {
+        "scheduled": ({}, "scheduled", True),
+        "scheduled_limit": ({"batch_limit": 500, "failure_threshold": 0.25}, "scheduled", True),
+        "manual_no_interval": ({}, "manual", False),
+        "backfill": ({}, "backfill", True),
+        "manual_start_end": ({"start": "2026-11-23T08:00", "end": "2026-11-23T09:00"}, "manual", 0),
+        "interval_scheduled": ({"mode": "interval"}, "scheduled", True),
+        "interval_no_interval": ({"mode": "interval"}, "manual", False),
+        "start_only": ({"start": "2026-11-23T08:00"}, "manual", False),
+        "batch_start": ({"mode": "batch", "start": slot[0], "end": slot[1]}, "manual", False),
+        "batch_backfill": ({"mode": "batch"}, "backfill", True),
+        "interval_limit": ({"batch_limit": 10}, "backfill", True),
+        "reversed": ({"start": slot[1], "end": slot[0]}, "manual", False),
+        "not_a_time": ({"start": "yesterday", "end": slot[1]}, "manual", False),
+    }
+    result = run_python(
+        af,
+        f"""
+        from types import SimpleNamespace
+        import pendulum
+        import streamcore_audit as m
+        from _streamcore import check_job_arguments
+        from airflow.sdk.exceptions import AirflowFailException
+        slot = [pendulum.parse(t) for t in {slot!r}]
+        defaults = {{k: p.value for k, p in m.PARAMS.items()}}
+        out = {{}}
+        for name, (params, run_type, interval) in {cases!r}.items():
+            context = {{"dag_run": SimpleNamespace(run_type=run_type),
+                        "data_interval_start": slot[0] if interval else None,
+                        "data_interval_end": slot[1] if interval else None}}
+            try:
+                argv = m.audit_arguments({{**defaults, **params}}, context)["land"]
+                check_job_arguments("audit", argv)
+                out[name] = argv
+            except AirflowFailException as exc:
+                out[name] = str(exc)
+        print(json.dumps(out))
+        """,
+    )
+    home = ["--home", str(af.streamcore_home)]
+    threshold = "--failure-threshold"
+    assert result["scheduled"] == ["batch", "--batch-size", "0", threshold, "0.0", *home]
+    assert result["scheduled_limit"] == ["batch", "--batch-size", "500", threshold, "0.25", *home]
+    assert result["manual_no_interval"][0] == "batch"  # a manual run without start/end
+    interval = ["interval", "--start", slot[0], "--end", slot[1], "--failure-threshold", "0.0"]
+    assert result["backfill"] == [*interval, *home]
+    assert result["interval_scheduled"] == [*interval, *home]
+    assert result["manual_start_end"][:5] == [
+        "interval",
+        "--start",
+        "2026-11-23T08:00",
+        "--end",
+        "2026-11-23T09:00",
+    ]
+    assert "no data interval" in result["interval_no_interval"]
+    assert "go together" in result["start_only"]
+    assert "mode=batch" in result["batch_start"] and "mode=batch" in result["batch_backfill"]
+    assert "batch_limit=10 only applies to batch mode" in result["interval_limit"]
+    # what the job itself rejects, validate rejects before spark-submit
+    assert "jobs/audit.py rejects" in result["reversed"]
+    assert "must be after --start" in result["reversed"]
+    assert "jobs/audit.py rejects" in result["not_a_time"]
+    assert "not an ISO 8601 time" in result["not_a_time"]
+
+
+def test_audit_schedule_comes_from_the_configuration(af: AirflowEnv, tmp_path: Path) -> None:
+    """An operator changes `[audit] schedule` in the TOML file (or STREAMCORE_AUDIT_SCHEDULE):
+    the DAG's schedule and data intervals follow; a bad one is the DAG file's import error with
+    the fix, and the other DAGs still load."""
+    toml = (ROOT / "include" / "streamcore.toml").read_text()
+    assert 'schedule = "*/5 * * * *"' in toml
+    hourly = tmp_path / "streamcore.toml"
+    hourly.write_text(toml.replace('schedule = "*/5 * * * *"', 'schedule = "15 * * * *"'))
+    result = run_python(
+        af,
+        f"""
+        import os
+        from pathlib import Path
+        from airflow.dag_processing.dagbag import BundleDagBag
+        folder = Path({str(DAGS)!r})
+        out = {{}}
+        for name, env in {{"toml": ("STREAMCORE_CONFIG", {str(hourly)!r}),
+                           "bad": ("STREAMCORE_AUDIT_SCHEDULE", "*/7 * * * *")}}.items():
+            os.environ[env[0]] = env[1]
+            bag = BundleDagBag(dag_folder=folder, bundle_path=folder)
+            del os.environ[env[0]]
+            dag = bag.dags.get("streamcore_audit")
+            out[name] = {{"timetable": repr(dag.timetable) if dag else None,
+                          "dags": sorted(bag.dags),
+                          "errors": {{Path(f).name: e for f, e in bag.import_errors.items()}}}}
+        print(json.dumps(out))
+        """,
+    )
+    timetable = result["toml"]["timetable"]
+    assert "expression='15 * * * *'" in timetable, timetable
+    assert "interval=datetime.timedelta(seconds=3600)" in timetable
+    bad = result["bad"]
+    assert bad["timetable"] is None
+    assert bad["dags"] == ["streamcore_importer", "streamcore_stream_stats"]
+    error = bad["errors"]["streamcore_audit.py"]
+    assert "audit.schedule is '*/7 * * * *'" in error and "4 to 7 minutes apart" in error

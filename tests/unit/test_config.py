@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import itertools
+import re
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -10,6 +13,7 @@ from streamcore.config import (
     LogDefaults,
     StreamcoreConfig,
     load_config,
+    parse_cron_schedule,
     parse_duration_ms,
 )
 from streamcore.errors import ConfigError
@@ -224,3 +228,79 @@ class TestConfigObject:
         config = StreamcoreConfig(home=tmp_path)
         with pytest.raises(AttributeError):
             config.home = Path("/")  # type: ignore[misc]
+
+
+class TestCronSchedule:
+    """`[audit] schedule`: a cron expression whose runs come at one fixed period, since each
+    run's data interval is the period before it."""
+
+    @pytest.mark.parametrize(
+        ("cron", "period"),
+        [
+            ("*/5 * * * *", timedelta(minutes=5)),
+            ("* * * * *", timedelta(minutes=1)),
+            ("0,30 * * * *", timedelta(minutes=30)),
+            ("5/15 * * * *", timedelta(minutes=15)),
+            ("0 * * * *", timedelta(hours=1)),
+            ("15 */6 * * *", timedelta(hours=6)),
+            ("30 2 * * *", timedelta(days=1)),
+            ("*/10 * * * 0-7", timedelta(minutes=10)),
+            ("0 3 * * MON", timedelta(days=7)),
+            ("  0 3 *  * 1 ", timedelta(days=7)),
+            ("@hourly", timedelta(hours=1)),
+            ("@daily", timedelta(days=1)),
+            ("@weekly", timedelta(days=7)),
+        ],
+    )
+    def test_period_is_the_gap_between_the_runs_croniter_gives(
+        self, cron: str, period: timedelta
+    ) -> None:
+        from croniter import croniter  # what Airflow schedules with
+
+        schedule = parse_cron_schedule(cron, "audit.schedule")
+        assert schedule.period == period
+        runs = croniter(schedule.cron, datetime(2026, 11, 20, tzinfo=UTC))
+        times = [runs.get_next(datetime) for _ in range(50)]
+        assert {b - a for a, b in itertools.pairwise(times)} == {period}
+
+    @pytest.mark.parametrize(
+        ("cron", "message"),
+        [
+            ("every 5 minutes", r"not a cron expression of 5 fields"),
+            ("* * * *", r"not a cron expression of 5 fields"),
+            ("0 0 1 * *", r"some days of the month or months only"),
+            ("0 0 * 6 *", r"keep day-of-month and month '\*'"),
+            ("@monthly", r"only @hourly, @daily, @weekly run at one fixed period"),
+            ("*/7 * * * *", r"its runs come 4 to 7 minutes apart"),
+            ("0 9,17 * * *", r"480 to 960 minutes apart"),
+            ("0 0 * * 1-5", r"1440 to 4320 minutes apart"),
+            ("60 * * * *", r"its minute field has '60'; give \*, a number 0\.\.59"),
+            ("*/0 * * * *", r"its minute field has '\*/0'"),
+            ("5-1 * * * *", r"its minute field has '5-1'"),
+            ("mon * * * *", r"its minute field has 'mon'"),
+            ("0 24 * * *", r"its hour field has '24'"),
+            ("0 0 * * funday", r"its day-of-week field has 'funday'; .*sun\.\.sat"),
+        ],
+    )
+    def test_bad_schedule_names_the_key_and_the_fix(self, cron: str, message: str) -> None:
+        pattern = rf"audit\.schedule is '{re.escape(cron)}'.*{message}"
+        with pytest.raises(ConfigError, match=pattern):
+            parse_cron_schedule(cron, "audit.schedule")
+
+    def test_from_toml_then_environment_checked_when_asked(
+        self, env: pytest.MonkeyPatch, toml_file
+    ) -> None:
+        assert load_config(toml_file("")).audit_schedule.cron == "*/5 * * * *"  # the default
+        config = load_config(toml_file('[audit]\nschedule = "0 * * * *"'))
+        assert config.audit_schedule.period == timedelta(hours=1)
+        env.setenv("STREAMCORE_AUDIT_SCHEDULE", "*/15 * * * *")
+        assert config.audit_schedule.period == timedelta(minutes=15)
+        # A bad schedule fails whoever asks for it, not everything that loads the file.
+        bad = load_config(toml_file('[audit]\nschedule = "0 0 31 2 *"'))
+        env.delenv("STREAMCORE_AUDIT_SCHEDULE")
+        with pytest.raises(ConfigError, match=r"audit\.schedule is '0 0 31 2 \*'"):
+            bad.audit_schedule  # noqa: B018
+
+    def test_project_file_runs_every_five_minutes(self, env: pytest.MonkeyPatch) -> None:
+        schedule = load_config(PROJECT_ROOT / "include" / "streamcore.toml").audit_schedule
+        assert (schedule.cron, schedule.period) == ("*/5 * * * *", timedelta(minutes=5))

@@ -1,0 +1,190 @@
+"""Audit entries from `audit/entries` into the Delta table `audit`: `jobs/audit.py` on a schedule
+(batch mode) and over past data intervals (interval mode, what backfills run).
+
+validate → land (spark-submit jobs/audit.py batch | interval) → summary, made by `job_tasks`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pendulum
+from _streamcore import default_args, interval_arguments, job_tasks, render_rows, streamcore_home
+from airflow.sdk import CronTriggerTimetable, Param, dag
+from airflow.sdk.exceptions import AirflowFailException
+
+from streamcore.config import load_config
+
+# From include/streamcore.toml `[audit] schedule` (or STREAMCORE_AUDIT_SCHEDULE), read when the
+# file is parsed: an operator changes the schedule there, and a bad one is this file's import
+# error with the ConfigError's fix.
+SCHEDULE = load_config().audit_schedule
+PERIOD = f"{SCHEDULE.period.total_seconds() / 60:g} minutes"
+BACKFILL = "backfill"  # DagRun.run_type of the runs `airflow backfill create` makes
+
+DOC = f"""
+# streamcore audit
+
+Lands the audit entries of the stream `audit/entries` (published by `streamcore.audit` in the
+application's transactions) in the Delta table **`audit`**, one row per event id, partitioned by
+event day: `spark-submit jobs/audit.py batch | interval`.
+
+- **validate** checks the Spark set-up, picks the mode (below) and checks the job's arguments
+  with the job's own `check_args`. A bad run stops here, without retries, before Spark.
+- **land** runs the job. Entries failing their expectations (unknown event type, event date in
+  the future, ...) go to `quarantine`; more than `failure_threshold` of them fails the run and
+  lands nothing.
+- **summary** logs a table (entries landed, duplicates, quarantined, by event type, lag left,
+  Delta version) and keeps it in `STREAMCORE_HOME/runs/audit/<run id>.json`.
+
+**Schedule**: `{SCHEDULE.cron}` (UTC), from `[audit] schedule` in `include/streamcore.toml`
+(or `STREAMCORE_AUDIT_SCHEDULE`). Each run's data interval is the {PERIOD} before it.
+No catch-up; one run at a time.
+
+**Modes** (`mode`, default `auto`):
+- **batch**: the entries group `audit/delta` has not landed yet (at most `batch_limit`), MERGEd
+  on the event id exactly once, then the group's positions move. `auto` picks it for scheduled
+  runs and manual runs without `start`/`end`.
+- **interval**: the entries whose event date is in the run's data interval, or in
+  [`start`, `end`) when given; they replace the table's rows of that interval, so a rerun
+  changes nothing, and no position moves. `auto` picks it for backfill runs and for runs given
+  `start`/`end`.
+
+**Backfill** past intervals (CLI, REST `POST /api/v2/backfills`, or the UI's *Backfill*): the
+dates bound the runs' scheduled times, which end their intervals, so to replay [A, B) give
+`--from-date` A + {PERIOD} and `--to-date` B, with `--reprocess-behavior completed`
+(slots that had a scheduled run are rerun too) and `--max-active-runs 1`. Any interval: *Trigger*
+with `start` and `end`.
+"""
+
+PARAMS = {
+    "mode": Param(
+        "auto",
+        enum=["auto", "batch", "interval"],
+        title="Mode",
+        description="auto: batch for scheduled and manual runs, interval for backfill runs and "
+        "runs given start/end. batch: land what group audit/delta has not landed yet. interval: "
+        "replace the rows of the entries dated in the data interval (or [start, end)).",
+    ),
+    "failure_threshold": Param(
+        0.0,
+        type="number",
+        minimum=0,
+        maximum=1,
+        title="Failure threshold",
+        description="Largest share of entries failing expectations that still lets the run land "
+        "the others (the failing ones go to quarantine). 0: a bad entry stops the run, and "
+        "nothing lands until it is fixed or a run with a higher threshold quarantines it.",
+    ),
+    "batch_limit": Param(
+        0,
+        type="integer",
+        minimum=0,
+        title="Batch limit",
+        description="batch mode: most entries this run lands (0 = all not landed yet); the rest "
+        "waits for the next run.",
+    ),
+    "start": Param(
+        None,
+        type=["null", "string"],
+        format="date-time",
+        title="Start",
+        description="Interval mode: first instant of the interval to land (ISO 8601, UTC when "
+        "no offset is given), instead of the run's data interval; give end too.",
+    ),
+    "end": Param(
+        None,
+        type=["null", "string"],
+        format="date-time",
+        title="End",
+        description="Interval mode: end of the interval (excluded), with start.",
+    ),
+}
+
+
+def audit_arguments(params: dict[str, Any], context: Any) -> dict[str, list[str]]:
+    """The `land` step's arguments for the run's Params and type: batch or interval mode (see
+    DOC). Parameters that do not go together raise AirflowFailException with the fix; the job's
+    own `check_args` checks the rest in validate."""
+    start, end = params.get("start") or None, params.get("end") or None
+    if (start is None) != (end is None):
+        raise AirflowFailException(
+            f"start ({start!r}) and end ({end!r}) go together: give both to land that interval, "
+            "or neither"
+        )
+    backfill = context["dag_run"].run_type == BACKFILL
+    mode = params["mode"]
+    if mode == "auto":
+        mode = "interval" if start or backfill else "batch"
+    elif mode == "batch" and (start or backfill):
+        raise AirflowFailException(
+            "mode=batch lands the group's new entries, whatever the interval; a backfill run or "
+            "start/end ask for an interval: set mode to auto or interval (or clear start/end)"
+        )
+    common = ["--failure-threshold", str(params["failure_threshold"])]
+    common += ["--home", str(streamcore_home())]
+    if mode == "batch":
+        return {"land": ["batch", "--batch-size", str(params["batch_limit"]), *common]}
+    if params["batch_limit"]:
+        raise AirflowFailException(
+            f"batch_limit={params['batch_limit']} only applies to batch mode, and this run lands "
+            "an interval (all its entries): clear batch_limit, or set mode to batch"
+        )
+    window = ["--start", start, "--end", end] if start else interval_arguments(context)
+    return {"land": ["interval", *window, *common]}
+
+
+def render_summary(outputs: dict[str, dict[str, Any]]) -> str:
+    """What the run landed, as an aligned two-column table."""
+    land = outputs["land"]
+    validation = land.get("validation") or {}
+    failed = validation.get("quarantined_by_expectation") or {}
+    by_type = land.get("by_event_type") or {}
+    if land.get("step") == "batch":
+        mode = f"batch {land.get('batch')} of group {land.get('group')}"
+        lag = f"{land.get('lag', 0):,} entries"
+    else:
+        mode = f"interval [{land.get('start')}, {land.get('end')})"
+        lag = "- (interval mode moves no position)"
+    offsets = land.get("offsets") or {}
+    rows = [
+        ("mode", mode),
+        ("entries read", f"{land.get('read', 0):,}"),
+        ("entries landed", f"{land.get('landed', 0):,}"),
+        ("duplicates", f"{land.get('duplicates', 0):,}"),
+        ("quarantined", f"{land.get('quarantined', 0):,}"),
+        ("failed expectations", ", ".join(f"{k} ({v:,})" for k, v in failed.items()) or "none"),
+        ("by event type", ", ".join(f"{k} {v:,}" for k, v in by_type.items()) or "none"),
+        ("lag left", lag),
+        ("offsets", ", ".join(f"{p}: {lo}..{hi}" for p, (lo, hi) in offsets.items()) or "none"),
+        ("Delta table", f"{land.get('table_path', '?')} (version {land.get('delta_version')})"),
+        ("Data Docs", str(land.get("data_docs") or "none (nothing to validate)")),
+        ("seconds", f"{land.get('seconds', 0):.1f}"),
+    ]
+    return render_rows(rows)
+
+
+@dag(
+    dag_id="streamcore_audit",
+    # `interval`: each run's data interval is the period before it. Without it, Airflow 3 gives
+    # cron schedules an empty data interval, which a backfill run could not replay.
+    schedule=CronTriggerTimetable(SCHEDULE.cron, timezone="UTC", interval=SCHEDULE.period),
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,  # batch runs share the group's positions: one at a time
+    tags=["streamcore", "audit"],
+    params=PARAMS,
+    doc_md=DOC,
+    default_args=default_args(retries=1),
+)
+def streamcore_audit() -> None:
+    job_tasks(
+        "audit",
+        ["land"],
+        audit_arguments,
+        retries={"land": 2},  # both modes are crash-safe and idempotent
+        render=render_summary,
+    )
+
+
+streamcore_audit()
