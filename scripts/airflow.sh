@@ -101,7 +101,10 @@ simple_auth_manager_passwords_file = $passwords
 execution_api_server_url = $url/execution/
 
 [database]
-sql_alchemy_conn = sqlite:///$AIRFLOW_HOME/airflow.db
+# timeout: how long a connection waits for SQLite's write lock (default 5 s). The scheduler, the
+# API server, task processes and the CLI share one file; on a loaded machine 5 s was not always
+# enough for a backfill created from the CLI beside a running scheduler.
+sql_alchemy_conn = sqlite:///$AIRFLOW_HOME/airflow.db?timeout=60
 
 [logging]
 base_log_folder = $AIRFLOW_HOME/logs
