@@ -80,98 +80,68 @@ def land_checked(
     and the summary: `read`, `written`, `quarantined`, `validation` (GX's report with the failure
     ratio and the rows quarantined per expectation), `data_docs`. Raises QualityThresholdError
     (nothing written) when the failing rows are more than `failure_threshold` of the batch."""
-    # The driver idles while the executors write: GX validates meanwhile.
-    with ThreadPoolExecutor(1, thread_name_prefix="gx") as driver:
-        return _land(
-            ctx,
-            catalog,
-            records,
-            batch,
-            schema,
-            suite,
-            failure_threshold,
-            result_format,
-            write,
-            aggregates,
-            rows,
-            driver,
-        )
-
-
-def _land(
-    ctx: JobContext,
-    catalog: Catalog,
-    records: DataFrame,
-    batch: CheckedBatch,
-    schema: ParsedSchema,
-    suite: Suite,
-    failure_threshold: float,
-    result_format: str,
-    write: Callable[[Checked], Any],
-    aggregates: Callable[[Column], list[Column]] | None,
-    rows: Callable[[DataFrame], DataFrame] | None,
-    driver: ThreadPoolExecutor,
-) -> tuple[Any, dict[str, Any]]:
     from jobs.spark.avro import decode_payload
     from jobs.spark.gx_metrics import check_aggregates
     from jobs.spark.quarantine import quarantine_rows, write_quarantine
     from jobs.spark.validation import validate
 
-    decodes = f"payload decodes as {schema.fullname}"  # the failure of undecodable rows
-    decoded = decode_payload(records, schema, ctx.schemas)
-    if rows is not None:
-        decoded = rows(decoded)
-    undecodable = F.col("record_error").isNotNull() | F.col("payload_error").isNotNull()
-    checked = decoded.withColumn("_failing", undecodable | any_failure(suite))
-    failing = F.col("_failing")
-    checks = check_aggregates(suite, also=undecodable)
-    own = aggregates(~failing) if aggregates else []
-    with ctx.phases("read_decode_check"):
-        row = checked.agg(*checks.columns, *own).first().asDict()
-    counts, gx_metrics = checks.read(row)
-    read, bad_count = counts.pop("rows"), counts.pop("failing")
-    counts[decodes] = counts.pop("*")
-    per_expectation = {k: v for k, v in sorted(counts.items(), key=lambda kv: -kv[1]) if v}
-    fields = [f["name"] for f in schema.raw["fields"]]
-    ratio = bad_count / read if read else 0.0
+    # The driver idles while the executors write: GX validates meanwhile.
+    with ThreadPoolExecutor(1, thread_name_prefix="gx") as driver:
+        decodes = f"payload decodes as {schema.fullname}"  # the failure of undecodable rows
+        decoded = decode_payload(records, schema, ctx.schemas)
+        if rows is not None:
+            decoded = rows(decoded)
+        undecodable = F.col("record_error").isNotNull() | F.col("payload_error").isNotNull()
+        checked = decoded.withColumn("_failing", undecodable | any_failure(suite))
+        failing = F.col("_failing")
+        checks = check_aggregates(suite, also=undecodable)
+        own = aggregates(~failing) if aggregates else []
+        with ctx.phases("read_decode_check"):
+            row = checked.agg(*checks.columns, *own).first().asDict()
+        counts, gx_metrics = checks.read(row)
+        read, bad_count = counts.pop("rows"), counts.pop("failing")
+        counts[decodes] = counts.pop("*")
+        per_expectation = {k: v for k, v in sorted(counts.items(), key=lambda kv: -kv[1]) if v}
+        fields = [f["name"] for f in schema.raw["fields"]]
+        ratio = bad_count / read if read else 0.0
 
-    def validation() -> dict[str, Any]:
-        with ctx.phases("validate"):
-            report = validate(
-                checked.where(~undecodable).select(*fields),
-                suite,
-                Path(ctx.config.home) / "gx",
-                run_name=batch.run_name,
-                result_format=result_format,
-                metrics=gx_metrics,
+        def validation() -> dict[str, Any]:
+            with ctx.phases("validate"):
+                report = validate(
+                    checked.where(~undecodable).select(*fields),
+                    suite,
+                    Path(ctx.config.home) / "gx",
+                    run_name=batch.run_name,
+                    result_format=result_format,
+                    metrics=gx_metrics,
+                )
+            found = {
+                **report.to_json(),
+                "failure_ratio": round(ratio, 6),
+                "quarantined_by_expectation": per_expectation,
+            }
+            return {"read": read, "validation": found, "data_docs": report.data_docs}
+
+        # Whether the batch lands is decided by the counts above (the same expectations); GX gives
+        # the report and the Data Docs.
+        validating = driver.submit(validation)
+        if ratio > failure_threshold:
+            names = ", ".join(f"{k} ({v} rows)" for k, v in per_expectation.items())
+            raise QualityThresholdError(
+                f"{bad_count} of {read} rows ({ratio:.2%}) failed their expectations, over the "
+                f"--failure-threshold {failure_threshold:.2%}: {names}. Nothing was written and "
+                f"{batch.unmoved}: fix the producer, or rerun with a higher --failure-threshold to "
+                "quarantine them",
+                {**validating.result(), "written": 0, "quarantined": 0},
             )
-        found = {
-            **report.to_json(),
-            "failure_ratio": round(ratio, 6),
-            "quarantined_by_expectation": per_expectation,
-        }
-        return {"read": read, "validation": found, "data_docs": report.data_docs}
-
-    # Whether the batch lands is decided by the counts above (the same expectations); GX gives
-    # the report and the Data Docs.
-    validating = driver.submit(validation)
-    if ratio > failure_threshold:
-        names = ", ".join(f"{k} ({v} rows)" for k, v in per_expectation.items())
-        raise QualityThresholdError(
-            f"{bad_count} of {read} rows ({ratio:.2%}) failed their expectations, over the "
-            f"--failure-threshold {failure_threshold:.2%}: {names}. Nothing was written and "
-            f"{batch.unmoved}: fix the producer, or rerun with a higher --failure-threshold to "
-            "quarantine them",
-            {**validating.result(), "written": 0, "quarantined": 0},
-        )
-    if bad_count:
-        bad = checked.where(failing).withColumn(
-            "failed_expectations",
-            F.when(undecodable, F.array(F.lit(decodes))).otherwise(failed_expectations(suite)),
-        )
-        with ctx.phases("quarantine"):
-            write_quarantine(quarantine_rows(bad, job=batch.job, batch=batch.batch), catalog)
-    good = checked.where(~failing).drop("_failing") if bad_count else decoded
-    written = write(Checked(good, row, read, bad_count))
-    summary = validating.result() | {"written": read - bad_count, "quarantined": bad_count}
-    return written, summary
+        if bad_count:
+            bad = checked.where(failing).withColumn(
+                "failed_expectations",
+                F.when(undecodable, F.array(F.lit(decodes))).otherwise(failed_expectations(suite)),
+            )
+            with ctx.phases("quarantine"):
+                write_quarantine(quarantine_rows(bad, job=batch.job, batch=batch.batch), catalog)
+        good = checked.where(~failing).drop("_failing") if bad_count else decoded
+        written = write(Checked(good, row, read, bad_count))
+        summary = validating.result() | {"written": read - bad_count, "quarantined": bad_count}
+        return written, summary
