@@ -161,7 +161,7 @@ def _interval(
     from pyspark.sql import functions as F
 
     from jobs.spark.checked import CheckedBatch
-    from jobs.spark.intervals import interval_ranges
+    from jobs.spark.intervals import interval_ranges, table_version
     from jobs.spark.streams import read_stream
 
     start_ms, end_ms = interval_ms(args)
@@ -194,9 +194,9 @@ def _interval(
 
     def merge(rows: Any) -> int | None:
         path = catalog.path(TABLE)
-        before = _version(ctx.spark, path)
+        before = table_version(ctx.spark, path)
         _merge_entries(ctx.spark, path, rows).execute()
-        after = _version(ctx.spark, path)
+        after = table_version(ctx.spark, path)
         return after if after != before else None  # None: nothing to add, no commit
 
     version, landed = landing.land(
@@ -334,12 +334,6 @@ def _merge_entries(spark: Any, path: str, rows: Any) -> Any:
     condition = "t.event_day = s.event_day AND t.event_id = s.event_id"
     target = DeltaTable.forPath(spark, path).alias("t")
     return target.merge(rows.alias("s"), condition).whenNotMatchedInsertAll()
-
-
-def _version(spark: Any, path: str) -> int:
-    from delta.tables import DeltaTable
-
-    return int(DeltaTable.forPath(spark, path).history(1).first()["version"])
 
 
 def _inserted(spark: Any, path: str, version: int) -> dict[str, int]:

@@ -40,7 +40,13 @@ if TYPE_CHECKING:
 
     from streamcore.log.api import LogManager
 
-__all__ = ["IntervalMismatchError", "IntervalRanges", "interval_ranges", "replace_interval"]
+__all__ = [
+    "IntervalMismatchError",
+    "IntervalRanges",
+    "interval_ranges",
+    "replace_interval",
+    "table_version",
+]
 
 INTERVAL_PROBE_GROUP = "streamcore/interval-probe"  # reads offsets only; never commits
 
@@ -169,10 +175,11 @@ def replace_interval(
             f"interval's rows only (df.where({condition!r})), or write the others with the "
             "intervals they belong to"
         ) from exc
-    return _version(spark, table_path)
+    return table_version(spark, table_path)
 
 
-def _version(spark: Any, table_path: str) -> int:
+def table_version(spark: Any, table_path: str) -> int:
+    """The newest version of the Delta table at `table_path`."""
     from delta.tables import DeltaTable
 
     return int(DeltaTable.forPath(spark, table_path).history(1).first()["version"])
