@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from streamcore.audit.entry import AuditEntry, as_entry
+from streamcore.audit.entry import AuditEntry, write_entry
 from streamcore.audit.errors import AuditError
-from streamcore.audit.record import audit_record
+from streamcore.audit.record import record_of
 from streamcore.codecs import RecordCodec, get_codec
 from streamcore.outbox import QueueSpec, Registry, default_registry, put
 
@@ -45,8 +45,7 @@ def publish(
     nothing is written. An event id still in the outbox (not purged) raises
     `DuplicateJobError`: ids are unique, and on PostgreSQL the transaction stays usable.
     """
-    entry = as_entry(entry)
-    record = audit_record(entry)
+    written = write_entry(entry)
     registry = registry or default_registry
     queue_spec(registry)
-    return put(conn, QUEUE, record, id=entry.event_id, registry=registry)
+    return put(conn, QUEUE, record_of(written), id=written.event_id, registry=registry)

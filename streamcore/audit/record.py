@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from streamcore.audit.entry import AuditEntry, as_entry, entry_codec
+from streamcore.audit.encoding import Written
+from streamcore.audit.entry import AuditEntry, entry_codec, write_entry
 from streamcore.record import Record
 from streamcore.watermark import Watermark
 
@@ -29,10 +30,13 @@ def audit_record(entry: AuditEntry | Mapping[str, Any]) -> Record:
     A computation appends audit entries itself with it: map an output to `audit/entries` (one
     partition, the default Record codec) and `context.produce_record("o1", audit_record(entry))`.
     """
-    entry = as_entry(entry)
-    key = entry.doc_id if entry.doc_id is not None else entry.event_id
-    datum = entry.to_datum()
-    return Record(key, entry_codec().encode(datum), Watermark.of(datum["event_date"]).value)
+    return record_of(write_entry(entry))
+
+
+def record_of(written: Written) -> Record:
+    """The Record of an entry `write_entry` wrote."""
+    key = written.doc_id if written.doc_id is not None else written.event_id
+    return Record(key, written.data, Watermark.of(written.event_date_ms).value)
 
 
 def decode_entry(data: bytes) -> AuditEntry:

@@ -77,6 +77,11 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
+def avro_long(value: int) -> bytes:
+    """An Avro long: zigzag, then unsigned LEB128."""
+    return _varint((value << 1) ^ (value >> 63))
+
+
 _LENGTHS = tuple(_varint(n << 1) for n in range(4096))  # zigzag varint of lengths 0..4095
 _FLAG_BYTES = {n: _varint(n << 1) for n in range(256)}  # flagsAsByte 0..255
 # Two varint bytes (both with the continuation bit) for each 14-bit group.

@@ -11,15 +11,19 @@ job is processing or in error.
 
 A batch queue with a threshold is claimed only when its batch is due (`batch_due_in`): a full
 batch at once, a partial one once its oldest job has waited the threshold. Jobs are not held in
-`processing` while a batch fills, so waiting changes nothing of what a crash leaves behind.
+`processing` while a batch fills, so waiting changes nothing of what a crash leaves behind. The
+claim looks at the batch in its own transaction (`claim_due_batch`); a worker waiting for a
+batch to fill looks outside any write transaction (`peek_batch`).
 """
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
@@ -78,6 +82,23 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+class BatchDue(NamedTuple):
+    """What a look at a batch queue found: `seconds` until its next batch is due (0: now;
+    None: no job is claimable) and `ready`, the claimable jobs (counted up to the capacity)."""
+
+    seconds: float | None
+    ready: int
+
+
+def _due(created: list[int], capacity: int, threshold: float) -> BatchDue:
+    """When the batch of claimable jobs put at `created` (ms) is due."""
+    if not created:
+        return BatchDue(None, 0)
+    if len(created) >= capacity:
+        return BatchDue(0.0, len(created))
+    return BatchDue(max(0.0, threshold - (now_ms() - min(created)) / 1000), len(created))
+
+
 def _jobs(rows: list[Any], queue: str, token: str) -> list[Job]:
     return sorted(
         (Job(r[0], queue, r[1], bytes(r[2]), r[3], token) for r in rows), key=lambda j: j.seq
@@ -86,39 +107,68 @@ def _jobs(rows: list[Any], queue: str, token: str) -> list[Job]:
 
 def claim_batch(conn: sa.Connection, queue: str, limit: int, *, ordered: bool = False) -> list[Job]:
     """Claim up to `limit` claimable jobs of `queue` (in a transaction the caller commits)."""
+    if ordered:
+        return _claim_head(conn, queue, limit)[1]
     token = uuid.uuid4().hex
     params = {"queue": queue, "limit": limit, "token": token, "now": now_ms()}
-    if ordered:
-        return _claim_head(conn, queue, params)
     statement = _CLAIM_PG if conn.dialect.name == "postgresql" else _CLAIM_SQLITE
     return _jobs(sql.execute(conn, statement, params).fetchall(), queue, token)
 
 
-def _head(conn: sa.Connection, params: dict[str, object]) -> list[Any]:
-    """(seq, status, ready, created_ms) of an ordered queue's claimable head, in put order."""
+def _leading(rows: list[Any]) -> list[Any]:
+    """The claimable head of an ordered queue in `_HEAD`'s rows: the leading run of ready
+    `init` jobs (nothing after a job that is processing, in error or waiting)."""
     head = []
-    for row in sql.execute(conn, _HEAD, params).fetchall():
+    for row in rows:
         if row[1] != INIT or not row[2]:
             break
         head.append(row)
     return head
 
 
-def _claim_head(conn: sa.Connection, queue: str, params: dict[str, object]) -> list[Job]:
+def _head(conn: sa.Connection, params: dict[str, object]) -> list[Any]:
+    """(seq, status, ready, created_ms) of an ordered queue's claimable head, in put order."""
+    return _leading(sql.execute(conn, _HEAD, params).fetchall())
+
+
+def _claim_head(
+    conn: sa.Connection, queue: str, limit: int, threshold: float | None = None
+) -> tuple[BatchDue, list[Job]]:
+    """Claim the head, up to `limit` jobs: (what was claimable, the jobs claimed). With a
+    `threshold` only a due batch is claimed."""
+    token = uuid.uuid4().hex
+    params: dict[str, object] = {"queue": queue, "limit": limit, "token": token, "now": now_ms()}
     # One claimer per ordered queue at a time: SKIP LOCKED would let a second worker jump over
     # a head row locked by the first one.
     postgres = conn.dialect.name == "postgresql"
     if postgres and not sql.execute(conn, _QUEUE_LOCK, params).scalar():
-        return []
-    seqs = [row[0] for row in _head(conn, params)]
-    if not seqs:
-        return []
+        return BatchDue(None, 0), []  # another worker is claiming it
+    head = _head(conn, params)
+    seqs = [row[0] for row in head]
+    if threshold is None:
+        due = BatchDue(0.0 if seqs else None, len(seqs))
+    else:
+        due = _due([row[3] for row in head], limit, threshold)
+    if due.seconds != 0:
+        return due, []
     # On PostgreSQL the status re-check guards against a hung reset or force_retry in between.
     where = f"seq IN {sql.in_list('s', seqs, params)}" + (
         f" AND status = '{INIT}'" if postgres else ""
     )
     rows = sql.execute(conn, f"UPDATE {TABLE} {_SET_PROCESSING} WHERE {where} {_RETURNING}", params)
-    return _jobs(rows.fetchall(), queue, str(params["token"]))
+    return due, _jobs(rows.fetchall(), queue, token)
+
+
+Rows = Callable[[str, dict[str, object]], list[Any]]
+
+
+def _due_in(rows: Rows, queue: str, capacity: int, threshold: float, ordered: bool) -> BatchDue:
+    params: dict[str, object] = {"queue": queue, "limit": capacity}
+    if ordered:
+        created = [row[3] for row in _leading(rows(_HEAD, params))]
+    else:
+        created = [row[0] for row in rows(_CLAIMABLE_CREATED, params)]
+    return _due(created, capacity, threshold)
 
 
 def batch_due_in(
@@ -126,16 +176,41 @@ def batch_due_in(
 ) -> float | None:
     """Seconds until a batch of `queue` is due: 0 when `capacity` jobs are claimable or the
     oldest claimable one was put `threshold` seconds ago; None when no job is claimable."""
-    params: dict[str, object] = {"queue": queue, "limit": capacity}
-    if ordered:
-        created = [row[3] for row in _head(conn, params)]
-    else:
-        created = [row[0] for row in sql.execute(conn, _CLAIMABLE_CREATED, params).fetchall()]
-    if not created:
-        return None
-    if len(created) >= capacity:
-        return 0.0
-    return max(0.0, threshold - (now_ms() - min(created)) / 1000)
+    return _due_in(
+        lambda statement, params: sql.execute(conn, statement, params).fetchall(),
+        queue,
+        capacity,
+        threshold,
+        ordered,
+    ).seconds
+
+
+def peek_batch(
+    engine: sa.Engine, queue: str, capacity: int, threshold: float, *, ordered: bool = False
+) -> BatchDue:
+    """`batch_due_in` (and the claimable jobs) read outside any write transaction
+    (`sql.read`), for a worker woken while a partial batch fills: on SQLite, finding that it is
+    not due yet then takes neither the write lock the putting threads need nor a BEGIN
+    IMMEDIATE. The claim reads the head again in its own transaction."""
+    return _due_in(functools.partial(sql.read, engine), queue, capacity, threshold, ordered)
+
+
+def claim_due_batch(
+    conn: sa.Connection, queue: str, capacity: int, threshold: float, *, ordered: bool = False
+) -> tuple[BatchDue, list[Job]]:
+    """Claim up to `capacity` jobs of `queue` if its batch is due (`batch_due_in`), in a
+    transaction the caller commits: (what the look found, the jobs claimed: none unless the
+    batch was due). An ordered queue's head is read once for both."""
+    if not ordered:
+        due = _due_in(
+            lambda statement, params: sql.execute(conn, statement, params).fetchall(),
+            queue,
+            capacity,
+            threshold,
+            ordered,
+        )
+        return due, claim_batch(conn, queue, capacity) if due.seconds == 0 else []
+    return _claim_head(conn, queue, capacity, threshold)
 
 
 def claim_error(conn: sa.Connection, queue: str, seq: int) -> Job | None:

@@ -2,25 +2,29 @@
 
 PostgreSQL: `put` calls `pg_notify` in the caller's transaction, which the server delivers only
 on commit, to every process that LISTENs (`PgListener`, one connection per worker pool).
-SQLite has no such channel: `put` marks the connection, and an engine `commit` listener wakes the
-pools of this process watching the same database file (`local_hub`); other processes find the job
-by polling. The listener fires just before the driver commits, which is early enough: a woken
-worker's BEGIN IMMEDIATE waits for the committing writer to release the lock, then sees the job.
+SQLite has no such channel: `put` marks the connection with the jobs it put per queue, and an
+engine `commit` listener wakes the pools of this process watching the same database file
+(`local_hub`), telling them those counts; other processes find the jobs by polling. The listener
+fires just before the driver commits; on the outbox's own connections (`schema.create_engine`)
+it leaves the wake-up to the driver connection, which calls it once the commit is done and the
+process's write lock released: a woken worker then reads the jobs without a write transaction
+(`claim.peek_batch`), and its own transaction does not start by waiting for the committer's.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import sqlalchemy as sa
 
-from streamcore.outbox.schema import NOTIFY_CHANNEL
+from streamcore.outbox.schema import NOTIFY_CHANNEL, SerializedSqliteConnection
 
 logger = logging.getLogger(__name__)
 
@@ -36,25 +40,29 @@ def database_key(engine: sa.Engine | sa.Connection) -> str:
     return url.render_as_string(hide_password=True)
 
 
+Committed = Mapping[str, int]  # jobs one committed transaction put, per queue
+
+
 class LocalHub:
-    """In-process subscribers per database; `notify` calls each with the queue names."""
+    """In-process subscribers per database; `notify` calls each with the jobs a transaction
+    committed, per queue."""
 
     def __init__(self) -> None:
-        self._subscribers: dict[str, list[Callable[[set[str]], None]]] = {}
+        self._subscribers: dict[str, list[Callable[[Committed], None]]] = {}
         self._lock = threading.Lock()
         self._engines: weakref.WeakSet[sa.Engine] = weakref.WeakSet()
 
-    def subscribe(self, key: str, callback: Callable[[set[str]], None]) -> None:
+    def subscribe(self, key: str, callback: Callable[[Committed], None]) -> None:
         with self._lock:
             self._subscribers.setdefault(key, []).append(callback)
 
-    def unsubscribe(self, key: str, callback: Callable[[set[str]], None]) -> None:
+    def unsubscribe(self, key: str, callback: Callable[[Committed], None]) -> None:
         with self._lock:
             callbacks = self._subscribers.get(key, [])
             if callback in callbacks:
                 callbacks.remove(callback)
 
-    def notify(self, key: str, queues: set[str]) -> None:
+    def notify(self, key: str, queues: Committed) -> None:
         for callback in list(self._subscribers.get(key, ())):
             callback(queues)
 
@@ -69,7 +77,12 @@ class LocalHub:
 
             def on_commit(conn: sa.Connection) -> None:
                 queues = conn.info.pop(PENDING_KEY, None)
-                if queues:
+                if not queues:
+                    return
+                driver = conn.connection.dbapi_connection
+                if isinstance(driver, SerializedSqliteConnection):
+                    driver.after_commit = functools.partial(self.notify, key, queues)
+                else:
                     self.notify(key, queues)
 
             def on_rollback(conn: sa.Connection) -> None:

@@ -9,7 +9,9 @@ processes that cannot wake us, and jobs whose dependency got done).
 A batch queue (`batch_capacity`) is claimed `batch_capacity` jobs at a time, once its batch is
 due (`batch_threshold`), and its consumer runs once for the whole batch: they succeed together
 (recorded `done` together) or fail together (all in `error`, retried one by one by the retry
-poller). A worker that finds a partial batch not yet due sleeps until it is, or until a wake-up.
+poller). A worker that finds a partial batch not yet due sleeps until it is, or until a wake-up
+that can have made it due: one that announced enough jobs to fill it (puts of this process on
+SQLite say how many they committed), or one that announced nothing (see `WorkerPool._due`).
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ import collections
 import logging
 import threading
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 
 from streamcore.outbox import store
-from streamcore.outbox.claim import Job, batch_due_in, claim_batch
+from streamcore.outbox.claim import BatchDue, Job, claim_batch, claim_due_batch, peek_batch
 from streamcore.outbox.consumers import QueueSpec, Registry
 from streamcore.outbox.execute import Outcome, execute, execute_batch
 from streamcore.outbox.lease import Lease, LeaseKeeper
@@ -53,16 +57,34 @@ class Wakeup:
     that comes between a worker's empty claim and its wait is never lost. One wake-up (one
     committed put) wakes one sleeping worker: a worker that finds work keeps claiming without
     sleeping, so a backlog still gets every awake worker, and a small put does not send the
-    whole pool into empty claims (on SQLite, each one a write transaction)."""
+    whole pool into empty claims (on SQLite, each one a write transaction).
+
+    It also counts what the wake-ups announced: the jobs committed per queue by puts of this
+    process (SQLite), and the wake-ups that announced nothing (PostgreSQL notifications,
+    retries, `Outbox.wake`). A worker waiting for a partial batch compares them with what it
+    saw when it last looked, and looks again only when they can have made the batch due."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self.generation = 0
+        self._announced: collections.Counter[str] = collections.Counter()
+        self._unannounced = 0
 
-    def wake(self, _queues: Any = None) -> None:
+    def wake(self, committed: Any = None) -> None:
+        """Wake one sleeping worker; `committed`: the jobs a committed transaction put, as a
+        mapping of queue to count, or anything else when the waker cannot tell."""
         with self._cond:
             self.generation += 1
+            if isinstance(committed, Mapping):
+                self._announced.update(committed)
+            else:
+                self._unannounced += 1
             self._cond.notify()
+
+    def announced(self, queue: str) -> tuple[int, int]:
+        """(jobs of `queue` announced so far, wake-ups that announced nothing so far)."""
+        with self._cond:
+            return self._announced[queue], self._unannounced
 
     def wake_all(self) -> None:
         with self._cond:
@@ -73,6 +95,40 @@ class Wakeup:
         with self._cond:
             if self.generation == seen:
                 self._cond.wait(timeout)
+
+
+class _HeldConnection:
+    """The connection a worker runs its claims on, kept from one to the next: checking one out
+    of the pool and back for each claim cost about as much as the claim's statements. A worker
+    uses at most one connection at a time either way. Replaced after an error, which may have
+    been the connection's (a restarted server)."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self.engine = engine
+        self._conn: sa.Connection | None = None
+
+    def get(self) -> sa.Connection:
+        if self._conn is None:
+            self._conn = self.engine.connect()
+        return self._conn
+
+    def drop(self) -> None:
+        """Give the connection back (a broken one is discarded by the pool)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+
+@dataclass(frozen=True, slots=True)
+class _Look:
+    """What a worker saw of a batch queue: when (`time.monotonic()`), what (`BatchDue`), and
+    the wake-up counts (`Wakeup.announced`) read just before, so that a put committed while it
+    looked counts as new."""
+
+    at: float
+    due: BatchDue
+    announced: int
+    unannounced: int
 
 
 class WorkerPool:
@@ -120,6 +176,15 @@ class WorkerPool:
         return sum(t.is_alive() for t in self._threads)
 
     def _work(self) -> None:
+        # What this worker last saw of each batch queue with a threshold (see `_due`).
+        looks: dict[str, _Look] = {}
+        held = _HeldConnection(self.engine)
+        try:
+            self._loop(held, looks)
+        finally:
+            held.drop()
+
+    def _loop(self, held: _HeldConnection, looks: dict[str, _Look]) -> None:
         turn = 0
         # Successes of the last batch, marked done in the transaction of the next claim: one
         # write transaction per batch instead of two. A crash before it re-runs them (after the
@@ -134,21 +199,32 @@ class WorkerPool:
                 spec = specs[(turn + n) % len(specs)]
                 if self._stopping.is_set():
                     break
-                stamped = time.monotonic()
+                batch: list[Job] = []
                 try:
-                    with self.engine.begin() as conn:
-                        store.mark_done(conn, unrecorded)
-                        due = self._due_in(conn, spec)
-                        batch = self._claim(conn, spec) if due == 0 else []
-                    unrecorded = []
+                    # Jobs to record `done` need the write transaction anyway: no look first.
+                    due = self._due(spec, looks) if not unrecorded else 0.0
+                    if due == 0:
+                        stamped = time.monotonic()
+                        counts = self.wakeup.announced(spec.name)  # before the claim's look
+                        conn = held.get()
+                        with conn.begin():
+                            store.mark_done(conn, unrecorded)
+                            found, batch = self._claim(conn, spec)
+                        unrecorded = []
+                        if found is not None:
+                            due = found.seconds
+                            looks[spec.name] = _Look(stamped, found, *counts)
                 except Exception:
                     logger.exception("outbox: claiming jobs of %s failed; retrying", spec.name)
+                    looks.pop(spec.name, None)
+                    held.drop()
                     self._stopping.wait(1.0)
                     continue
                 if due:  # a partial batch that may wait for more jobs: come back when it is due
                     sleep = min(sleep, due)
                 if batch:
                     claimed = True
+                    looks.pop(spec.name, None)  # what is left after the claim is unknown
                     lease = Lease(self.engine, spec, batch, stamped)
                     if spec.batch_capacity is None:
                         unrecorded = self._run(spec, lease)
@@ -163,19 +239,50 @@ class WorkerPool:
         if unrecorded:
             self._finish(unrecorded[0].queue, unrecorded)
 
-    @staticmethod
-    def _due_in(conn: sa.Connection, spec: QueueSpec) -> float | None:
-        """Seconds until the queue's next batch is due (0: claim now; None: nothing to claim;
-        always 0 for a queue without a batch threshold, whose claim says what there is)."""
+    def _due(self, spec: QueueSpec, looks: dict[str, _Look]) -> float | None:
+        """Seconds until the queue's next batch is due (0: go and claim it, the claim checks
+        again; None: nothing to claim), without a write transaction. Always 0 for a queue
+        without a batch threshold, whose claim says what there is.
+
+        A worker woken by every committed put while a batch fills would find it not due most
+        times. So it looks again only when something can have made the batch due since its
+        last look: the puts of this process announced enough jobs to fill it (then it claims
+        at once), its oldest job has waited the threshold (likewise), jobs came to an empty
+        queue, a wake-up announced nothing (a retry, a PostgreSQL notification), or a poll
+        interval passed (jobs of other processes). Looking reads the queue outside any write
+        transaction (`peek_batch`): on SQLite that takes neither the write lock the putting
+        threads wait for nor a BEGIN IMMEDIATE."""
         if not spec.batch_threshold or spec.batch_capacity is None:
             return 0.0
-        return batch_due_in(
-            conn, spec.name, spec.batch_capacity, spec.batch_threshold, ordered=spec.ordered
+        now = time.monotonic()
+        look = looks.get(spec.name)
+        if look is not None:
+            announced, unannounced = self.wakeup.announced(spec.name)
+            if unannounced == look.unannounced and now - look.at < self.poll_interval:
+                added = announced - look.announced
+                if look.due.seconds is not None:
+                    left = look.at + look.due.seconds - now
+                    if left <= 0 or look.due.ready + added >= spec.batch_capacity:
+                        return 0.0
+                    return left
+                if not added:
+                    return look.at + self.poll_interval - now
+        counts = self.wakeup.announced(spec.name)  # before the read: puts committed meanwhile count
+        found = peek_batch(
+            self.engine, spec.name, spec.batch_capacity, spec.batch_threshold, ordered=spec.ordered
         )
+        looks[spec.name] = _Look(now, found, *counts)
+        return found.seconds
 
-    def _claim(self, conn: sa.Connection, spec: QueueSpec) -> list[Job]:
+    def _claim(self, conn: sa.Connection, spec: QueueSpec) -> tuple[BatchDue | None, list[Job]]:
+        """(what the look found, the jobs claimed); a batch queue with a threshold is claimed
+        only when its batch is due, and only it reports a look (None for the others)."""
+        if spec.batch_threshold and spec.batch_capacity is not None:
+            return claim_due_batch(
+                conn, spec.name, spec.batch_capacity, spec.batch_threshold, ordered=spec.ordered
+            )
         limit = spec.batch_capacity or self.batch_size
-        return claim_batch(conn, spec.name, limit, ordered=spec.ordered)
+        return None, claim_batch(conn, spec.name, limit, ordered=spec.ordered)
 
     @staticmethod
     def _take(spec: QueueSpec, lease: Lease, job: Job) -> bool | None:

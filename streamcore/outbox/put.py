@@ -17,6 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from streamcore.errors import CodecError
+from streamcore.outbox import sql
 from streamcore.outbox.consumers import QueueSpec, Registry, default_registry
 from streamcore.outbox.errors import (
     DependencyCycleError,
@@ -141,7 +142,8 @@ _COLUMNS = (
 
 # put is the hot path, so both statements go to the driver as they are. SQLite: an executemany
 # of one prepared INSERT, several times cheaper than SQLAlchemy's multi-values INSERT with
-# RETURNING. PostgreSQL: the whole batch and its notification in one statement from arrays, one
+# RETURNING, run on the driver connection itself where nothing can tell (`sql.execute`).
+# PostgreSQL: the whole batch and its notification in one statement from arrays, one
 # round trip (with the caller's COMMIT, two a put; an executemany and a separate pg_notify made
 # three, and the enqueuing thread waits for the GIL again after each reply when worker threads
 # share the process). Rows go in array order, so seq follows the batch.
@@ -163,10 +165,12 @@ SELECT (SELECT count(*) FROM ins), pg_notify(%(channel)s, %(queue)s)
 """
 
 
-def _notify_local(conn: sa.Connection, queue: str) -> None:
-    """Wake this process's SQLite workers when the caller's transaction commits."""
+def _notify_local(conn: sa.Connection, queue: str, count: int) -> None:
+    """Wake this process's SQLite workers when the caller's transaction commits, telling them
+    how many jobs of `queue` it put."""
     local_hub.watch_commits(conn.engine)
-    conn.info.setdefault(PENDING_KEY, set()).add(queue)
+    pending = conn.info.setdefault(PENDING_KEY, {})
+    pending[queue] = pending.get(queue, 0) + count
 
 
 def put_many(
@@ -207,8 +211,9 @@ def put_many(
         )
     if not rows:
         return []
-    _check_cycles(queue, rows)
-    _check_dependencies(conn, refs - {(queue, r["id"]) for r in rows}, queue)
+    if refs:
+        _check_cycles(queue, rows)
+        _check_dependencies(conn, refs - {(queue, r["id"]) for r in rows}, queue)
     postgres = conn.dialect.name == "postgresql"
     if postgres:
         inserted = conn.exec_driver_sql(
@@ -225,9 +230,7 @@ def put_many(
             },
         ).scalar_one()
     else:
-        inserted = conn.exec_driver_sql(
-            _SQLITE_INSERT, rows[0] if len(rows) == 1 else rows
-        ).rowcount
+        inserted = sql.execute(conn, _SQLITE_INSERT, rows[0] if len(rows) == 1 else rows).rowcount
     if inserted != len(rows):
         what = (
             f"job id {rows[0]['id']!r} exists"
@@ -239,7 +242,7 @@ def put_many(
             "transaction, or pick another id)"
         )
     if not postgres:
-        _notify_local(conn, queue)
+        _notify_local(conn, queue, len(rows))
     return [r["id"] for r in rows]
 
 

@@ -12,6 +12,7 @@ import logging
 import os
 import sqlite3
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,9 @@ class SerializedSqliteConnection(sqlite3.Connection):
 
     write_lock: threading.Lock
     _holding = False
+    # Called once the current transaction has committed and the lock is free (`notify` wakes
+    # the workers of this process with it); dropped by a rollback or a failed commit.
+    after_commit: Callable[[], None] | None = None
 
     def begin_immediate(self) -> None:
         if not self.write_lock.acquire(timeout=LOCK_TIMEOUT):
@@ -114,18 +118,26 @@ class SerializedSqliteConnection(sqlite3.Connection):
             self.write_lock.release()
 
     def commit(self) -> None:
+        callback, self.after_commit = self.after_commit, None
         try:
             super().commit()
         finally:
             self._release()
+        if callback is not None:
+            try:
+                callback()
+            except Exception:  # the transaction is committed: a failed wake-up must not say no
+                logger.exception("outbox: waking the workers after a commit failed")
 
     def rollback(self) -> None:
+        self.after_commit = None
         try:
             super().rollback()
         finally:
             self._release()
 
     def close(self) -> None:
+        self.after_commit = None
         try:
             super().close()
         finally:

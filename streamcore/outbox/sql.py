@@ -1,21 +1,36 @@
 """Running the hot statements at the driver level.
 
-Claims and `done` run once per batch on every worker: SQLAlchemy's statement compilation and
+`put`, claims and `done` run once per job or batch: SQLAlchemy's statement compilation and
 caching cost more there than SQLite's work itself. These statements are written once with
 `:name` parameters and rewritten for the driver's style (psycopg: `%(name)s`); both drivers
 take a dict of parameters. Everything else goes through SQLAlchemy Core as usual.
+
+On SQLite they skip SQLAlchemy's execution layer too (its execution context and result objects
+cost about 10 us a statement, more than the INSERT of a job) and run on the driver connection
+of the SQLAlchemy connection, in its transaction, wherever nothing could tell the difference:
+the connection is one of the outbox's (`schema.create_engine`: its transactions start with
+BEGIN IMMEDIATE at the driver level already), no listener watches statements or their errors,
+and the engine does not log statements. Driver errors are raised as SQLAlchemy raises them
+(`sqlalchemy.exc.OperationalError`, ...). Elsewhere the statements go through
+`exec_driver_sql`.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import re
+import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
 
+from streamcore.outbox.schema import SerializedSqliteConnection
+
 _NAMED = re.compile(r"(?<![:\w]):(\w+)")
+
+Params = dict[str, Any] | list[dict[str, Any]]
 
 
 @functools.lru_cache(maxsize=256)
@@ -25,9 +40,57 @@ def _for_driver(sql: str, paramstyle: str) -> str:
     return sql
 
 
-def execute(conn: sa.Connection, sql: str, params: dict[str, Any]) -> Any:
-    """Run `sql` (`:name` parameters) with `params`; returns the driver's cursor result."""
+def _sqlite_driver(conn: sa.Connection) -> SerializedSqliteConnection | None:
+    """The driver connection of `conn` when a statement may run on it directly (see above)."""
+    driver = conn.connection.dbapi_connection
+    if not isinstance(driver, SerializedSqliteConnection):
+        return None
+    dispatch = conn.dispatch
+    if (
+        dispatch.before_cursor_execute
+        or dispatch.after_cursor_execute
+        or conn.dialect.dispatch.handle_error
+        or conn.engine.logger.isEnabledFor(logging.INFO)
+    ):
+        return None
+    return driver
+
+
+def _on_driver(
+    conn: sa.Connection, driver: SerializedSqliteConnection, sql: str, params: Params
+) -> sqlite3.Cursor:
+    try:
+        if isinstance(params, list):
+            return driver.executemany(sql, params)
+        return driver.execute(sql, params)
+    except sqlite3.Error as exc:
+        raise sa.exc.DBAPIError.instance(
+            sql, params, exc, sqlite3.Error, dialect=conn.dialect
+        ) from exc
+
+
+def execute(conn: sa.Connection, sql: str, params: Params) -> Any:
+    """Run `sql` (`:name` parameters) with `params` (a list of them: once for each) in the
+    transaction of `conn`; returns a cursor, the driver's or SQLAlchemy's: use `fetchall()`,
+    `rowcount` (and `scalar()` on PostgreSQL)."""
+    if conn.in_transaction():  # else SQLAlchemy begins one, with the outbox's BEGIN IMMEDIATE
+        driver = _sqlite_driver(conn)
+        if driver is not None:
+            return _on_driver(conn, driver, sql, params)
     return conn.exec_driver_sql(_for_driver(sql, conn.dialect.paramstyle), params)
+
+
+def read(engine: sa.Engine, sql: str, params: dict[str, Any]) -> list[Any]:
+    """The rows of one query run outside any write transaction. On SQLite it runs on the
+    driver's connection, which is in autocommit mode, so the query is its own read transaction
+    (in WAL mode it waits for no writer) instead of an outbox transaction, which always takes
+    the process's write lock and BEGIN IMMEDIATE (see `schema`). On PostgreSQL a plain read;
+    an observed SQLite engine (above) reads in an outbox transaction."""
+    with engine.connect() as conn:
+        driver = _sqlite_driver(conn)
+        if driver is not None:
+            return _on_driver(conn, driver, sql, params).fetchall()
+        return conn.exec_driver_sql(_for_driver(sql, conn.dialect.paramstyle), params).fetchall()
 
 
 def in_list(name: str, values: Sequence[Any], params: dict[str, Any]) -> str:

@@ -164,6 +164,20 @@ def test_a_bad_entry_is_refused_naming_the_field_and_the_fix(
     assert str(error).startswith(named)
 
 
+@pytest.mark.parametrize(("change", "field", "words"), BAD_ENTRIES)
+def test_a_mapping_is_refused_as_the_dataclass_made_from_it(
+    change: dict, field: str, words: list[str]
+) -> None:
+    # publish checks a mapping while it writes it, without making an AuditEntry first.
+    bad = entry(1, **change)
+    with pytest.raises(InvalidAuditEntryError) as as_mapping:
+        audit_record(bad)
+    with pytest.raises(InvalidAuditEntryError) as as_dataclass:
+        AuditEntry.from_dict(bad)
+    assert str(as_mapping.value) == str(as_dataclass.value)
+    assert as_mapping.value.field == as_dataclass.value.field == field
+
+
 def test_several_unknown_fields_are_named_together() -> None:
     with pytest.raises(InvalidAuditEntryError, match=r"unknown fields 'user', 'when'") as caught:
         AuditEntry.from_dict({**entry(1), "user": "ada", "when": 1})

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from typing import Any
 
 import pytest
 
@@ -13,6 +14,7 @@ from streamcore.config import LogDefaults, StreamcoreConfig
 from streamcore.log.api import LogManager
 from streamcore.log.local.manager import LocalLogManager
 from streamcore.log.memory import MemoryLogManager
+from streamcore.log.partitioner import partition_for_key
 from streamcore.outbox import ERROR, VirtualQueue, put, put_many, relay
 from streamcore.record import Record
 
@@ -115,3 +117,59 @@ def test_relay_in_the_virtual_queue(make_outbox, registry, log_manager):
     [(key, record)] = read_all(log_manager, "audit/entries", 1)
     assert (key, record.data) == ("audit", b'{"what":"login"}')
     assert not [s for s in outbox.queue_stats() if s[ERROR]]
+
+
+class OptionsSpy:
+    """A log manager whose appenders record the options of each `append_batch`."""
+
+    def __init__(self, manager: LogManager) -> None:
+        self.manager = manager
+        self.options: list[dict] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.manager, name)
+
+    def appender(self, name: str, codec: Any = None) -> Any:
+        real = self.manager.appender(name, codec)
+        spy = self
+
+        class Appender:
+            def __getattr__(self, attribute: str) -> Any:
+                return getattr(real, attribute)
+
+            def append_batch(self, items: Any, **options: Any) -> Any:
+                spy.options.append(options)
+                return real.append_batch(items, **options)
+
+        return Appender()
+
+
+@pytest.mark.parametrize("partitions", [1, 2])
+def test_a_batch_relay_appends_to_the_partition_of_each_key(
+    make_outbox, registry, log_manager, partitions
+):
+    spy = OptionsSpy(log_manager)
+    relay(
+        "events",
+        "app/events",
+        manager=spy,
+        key="doc",
+        partitions=partitions,
+        batch_capacity=6,
+        registry=registry,
+    )
+    outbox = make_outbox(workers=1)
+    with outbox.engine.begin() as conn:
+        put_many(conn, "events", [{"doc": f"d{n}"} for n in range(6)], registry=registry)
+    VirtualQueue(outbox).consume_one("events")
+    tailer = log_manager.tailer("test/reader", "app/events", get_codec("avro"))
+    records = []
+    deadline = time.monotonic() + 20
+    while len(records) < 6 and time.monotonic() < deadline:
+        records.extend(tailer.read_batch(100, timeout=0.2))
+    tailer.close()
+    assert sorted(r.key for r in records) == [f"d{n}" for n in range(6)]
+    for record in records:
+        assert record.partition.partition == partition_for_key(record.key, partitions)
+    # One partition: the appender is told it, and hashes no key.
+    assert spy.options == [{"partition": 0 if partitions == 1 else None}]
