@@ -19,7 +19,7 @@ from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 logger = logging.getLogger("streamcore.dags")
 
@@ -220,6 +220,7 @@ def job_tasks(
     *,
     retries: Mapping[str, int] | None = None,
     render: Callable[[Mapping[str, Mapping[str, Any]]], str] | None = None,
+    skip: Callable[[Mapping[str, list[str]]], str | None] | None = None,
     **submit: Any,
 ) -> Any:
     """validate → one spark-submit of `jobs/<job>.py` per step of `steps` (task ids, in order) →
@@ -228,7 +229,9 @@ def job_tasks(
     validate checks the Spark set-up and builds each step's arguments with `arguments`, checked by
     the job's own `check_args` (a bad run fails there, without retries). The summary task logs
     `render(summaries)` (by default a table of each step's scalar fields) and keeps the run record
-    under STREAMCORE_HOME/runs/<job>/. Returns the summary task."""
+    under STREAMCORE_HOME/runs/<job>/. `skip(arguments)`, asked once the arguments are valid,
+    says why the run has nothing to do (or None): validate is then skipped, and with it every
+    later task, so an idle scheduled run costs no Spark start-up. Returns the summary task."""
     from airflow.sdk import get_current_context, task
 
     # multiple_outputs: each step's spark-submit pulls its own key (`checked[step]`); said
@@ -242,6 +245,9 @@ def job_tasks(
             raise AirflowFailException(f"arguments of {job} gave steps {list(argvs)}, not {steps}")
         for argv in argvs.values():
             check_job_arguments(job, argv)
+        reason = skip(argvs) if skip is not None else None
+        if reason is not None:
+            raise AirflowSkipException(f"{reason}: the run skips its other tasks")
         logger.info("%s steps: %s", job, argvs)
         return argvs
 

@@ -6,6 +6,8 @@ validate → land (spark-submit jobs/audit.py batch | interval) → summary, mad
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from typing import Any
 
 import pendulum
@@ -18,6 +20,8 @@ from streamcore.config import load_config
 # From include/streamcore.toml `[audit] schedule` (or STREAMCORE_AUDIT_SCHEDULE), read when the
 # file is parsed: an operator changes the schedule there, and a bad one is this file's import
 # error with the ConfigError's fix.
+logger = logging.getLogger(__name__)
+
 SCHEDULE = load_config().audit_schedule
 PERIOD = f"{SCHEDULE.period.total_seconds() / 60:g} minutes"
 BACKFILL = "backfill"  # DagRun.run_type of the runs `airflow backfill create` makes
@@ -30,7 +34,10 @@ application's transactions) in the Delta table **`audit`**, one row per event id
 event day: `spark-submit jobs/audit.py batch | interval`.
 
 - **validate** checks the Spark set-up, picks the mode (below) and checks the job's arguments
-  with the job's own `check_args`. A bad run stops here, without retries, before Spark.
+  with the job's own `check_args`. A bad run stops here, without retries, before Spark. A batch
+  run with nothing to land (the group has landed every entry, or nothing was ever published)
+  ends here too: validate and the other tasks are *skipped*, the run succeeds, and no Spark
+  job starts.
 - **land** runs the job. Entries failing their expectations (unknown event type, event date in
   the future, ...) go to `quarantine`; more than `failure_threshold` of them fails the run and
   lands nothing.
@@ -46,9 +53,9 @@ No catch-up; one run at a time.
   on the event id exactly once, then the group's positions move. `auto` picks it for scheduled
   runs and manual runs without `start`/`end`.
 - **interval**: the entries whose event date is in the run's data interval, or in
-  [`start`, `end`) when given; they replace the table's rows of that interval, so a rerun
-  changes nothing, and no position moves. `auto` picks it for backfill runs and for runs given
-  `start`/`end`.
+  [`start`, `end`) when given, that the table lacks are added (a MERGE on the event id that
+  deletes nothing), so a rerun adds nothing, and no position moves. `auto` picks it for
+  backfill runs and for runs given `start`/`end`.
 
 **Backfill** past intervals (CLI, REST `POST /api/v2/backfills`, or the UI's *Backfill*): the
 dates bound the runs' scheduled times, which end their intervals, so to replay [A, B) give
@@ -64,7 +71,7 @@ PARAMS = {
         title="Mode",
         description="auto: batch for scheduled and manual runs, interval for backfill runs and "
         "runs given start/end. batch: land what group audit/delta has not landed yet. interval: "
-        "replace the rows of the entries dated in the data interval (or [start, end)).",
+        "add the entries dated in the data interval (or [start, end)) that the table lacks.",
     ),
     "failure_threshold": Param(
         0.0,
@@ -134,6 +141,32 @@ def audit_arguments(params: dict[str, Any], context: Any) -> dict[str, list[str]
     return {"land": ["interval", *window, *common]}
 
 
+def nothing_to_land(argvs: Mapping[str, list[str]]) -> str | None:
+    """Why a batch run has nothing to land (its stream does not exist yet, or its group has
+    landed every entry), or None. Asked by validate, without Spark: on a schedule of minutes most
+    runs of a quiet system find nothing, and a spark-submit costs a minute of CPU. Interval runs
+    always run (they land an interval, whatever the group did)."""
+    if argvs["land"][0] != "batch":
+        return None
+    from jobs.audit import GROUP, STREAM
+    from streamcore.log import open_log_manager
+
+    try:
+        manager = open_log_manager(load_config(home=streamcore_home()))
+        try:
+            if not manager.exists(STREAM):
+                return f"nothing to land: {STREAM} does not exist yet (nothing was published)"
+            lag = manager.lag(STREAM, GROUP).lag
+        finally:
+            manager.close()
+    except Exception as exc:  # a broker down, say: the job fails on it with its own message
+        logger.warning(
+            "cannot tell whether %s has entries to land (%s): running the job", STREAM, exc
+        )
+        return None
+    return f"nothing to land: group {GROUP} has landed every entry of {STREAM}" if not lag else None
+
+
 def render_summary(outputs: dict[str, dict[str, Any]]) -> str:
     """What the run landed, as an aligned two-column table."""
     land = outputs["land"]
@@ -184,6 +217,7 @@ def streamcore_audit() -> None:
         audit_arguments,
         retries={"land": 2},  # both modes are crash-safe and idempotent
         render=render_summary,
+        skip=nothing_to_land,
     )
 
 

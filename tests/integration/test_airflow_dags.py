@@ -391,6 +391,40 @@ def test_audit_validate_picks_the_mode_and_checks_the_arguments(af: AirflowEnv) 
     assert "not an ISO 8601 time" in result["not_a_time"]
 
 
+def test_audit_validate_skips_batch_runs_with_nothing_to_land(af: AirflowEnv) -> None:
+    """nothing_to_land(), which validate asks before spark-submit, on the real local log of the
+    run's STREAMCORE_HOME: a batch run is skipped while audit/entries does not exist and once
+    group audit/delta has landed every entry; an interval run is never skipped."""
+    result = run_python(
+        af,
+        """
+        import streamcore_audit as m
+        from _streamcore import streamcore_home
+        from streamcore.config import load_config
+        from streamcore.log import LogPartition, open_log_manager
+        batch = {"land": ["batch", "--batch-size", "0"]}
+        window = ["--start", "2026-11-24T10:00", "--end", "2026-11-24T11:00"]
+        interval = {"land": ["interval", *window]}
+        out = {"missing": m.nothing_to_land(batch), "interval": m.nothing_to_land(interval)}
+        manager = open_log_manager(load_config(home=streamcore_home()))
+        manager.create("audit/entries", 1)
+        manager.appender("audit/entries").append_batch([("a", b"1"), ("b", b"2")])
+        out["pending"] = m.nothing_to_land(batch)
+        manager.commit_position(LogPartition("audit/entries", 0), "audit/delta", 1)
+        out["one_left"] = m.nothing_to_land(batch)
+        manager.commit_position(LogPartition("audit/entries", 0), "audit/delta", 2)
+        out["landed"] = m.nothing_to_land(batch)
+        out["interval_landed"] = m.nothing_to_land(interval)
+        manager.close()
+        print(json.dumps(out))
+        """,
+    )
+    assert "audit/entries does not exist yet" in result["missing"]
+    assert result["pending"] is None and result["one_left"] is None
+    assert "group audit/delta has landed every entry of audit/entries" in result["landed"]
+    assert result["interval"] is None and result["interval_landed"] is None
+
+
 def test_audit_schedule_comes_from_the_configuration(af: AirflowEnv, tmp_path: Path) -> None:
     """An operator changes `[audit] schedule` in the TOML file (or STREAMCORE_AUDIT_SCHEDULE):
     the DAG's schedule and data intervals follow; a bad one is the DAG file's import error with
