@@ -12,7 +12,7 @@ Batches over a time interval instead of a group's positions: `jobs.spark.interva
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -52,10 +52,12 @@ def run_offset_batch(
     table_path: str,
     land: Land,
     max_records: int = 0,
+    until: Mapping[int, int] | None = None,
 ) -> dict[str, Any]:
     """One exactly-once offset-range batch of `stream` for `group` into the table at
-    `table_path`, whose Delta transactions carry the app id `<app>/<group>`. Returns the batch's
-    summary (batch number, ranges, recovered positions, Delta version, and `land`'s counts)."""
+    `table_path`, whose Delta transactions carry the app id `<app>/<group>`; `until` bounds the
+    batch's end per partition (`plan_batch`). Returns the batch's summary (batch number, ranges,
+    recovered positions, Delta version, and `land`'s counts)."""
     from jobs.spark.delta_sink import DeltaBatchSink, commit_positions, plan_batch
     from jobs.spark.streams import read_stream
 
@@ -64,7 +66,7 @@ def run_offset_batch(
         raise StreamcoreError(f"stream {name} does not exist; produce to it first (or check it)")
     sink = DeltaBatchSink(ctx.spark, table_path, f"{app}/{group}")
     with ctx.phases("plan"):
-        plan = plan_batch(sink, ctx.logs, name, group, max_records=max_records)
+        plan = plan_batch(sink, ctx.logs, name, group, max_records=max_records, until=until)
     summary: dict[str, Any] = {
         "group": group,
         "batch": plan.batch,

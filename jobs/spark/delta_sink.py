@@ -320,9 +320,12 @@ def plan_batch(
     group: str,
     *,
     max_records: int = 0,
+    until: Mapping[int, int] | None = None,
 ) -> BatchPlan:
     """Recover if needed, then the next batch: from the group's committed positions (the oldest
-    retained offset if none) to the end offsets now, at most `max_records` in all (0 = no cap)."""
+    retained offset if none) to the end offsets now, or to `until[partition]` where that comes
+    first (the archiver stops at the records of its horizon), at most `max_records` in all (0 =
+    no cap)."""
     name = Name.of(stream)
     incarnation = manager.incarnation(name)
     landed, fixed = recover(sink, manager, name, group, incarnation)
@@ -336,6 +339,11 @@ def plan_batch(
                 f"group kept its positions. Re-read it with `streamcore position -l {name} -g "
                 f"{group} --to-start` (or skip it with --to-end), or use a new consumer group"
             )
+    if until is not None:  # a position past its bound (a horizon moved back) reads nothing
+        ends = [
+            max(pos, min(end, until.get(p, end)))
+            for p, (pos, end) in enumerate(zip(positions, ends, strict=True))
+        ]
     ranges = _cap(dict(enumerate(zip(positions, ends, strict=True))), max_records)
     batch = landed.batch + 1 if landed is not None else 0
     return BatchPlan(sink.app_id, name.urn, group, batch, ranges, fixed, incarnation)

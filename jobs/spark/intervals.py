@@ -44,6 +44,7 @@ __all__ = [
     "IntervalMismatchError",
     "IntervalRanges",
     "interval_ranges",
+    "offsets_at",
     "replace_interval",
     "table_version",
 ]
@@ -102,6 +103,19 @@ def interval_ranges(
             ranges[p] = (lo, max(lo, hi))
             missing[p] = _before_retention(manager, partition, oldest, end, start_ms, end_ms)
     return IntervalRanges(ranges, missing)
+
+
+def offsets_at(manager: LogManager, stream: str | Name, at_ms: int) -> dict[int, int]:
+    """Per partition of `stream`, the first offset appended at or after `at_ms` (the end offset
+    when none is): the records before it are older than `at_ms`."""
+    name = Name.of(stream)
+    ends = manager.end_offsets(name)
+    out: dict[int, int] = {}
+    with manager.tailer(INTERVAL_PROBE_GROUP, name) as tailer:
+        for p, end in enumerate(ends):
+            found = tailer.offset_for_timestamp(LogPartition(name, p), at_ms)
+            out[p] = end if found is None else min(found.offset, end)
+    return out
 
 
 def _before_retention(

@@ -28,6 +28,8 @@ Schema (every key optional; with none of it, every log is a local log under `hom
     [[log.match]]                   # rules are tried in file order; the first that matches wins
     namespace = "bulk"              # names in namespace bulk (bulk/command, bulk/status, ...)
     config = "kafka"
+    archive = true                  # retention archives these logs to Delta before purging
+                                    # them (namespace rules only; default true)
     [[log.match]]
     group = "audit/"                # consumer groups whose URN starts with audit/
     config = "kafka"
@@ -134,7 +136,7 @@ _CONFIG_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_\-]*")
 _NAMESPACE = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 _BARE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]*")
 _REST = re.compile(r"[A-Za-z0-9_\-]*")
-_RULE_KEYS = ("namespace", "group", "config")
+_RULE_KEYS = ("namespace", "group", "config", "archive")
 # A run of "$" before "{": each "$$" is a literal "$"; an odd run ends with a reference "${".
 _DOLLARS_BRACE = re.compile(r"(\$+)\{")
 _VARIABLE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?::-(.*))?", re.DOTALL)
@@ -191,6 +193,7 @@ class MatchRule:
     config: str
     namespaces: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()
+    archive: bool = True  # namespace rules: whether retention archives the logs (`archived`)
 
     @property
     def label(self) -> str:
@@ -331,6 +334,17 @@ class LogConfig:
                 if rule.matches_group(group_urn):
                     return Route(rule.config, rule.label, by_group=True)
         return Route(DEFAULT_CONFIG, "no [[log.match]] rule matches, so the default config")
+
+    def archived(self, name: str | Name) -> bool:
+        """Whether retention archives log `name` to the Delta `archive` table before purging
+        it: the `archive` setting of the first namespace rule matching it (default true), so
+        it holds whichever backend a forced route sends the log to. A log no rule matches is
+        archived."""
+        urn = Name.of(name).urn
+        for rule in self._name_rules:
+            if rule.matches_name(urn):
+                return rule.archive
+        return True
 
     def config_for(self, name: str | Name, group: str | Name | None = None) -> BackendConfig:
         return self.configs[self.route(name, group).config]
@@ -520,9 +534,16 @@ def _parse_rule(position: int, raw: Any) -> MatchRule:
     config = raw.get("config")
     if not isinstance(config, str) or not config:
         raise ConfigError(f'{key}.config is missing; name the config to use, e.g. config = "kafka"')
+    archive = raw.get("archive", True)
+    if not isinstance(archive, bool):
+        raise ConfigError(f"{key}.archive must be true or false, got {archive!r}")
     if has_ns:
-        return MatchRule(
-            position, config, namespaces=_parse_prefixes(raw["namespace"], f"{key}.namespace")
+        namespaces = _parse_prefixes(raw["namespace"], f"{key}.namespace")
+        return MatchRule(position, config, namespaces=namespaces, archive=archive)
+    if "archive" in raw:
+        raise ConfigError(
+            f"{key}: archive applies to logs, and this rule routes consumer groups; put "
+            "archive = false on a namespace rule matching the logs"
         )
     return MatchRule(position, config, groups=_parse_prefixes(raw["group"], f"{key}.group"))
 

@@ -640,3 +640,39 @@ class TestRouting:
         assert config.config_for("bulk/a").name == "kafka"
         assert config.config_for("x/a", "audit/w").name == "kafka"
         assert config.default.name == "default"
+
+
+def test_archive_setting_per_namespace_rule() -> None:
+    """Retention archives every log unless the first namespace rule matching it says otherwise,
+    whichever backend a forced route sends it to."""
+    text = """
+    [[log.match]]
+    namespace = "scratch"
+    config = "default"
+    archive = false
+    [[log.match]]
+    namespace = "bulk/dlq-"
+    config = "default"
+    archive = true
+    [[log.match]]
+    namespace = "bulk"
+    config = "default"
+    archive = false
+    """
+    config = parse(text)
+    assert not config.archived("scratch/tmp") and not config.archived("bulk/command")
+    assert config.archived("bulk/dlq-indexer") and config.archived("import/docs")
+    forced = parse(text, STREAMCORE_LOG_BACKEND="memory")
+    assert not forced.archived("scratch/tmp") and forced.archived("import/docs")
+
+
+@pytest.mark.parametrize(
+    ("rule", "message"),
+    [
+        ('namespace = "bulk"\nconfig = "default"\narchive = "no"', "archive must be true or false"),
+        ('group = "audit/"\nconfig = "default"\narchive = false', "archive applies to logs"),
+    ],
+)
+def test_bad_archive_settings_are_refused(rule: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse(f"[[log.match]]\n{rule}\n")

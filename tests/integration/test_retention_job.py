@@ -1,0 +1,178 @@
+"""jobs/retention.py archive on the shared Spark session: a week of back-dated history lands in
+the Delta table `archive` as it was in the log (keys, data, watermarks, flags, offsets, the
+payload's fingerprint), once, whatever the reruns, horizons and crashes; a dry run changes
+nothing. The table is read back with delta-rs, not Spark."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from spark_session import ROOT, read_delta
+
+from streamcore.codecs import get_codec
+from streamcore.config import load_config
+from streamcore.log import open_log_manager
+from streamcore.record import Flag, Record
+from streamcore.watermark import Watermark
+
+pytestmark = pytest.mark.spark
+
+DAY_MS = 86_400_000
+ARCHIVER = "retention/archiver"
+# A single-object Avro payload: C3 01, the 8 fingerprint bytes, the body.
+FINGERPRINT = bytes.fromhex("0123456789abcdef")
+
+
+def _run(*args: str) -> tuple[int, dict[str, Any]]:
+    from jobs import retention
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = retention.main(list(args))
+    return code, json.loads(out.getvalue().strip().splitlines()[-1])
+
+
+def _archive_path() -> Path:
+    return Path(os.environ["STREAMCORE_HOME"]) / "delta" / "archive"
+
+
+def _write_history(stream: str, days: int = 7, per_day: int = 20) -> list[dict[str, Any]]:
+    """`per_day` records a day on 2 partitions, appended with timestamps spread over the last
+    `days` days (oldest first), as Records, plus one raw value that is not a Record. Returns
+    what each record is, by partition and offset."""
+    now = int(time.time() * 1000)
+    codec = get_codec("avro")
+    manager = open_log_manager(load_config())
+    written = []
+    try:
+        manager.create(stream, 2)
+        appender = manager.appender(stream)
+        for n in range(days * per_day):
+            ts = now - (days * DAY_MS) + n * (DAY_MS // per_day)
+            data = (
+                b"\xc3\x01" + FINGERPRINT + f"body-{n}".encode() if n % 2 else f"plain-{n}".encode()
+            )
+            record = Record(f"k{n % 13}", data, Watermark.of(ts - 500).value, Flag.DEFAULT)
+            (position,) = appender.append_batch(
+                [(record.key, codec.encode(record))], partition=n % 2, timestamps=[ts]
+            )
+            written.append(
+                {"ts": ts, "record": record, "at": (position.partition.partition, position.offset)}
+            )
+        (position,) = appender.append_batch(
+            [("raw", b"not a record")], partition=0, timestamps=[now]
+        )
+        written.append({"ts": now, "record": None, "at": (0, position.offset)})
+    finally:
+        manager.close()
+    return written
+
+
+def _archived(stream: str) -> dict[tuple[int, int], dict[str, Any]]:
+    if not _archive_path().exists():
+        return {}
+    rows = [r for r in read_delta(_archive_path()).to_pylist() if r["stream"] == stream]
+    by_offset = {(r["partition"], r["offset"]): r for r in rows}
+    assert len(by_offset) == len(rows), "a record was archived twice"
+    return by_offset
+
+
+def _positions(stream: str) -> list[int | None]:
+    manager = open_log_manager(load_config())
+    try:
+        return manager.committed(stream, ARCHIVER)
+    finally:
+        manager.close()
+
+
+def _older_than(written: list[dict[str, Any]], horizon_ms: int) -> list[dict[str, Any]]:
+    cut = int(time.time() * 1000) - horizon_ms
+    return [w for w in written if w["ts"] < cut]
+
+
+def test_archive_lands_history_once_as_it_was(spark: Any) -> None:
+    stream = "hist/events"
+    written = _write_history(stream)
+    old = _older_than(written, DAY_MS)
+
+    code, dry = _run("archive", "--streams", stream, "--horizon", "1d", "--dry-run")
+    assert code == 0, dry
+    assert dry["dry_run"] and dry["streams"][stream]["would_archive"] == len(old)
+    assert _archived(stream) == {} and _positions(stream) == [None, None]
+
+    code, first = _run("archive", "--streams", stream, "--horizon", "1d")
+    assert code == 0, first
+    assert first["archived"] == len(old) and first["bytes"] > 0
+    rows = _archived(stream)
+    assert sorted(rows) == sorted(w["at"] for w in old)
+    for w in old:
+        row, record = rows[w["at"]], w["record"]
+        assert (row["key"], row["data"], row["watermark"]) == (
+            record.key,
+            record.data,
+            record.watermark,
+        )
+        assert row["flags"] == int(record.flags)
+        assert int(row["timestamp"].timestamp() * 1000) == w["ts"]
+        assert row["date"].isoformat() == time.strftime("%Y-%m-%d", time.gmtime(w["ts"] / 1000))
+        single_object = record.data.startswith(b"\xc3\x01")
+        assert row["schema_fingerprint"] == (FINGERPRINT.hex() if single_object else None)
+
+    code, again = _run("archive", "--streams", stream, "--horizon", "1d")
+    assert code == 0 and again["archived"] == 0, again
+    assert len(_archived(stream)) == len(old)
+
+    code, rest = _run("archive", "--streams", stream, "--horizon", "0")
+    assert code == 0 and rest["archived"] == len(written) - len(old), rest
+    rows = _archived(stream)
+    assert sorted(rows) == sorted(w["at"] for w in written)
+    raw = rows[written[-1]["at"]]
+    assert (raw["key"], raw["data"], raw["watermark"]) == ("raw", b"not a record", None)
+
+
+def test_unknown_stream_is_refused_before_anything_runs(spark: Any) -> None:
+    code, summary = _run("archive", "--streams", "hist/nothing-here")
+    assert code == 1 and summary["status"] == "failed", summary
+    assert "hist/nothing-here" in summary["error"] and "streamcore logs" in summary["error"]
+
+
+@pytest.mark.parametrize("fault", ["before_delta_commit", "after_delta_commit"])
+def test_a_crash_then_a_rerun_archives_every_record_once(spark: Any, fault: str) -> None:
+    """The job killed (SIGKILL, in its own process and Spark) before and after its Delta commit,
+    then run again: every record in `archive` once, and the positions recovered."""
+    stream = f"hist/crash-{fault.replace('_', '-')}"
+    written = _write_history(stream, days=2, per_day=10)
+    point = (
+        "retention.before_delta_commit"
+        if fault == "before_delta_commit"
+        else f"archive/{stream}.after_delta_commit"
+    )
+    crashed = subprocess.run(
+        [sys.executable, str(ROOT / "jobs" / "retention.py"), "archive", "--streams", stream],
+        env={**os.environ, "STREAMCORE_FAULT": point},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert crashed.returncode == -9, crashed.stdout + crashed.stderr[-3000:]
+    landed = len(_archived(stream))
+    assert _positions(stream) == [None, None]  # the crash came before the positions moved
+    old = _older_than(written, DAY_MS)
+    assert landed == (len(old) if fault == "after_delta_commit" else 0)
+
+    code, rerun = _run("archive", "--streams", stream, "--horizon", "0")
+    assert code == 0, rerun
+    rows = _archived(stream)
+    assert sorted(rows) == sorted(w["at"] for w in written)
+    if fault == "after_delta_commit":
+        assert rerun["streams"][stream]["recovered_positions"], rerun
