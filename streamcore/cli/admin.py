@@ -211,50 +211,80 @@ def run_groups(ctx: Context) -> int:
 
 
 def run_purge(ctx: Context) -> int:
+    """Retention now, with the guard of `streamcore.log.local.retention`: an expired segment a
+    group has not read past stays unless --force; --dry-run only shows the plan."""
     name = ctx.log(ctx.args.log)
     manager = ctx.manager
-    purge = require_feature(manager, name, "purge", "purge command (a broker applies retention)")
+    what = "purge command (a broker applies retention)"
+    plan_of = require_feature(manager, name, "purge_plan", what)
+    purge = require_feature(manager, name, "purge", what)
+    force, dry_run = ctx.args.force, ctx.args.dry_run
+    plans = plan_of(name)
     before = manager.start_offsets(name)
-    removed: dict[int, list[int]] = purge(name)
+    removed: dict[int, list[int]] = {} if dry_run else purge(name, force=force)
     after = manager.start_offsets(name)
-    parts = [
-        {
-            "partition": p,
-            "segments_removed": len(removed.get(p, [])),
-            "records_removed": after[p] - before[p],
-            "first_offset": after[p],
-            "skipped": p not in removed,
-        }
-        for p in range(len(before))
-    ]
+    parts = []
+    for plan in plans:
+        p = plan.partition
+        if dry_run:
+            segments = plan.expired_segments if force else plan.purgeable_segments
+            records = plan.expired_records if force else plan.purgeable_records
+        else:
+            segments, records = len(removed.get(p, [])), after[p] - before[p]
+        parts.append(
+            {
+                "partition": p,
+                "expired_segments": plan.expired_segments,
+                "segments_removed": segments,
+                "records_removed": records,
+                "first_offset": before[p] + records,
+                "held_by": {} if force else plan.held_by,
+                "lost": plan.held_by if force else {},
+                "skipped": not dry_run and p not in removed,
+            }
+        )
     total_segments = sum(x["segments_removed"] for x in parts)
     total_records = sum(x["records_removed"] for x in parts)
     if ctx.json:
         ctx.emit_json(
             {
                 "log": name.urn,
+                "dry_run": dry_run,
+                "force": force,
                 "segments_removed": total_segments,
                 "records_removed": total_records,
                 "partitions": parts,
             }
         )
         return 0
+
+    def groups(counts: dict[str, int]) -> str:
+        return ", ".join(f"{g} ({n:,})" for g, n in counts.items())
+
     rows = [
         [
             x["partition"],
+            x["expired_segments"],
             x["segments_removed"],
             x["records_removed"],
             x["first_offset"],
+            groups(x["held_by"]) or groups(x["lost"]),
             "written by another process" if x["skipped"] else "",
         ]
         for x in parts
     ]
-    ctx.out(
-        render_table(
-            ["partition", "segments removed", "records removed", "first offset", "note"], rows
+    kept_for = "lost by" if force else "kept for"
+    headers = ["partition", "expired", "segments removed", "records removed", "first offset"]
+    ctx.out(render_table([*headers, f"{kept_for} (records)", "note"], rows))
+    verb = "would purge" if dry_run else "purged"
+    ctx.out(f"{verb} {total_segments} segment(s), {total_records} record(s) from {name}")
+    held = {g for x in parts for g in x["held_by"]}
+    if held:
+        ctx.out(
+            f"expired segments kept: group(s) {', '.join(sorted(held))} have not read them; let "
+            "them catch up, move them on (`streamcore position`), or purge with --force (they "
+            "lose those records)"
         )
-    )
-    ctx.out(f"purged {total_segments} segment(s), {total_records} record(s) from {name}")
     return 0
 
 
@@ -393,10 +423,19 @@ def register(sub: Any) -> None:
         "purge",
         parents=[parent],
         help="apply retention now",
-        description="Delete the sealed segments older than the log's retention "
-        "and report what went. Partitions written by another process are skipped.",
+        description="Delete the sealed segments older than the log's retention that every "
+        "consumer group has read past, and report what went and which groups keep the others. "
+        "Partitions written by another process are skipped (their writer applies the same rule "
+        "when it rolls a segment).",
     )
     p.add_argument("-l", "--log", required=True, help="log name")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="purge expired segments even where groups have not read them (they lose those "
+        "records; the loss is kept in the log's purges.jsonl)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="show what would go; change nothing")
     p.set_defaults(func=run_purge)
 
     p = sub.add_parser(

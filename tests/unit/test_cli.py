@@ -713,10 +713,19 @@ def test_purge_removes_expired_segments(
     old = time.time() - 3600
     for seg in segments:
         os.utime(seg, (old, old))
-    doc = cli("purge", "-l", "test/old", "--json").json()
+    # app/late has read nothing: the expired segments stay for it, and the run says so
+    res = cli("purge", "-l", "test/old")
+    assert "purged 0 segment(s), 0 record(s) from test/old" in res.out
+    assert "app/late" in res.out and "--force" in res.out
+    assert len(sorted(folder.glob("*.log"))) == len(segments)
+    plan = cli("purge", "-l", "test/old", "--force", "--dry-run", "--json").json()
+    assert plan["dry_run"] and plan["segments_removed"] == len(segments) - 1
+    assert len(sorted(folder.glob("*.log"))) == len(segments)  # a dry run changes nothing
+    doc = cli("purge", "-l", "test/old", "--force", "--json").json()
     assert doc["segments_removed"] == len(segments) - 1  # the active segment stays
-    assert doc["records_removed"] > 0
+    assert doc["records_removed"] == plan["records_removed"] > 0
     assert doc["partitions"][0]["first_offset"] == doc["records_removed"]
+    assert doc["partitions"][0]["lost"] == {"app/late": doc["records_removed"]}
     lag = cli("lag", "-l", "test/old", "--json").json()["logs"][0]["groups"][0]
     assert lag["lost"] == doc["records_removed"]
     res = cli("purge", "-l", "test/old")

@@ -809,21 +809,22 @@ class TestCommittedPositions:
 class TestRetention:
     @pytest.fixture
     def aged_log(self, log_with) -> tuple[LocalLogManager, str, list[int]]:
-        """A log of 5+ segments whose groups: 'slow' committed 2, 'fast' committed the end."""
+        """A log of 5+ segments whose one group, 'fast', committed the end."""
         m, name = log_with(1, segment_bytes=1024, retention="1h")
         app = m.appender(name)
         for i in range(100):
             app.append("k", payload(i))
-        with m.tailer("slow", name) as t:
-            t.read(0)
-            t.read(0)
-            t.commit()
         with m.tailer("fast", name) as t:
             drain(t)
             t.commit()
         bases = list_segments(folder_of(m, name))
         assert len(bases) >= 5
         return m, name, bases
+
+    @staticmethod
+    def slow_group(m: LocalLogManager, name: str, offset: int = 2) -> None:
+        """Group 'slow' with its position at `offset` (it read the records before it)."""
+        m.commit_position(LogPartition.of(name, 0), "slow", offset)
 
     @staticmethod
     def age(folder: Path, bases: list[int], hours: float) -> None:
@@ -883,11 +884,51 @@ class TestRetention:
             i += 1
         assert list_segments(folder)[0] == bases[2]
 
-    def test_group_behind_retention_continues_from_oldest_and_reports_loss(self, aged_log) -> None:
+    def test_a_group_behind_holds_the_expired_segments_it_has_not_read(self, aged_log) -> None:
         m, name, bases = aged_log
+        folder = folder_of(m, name)
+        self.slow_group(m, name, 2)
+        self.age(folder, bases[:3], hours=2)
+        (plan,) = m.purge_plan(name)
+        assert (plan.expired_segments, plan.expired_records) == (3, bases[3])
+        assert (plan.purgeable_segments, plan.purgeable_records) == (0, 0)
+        assert plan.held_by == {"slow": bases[3] - 2}  # 'fast' read them all
+        assert m.purge(name) == {0: []}
+        assert list_segments(folder) == bases
+        # once 'slow' is inside the third segment, the two before it may go
+        self.slow_group(m, name, bases[2] + 1)
+        (plan,) = m.purge_plan(name)
+        assert (plan.purgeable_segments, plan.purgeable_records) == (2, bases[2])
+        assert m.purge(name) == {0: bases[:2]}
+        assert m.lag(name, "slow").lost == 0
+        assert not (m.folder(name) / "purges.jsonl").exists()
+
+    def test_roll_keeps_what_a_group_has_not_read(self, aged_log) -> None:
+        m, name, bases = aged_log
+        folder = folder_of(m, name)
+        self.slow_group(m, name, bases[1])
+        self.age(folder, bases[:3], hours=2)
+        app = m.appender(name)
+        i = 100
+        while list_segments(folder)[-1] == bases[-1]:
+            app.append("k", payload(i))
+            i += 1
+        assert list_segments(folder)[0] == bases[1]  # the first went; 'slow' needs the second
+
+    def test_group_behind_retention_continues_from_oldest_and_reports_loss(self, aged_log) -> None:
+        """A forced purge takes the expired segments a group had not read: the loss is in the
+        log's purges.jsonl, in the group's lag (`lost`), and the group goes on from the oldest
+        record left."""
+        m, name, bases = aged_log
+        self.slow_group(m, name, 2)
         self.age(folder_of(m, name), bases[:3], hours=2)
-        m.purge(name)
+        assert m.purge(name, force=True) == {0: bases[:3]}
         oldest = bases[3]
+        lines = (m.folder(name) / "purges.jsonl").read_text().splitlines()
+        assert len(lines) == 1
+        line = json.loads(lines[0])
+        assert (line["partition"], line["purged_until"]) == (0, oldest)
+        assert line["lost"] == {"slow": oldest - 2}
         (slow,) = m.lag_per_partition(name, "slow")
         assert slow == LogLag(pos=oldest, end=100, lag=100 - oldest, lost=oldest - 2)
         assert m.lag(name, "slow").lost == oldest - 2

@@ -14,11 +14,13 @@ Any number of processes may read; one process at a time may write a partition.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
 import shutil
 import threading
+import time
 import uuid
 import weakref
 from collections.abc import Sequence
@@ -51,6 +53,13 @@ from streamcore.log.local.description import LocalLogDescription, partition_fold
 from streamcore.log.local.membership import FileGroupStore
 from streamcore.log.local.positions import PositionStore
 from streamcore.log.local.reader import PartitionCursor
+from streamcore.log.local.retention import (
+    PartitionPurge,
+    hold_offset,
+    plan_partition,
+    record_loss,
+    sealed_segments,
+)
 from streamcore.log.local.segment import list_segments
 from streamcore.log.local.syncer import BatchSyncer
 from streamcore.log.local.writer import PartitionWriter, append_all_or_nothing, check_types
@@ -254,6 +263,9 @@ class LocalLogManager(LogManager):
         """Set a group's committed position directly (used by `streamcore position`)."""
         self._positions(partition.name).commit(group, partition.partition, offset)
 
+    def _hold(self, partition: LogPartition) -> int | None:
+        return hold_offset(self.group_positions(partition))
+
     def _positions(self, name: Name) -> PositionStore:
         return PositionStore(self.folder(name), self._meta(name)["fsync"])
 
@@ -273,20 +285,55 @@ class LocalLogManager(LogManager):
         _, ts, key, value = records[0]
         return key, value, ts
 
-    def purge(self, name: str | Name, now_ms: int | None = None) -> dict[int, list[int]]:
+    def group_positions(self, partition: LogPartition) -> dict[str, int]:
+        """The committed position of every group that has one on `partition`: what a purge
+        of the partition must keep (`streamcore.log.local.retention`)."""
+        store = self._positions(partition.name)
+        positions = {}
+        for group in store.groups():
+            pos = store.committed(group, partition.partition)
+            if pos is not None:
+                positions[group] = pos
+        return positions
+
+    def purge_plan(self, name: str | Name, now_ms: int | None = None) -> list[PartitionPurge]:
+        """What `purge` would do on each partition (nothing changes): the expired segments,
+        those it may purge without loss, and the groups that hold the others."""
+        name = Name.of(name)
+        now = now_ms if now_ms is not None else time.time_ns() // 1_000_000
+        retention = self.retention_ms(name)
+        plans = []
+        for p in range(self.size(name)):
+            partition = LogPartition(name, p)
+            segments = sealed_segments(self.partition_folder(partition), retention, now)
+            plans.append(plan_partition(p, segments, self.group_positions(partition)))
+        return plans
+
+    def purge(
+        self, name: str | Name, now_ms: int | None = None, *, force: bool = False
+    ) -> dict[int, list[int]]:
         """Apply retention to every partition; returns removed segment bases per partition.
-        Partitions written by another process are skipped (their writer purges on roll)."""
+        An expired segment goes only once every group with a committed position has read past
+        it, unless `force` (the loss is then appended to `<log>/purges.jsonl`; see
+        `streamcore.log.local.retention`). Partitions written by another process are skipped
+        (their writer purges on roll, with the same rule)."""
         from streamcore.errors import LogLockedError
 
         name = Name.of(name)
         removed: dict[int, list[int]] = {}
         for p in range(self.size(name)):
+            partition = LogPartition(name, p)
             try:
                 writer = self._writer(name, p)
             except LogLockedError:
                 logger.info("%s-%02d is written by another process; it purges on roll", name, p)
                 continue
-            removed[p] = writer.purge_expired(now_ms)
+            positions = self.group_positions(partition)
+            below = None if force else hold_offset(positions)
+            removed[p] = writer.purge_expired(now_ms, below=below)
+            if force and removed[p]:
+                start = self.start_offsets(name)[p]
+                record_loss(self.folder(name), p, start, positions)
         return removed
 
     # -- appenders and tailers ------------------------------------------------------------------
@@ -307,6 +354,7 @@ class LocalLogManager(LogManager):
                     retention_ms=meta["retention_ms"],
                     max_record_bytes=self.config.log.max_record_bytes,
                     label=f"{name.id}-{partition:02d}",
+                    hold=functools.partial(self._hold, LogPartition(name, partition)),
                 )
                 self._writers[(name, partition)] = writer
                 if writer.fsync == "batch":

@@ -25,7 +25,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -36,8 +36,10 @@ from streamcore.errors import (
     LogLockedError,
     LogWriteError,
     RecordTooLargeError,
+    StreamcoreError,
 )
 from streamcore.log.append_checks import check_timestamps
+from streamcore.log.local.retention import sealed_segments
 from streamcore.log.local.segment import (
     INDEX_SUFFIX,
     encode_batch,
@@ -91,8 +93,12 @@ class PartitionWriter:
         retention_ms: int,
         max_record_bytes: int,
         label: str,
+        hold: Callable[[], int | None] | None = None,
     ) -> None:
         self.folder = folder
+        # The first offset a purge on roll must keep (`retention.hold_offset`), asked at each
+        # roll: the groups' positions change between rolls.
+        self._hold = hold
         self.label = label
         self.fsync = fsync
         self.segment_bytes = segment_bytes
@@ -476,25 +482,28 @@ class PartitionWriter:
         os.close(old_fd)
         os.close(old_index_fd)
         try:
-            self.purge_expired()
-        except OSError as exc:  # retention must not fail an append
+            self.purge_expired(below=self._hold() if self._hold is not None else None)
+        except (OSError, StreamcoreError) as exc:  # retention must not fail an append
             logger.warning("%s: retention purge failed: %s", self.label, exc)
 
-    def purge_expired(self, now: int | None = None) -> list[int]:
-        """Delete sealed segments whose newest record is older than the retention.
+    def purge_expired(self, now: int | None = None, *, below: int | None = None) -> list[int]:
+        """Delete sealed segments whose newest record is older than the retention, oldest
+        first, and only while a segment ends at or before `below` (None: no bound), the first
+        offset some consumer group still needs (`streamcore.log.local.retention`).
 
         A segment's newest-record time is its file's modification time (the time of its last
         append). The active segment is never deleted. Returns the base offsets removed."""
         if self.retention_ms <= 0:
             return []
-        horizon = (now if now is not None else now_ms()) - self.retention_ms
+        now = now if now is not None else now_ms()
         removed = []
-        for base in list_segments(self.folder):
-            if base >= self._segment_base:
+        for segment in sealed_segments(self.folder, self.retention_ms, now):
+            if segment.base >= self._segment_base:
                 break
+            if not segment.expired or (below is not None and segment.end > below):
+                break
+            base = segment.base
             path = self.folder / segment_name(base)
-            if path.stat().st_mtime_ns // 1_000_000 >= horizon:
-                break
             path.unlink()
             (self.folder / f"{base:020d}{INDEX_SUFFIX}").unlink(missing_ok=True)
             removed.append(base)
