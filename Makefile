@@ -52,6 +52,7 @@ bench: $(STAMP) $(JARS_STAMP)
 	$(BIN)/uv pip install --quiet --python $(BIN)/python --group bench
 	$(BIN)/python bench/outbox_bench.py
 	$(BIN)/python bench/audit_bench.py
+	$(BIN)/python bench/retention_bench.py
 	$(BIN)/python bench/importer_bench.py
 
 lint: $(STAMP)
