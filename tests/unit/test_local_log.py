@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from streamcore.config import load_config
 from streamcore.errors import (
     ConfigError,
     CorruptLogError,
@@ -29,6 +30,7 @@ from streamcore.log.api import LogLag, LogOffset, LogPartition
 from streamcore.log.local import writer as writer_module
 from streamcore.log.local.manager import LocalLogManager
 from streamcore.log.local.reader import PartitionCursor
+from streamcore.log.local.retention import ARCHIVER
 from streamcore.log.local.segment import (
     HEADER_SIZE,
     list_segments,
@@ -809,7 +811,7 @@ class TestCommittedPositions:
 class TestRetention:
     @pytest.fixture
     def aged_log(self, log_with) -> tuple[LocalLogManager, str, list[int]]:
-        """A log of 5+ segments whose one group, 'fast', committed the end."""
+        """A log of 5+ segments whose groups, 'fast' and the archiver, committed the end."""
         m, name = log_with(1, segment_bytes=1024, retention="1h")
         app = m.appender(name)
         for i in range(100):
@@ -817,6 +819,7 @@ class TestRetention:
         with m.tailer("fast", name) as t:
             drain(t)
             t.commit()
+        m.commit_position(LogPartition.of(name, 0), ARCHIVER, 100)
         bases = list_segments(folder_of(m, name))
         assert len(bases) >= 5
         return m, name, bases
@@ -902,6 +905,32 @@ class TestRetention:
         assert m.purge(name) == {0: bases[:2]}
         assert m.lag(name, "slow").lost == 0
         assert not (m.folder(name) / "purges.jsonl").exists()
+
+    def test_the_archiver_holds_an_archived_log_until_it_has_archived_it(
+        self, log_with, local_manager_factory, tmp_path: Path
+    ) -> None:
+        m, name = log_with(1, segment_bytes=1024, retention="1h")
+        app = m.appender(name)
+        for i in range(100):
+            app.append("k", payload(i))
+        folder = folder_of(m, name)
+        bases = list_segments(folder)
+        self.age(folder, bases[:3], hours=2)
+        # archive = true by default: the archiver has not run, so it holds the whole partition
+        (plan,) = m.purge_plan(name)
+        assert plan.held_by == {ARCHIVER: bases[3]} and plan.purgeable_segments == 0
+        assert m.purge(name) == {0: []}
+        # a log whose [[log.match]] rule says archive = false does not wait for the archiver
+        toml = tmp_path / "no-archive.toml"
+        toml.write_text('[[log.match]]\nnamespace = "test"\nconfig = "default"\narchive = false\n')
+        unarchived = LocalLogManager(m.root, config=load_config(toml, home=tmp_path))
+        try:
+            (plan,) = unarchived.purge_plan(name)
+            assert plan.held_by == {} and plan.purgeable_segments == 3
+        finally:
+            unarchived.close()
+        m.commit_position(LogPartition.of(name, 0), ARCHIVER, bases[1])
+        assert m.purge(name) == {0: bases[:1]}
 
     def test_roll_keeps_what_a_group_has_not_read(self, aged_log) -> None:
         m, name, bases = aged_log

@@ -49,11 +49,13 @@ from streamcore.log.api import (
     RebalanceListener,
 )
 from streamcore.log.append_checks import check_keys_encode, check_timestamps
+from streamcore.log.config import LogConfig
 from streamcore.log.local.description import LocalLogDescription, partition_folder
 from streamcore.log.local.membership import FileGroupStore
 from streamcore.log.local.positions import PositionStore
 from streamcore.log.local.reader import PartitionCursor
 from streamcore.log.local.retention import (
+    ARCHIVER,
     PartitionPurge,
     hold_offset,
     plan_partition,
@@ -264,7 +266,7 @@ class LocalLogManager(LogManager):
         self._positions(partition.name).commit(group, partition.partition, offset)
 
     def _hold(self, partition: LogPartition) -> int | None:
-        return hold_offset(self.group_positions(partition))
+        return hold_offset(self.holding_positions(partition))
 
     def _positions(self, name: Name) -> PositionStore:
         return PositionStore(self.folder(name), self._meta(name)["fsync"])
@@ -285,16 +287,24 @@ class LocalLogManager(LogManager):
         _, ts, key, value = records[0]
         return key, value, ts
 
-    def group_positions(self, partition: LogPartition) -> dict[str, int]:
-        """The committed position of every group that has one on `partition`: what a purge
-        of the partition must keep (`streamcore.log.local.retention`)."""
+    def holding_positions(self, partition: LogPartition) -> dict[str, int]:
+        """The position of every group a purge of `partition` must wait for: each committed
+        position, and the archiver's (the oldest offset when it has none) on a log LogConfig
+        archives (`streamcore.log.local.retention`)."""
         store = self._positions(partition.name)
         positions = {}
         for group in store.groups():
             pos = store.committed(group, partition.partition)
             if pos is not None:
                 positions[group] = pos
+        if ARCHIVER not in positions and self._routing.archived(partition.name):
+            bases = list_segments(self.partition_folder(partition))
+            positions[ARCHIVER] = bases[0] if bases else 0
         return positions
+
+    @functools.cached_property
+    def _routing(self) -> LogConfig:
+        return LogConfig.from_settings(self.config)
 
     def purge_plan(self, name: str | Name, now_ms: int | None = None) -> list[PartitionPurge]:
         """What `purge` would do on each partition (nothing changes): the expired segments,
@@ -306,7 +316,7 @@ class LocalLogManager(LogManager):
         for p in range(self.size(name)):
             partition = LogPartition(name, p)
             segments = sealed_segments(self.partition_folder(partition), retention, now)
-            plans.append(plan_partition(p, segments, self.group_positions(partition)))
+            plans.append(plan_partition(p, segments, self.holding_positions(partition)))
         return plans
 
     def purge(
@@ -328,7 +338,7 @@ class LocalLogManager(LogManager):
             except LogLockedError:
                 logger.info("%s-%02d is written by another process; it purges on roll", name, p)
                 continue
-            positions = self.group_positions(partition)
+            positions = self.holding_positions(partition)
             below = None if force else hold_offset(positions)
             removed[p] = writer.purge_expired(now_ms, below=below)
             if force and removed[p]:

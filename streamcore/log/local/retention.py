@@ -4,10 +4,11 @@ A sealed segment (not the one being written) whose newest record is older than t
 has *expired*. It is purged only when every consumer group with a committed position on its
 partition has read past it (the segment's end <= the group's position), so no group loses a
 record it has not read: a group behind keeps the expired segments from its position on, and the
-purge says which groups hold how many records. The archiver of the retention job
-(`retention/archiver`) is such a group: once it archives a log, nothing it has not archived is
-purged. A group that never committed a position on a partition holds nothing there (it starts
-from the oldest record when it comes).
+purge says which groups hold how many records. A group that never committed a position on a
+partition holds nothing there (it starts from the oldest record when it comes), except the
+retention job's archiver (`ARCHIVER`) on a log LogConfig archives (`archive = true`, the
+default): it holds the whole partition until it has archived it, so history is archived before
+it is purged. A log with `archive = false` does not wait for the archiver.
 
 `force` purges the expired segments anyway; the groups behind then lose the records, which their
 lag reports as `lost`, and the purge appends what each group lost to `<log>/purges.jsonl`.
@@ -29,6 +30,7 @@ from pathlib import Path
 from streamcore.log.local.segment import list_segments, segment_name
 
 PURGES_FILE = "purges.jsonl"
+ARCHIVER = "retention/archiver"  # the consumer group of the retention job's archive step
 
 
 @dataclass(frozen=True)

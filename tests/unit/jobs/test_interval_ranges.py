@@ -79,7 +79,8 @@ def _fill_and_purge_first_batch(
         # 1 KiB records in 4 KiB segments: the second batch starts a new segment at offset 5,
         # and a purge an hour past the retention removes the sealed first one.
         _fill(manager, b"x" * 1024, times, segment_bytes=4096, retention="1h")
-        manager.purge(NAME, now_ms=time.time_ns() // 1_000_000 + 2 * HOUR)
+        # forced: the log was never archived, and the archiver would hold it
+        manager.purge(NAME, now_ms=time.time_ns() // 1_000_000 + 2 * HOUR, force=True)
     else:
         from confluent_kafka import TopicPartition
         from confluent_kafka.admin import AdminClient
