@@ -1,8 +1,12 @@
 """Retention compaction (DESIGN.md section 7): history out of the hot log into the Delta table
-`archive`, exactly once, before retention purges it.
+`archive` exactly once, then the hot log purged without losing what a group has not read, then
+the Delta tables tidied. Three steps, run in this order by dags/streamcore_retention.py:
 
     spark-submit jobs/retention.py archive [--streams import/docs,audit/entries] [--horizon 1d]
         [--batch-size 1000000] [--dry-run]
+    spark-submit jobs/retention.py purge [--streams ...] [--force] [--dry-run]
+    spark-submit jobs/retention.py maintain [--tables audit,archive] [--vacuum-hours 168]
+        [--force-vacuum] [--dry-run]
 
 `archive` lands, for every stream LogConfig archives (`archive = true` on its namespace rule, the
 default) or those of `--streams`, the records appended before the horizon (now minus
@@ -10,8 +14,19 @@ default) or those of `--streams`, the records appended before the horizon (now m
 consumer group `retention/archiver` (`jobs.spark.batches`), appended to `archive` as it was in
 the log (key, watermark, flags, data, the payload's schema fingerprint), partitioned by stream
 and UTC day. The Delta commit carries the batch's txn id, so a crash at any point and a rerun
-land every record once. `--dry-run` reads no record and changes nothing: it says per stream what
-a real run would archive.
+land every record once.
+
+`purge` applies retention to every local log (or those of `--streams`): expired segments go
+once every group, the archiver included, has read past them
+(`streamcore.log.local.retention`); the others stay, and the summary says which groups hold how
+many records. `--force` purges them anyway and records each group's loss. Kafka applies its own
+retention on the broker: its logs are reported, not purged. It needs no Spark.
+
+`maintain` runs OPTIMIZE (bin-packing, z-ordered by the catalog's columns) and VACUUM (the
+declared retention, or `--vacuum-hours`; below Delta's 168 h safety minimum only with
+`--force-vacuum`) on every catalog table that exists, or those of `--tables`.
+
+`--dry-run` changes nothing in any step and says what a real run would do.
 """
 
 from __future__ import annotations
@@ -30,9 +45,11 @@ from jobs.spark.batches import Landed
 from jobs.spark.job import JobArgumentError, JobContext, job_parser, run_job
 from streamcore.config import parse_duration_ms
 from streamcore.errors import ConfigError, InvalidNameError
+from streamcore.log.config import ARCHIVER
 from streamcore.names import Name
+from streamcore.tables import DELTA_MIN_RETENTION_HOURS, TABLES
 
-ARCHIVER, TABLE = "retention/archiver", "archive"
+TABLE = "archive"
 _DAY_MS = 86_400_000
 _SINGLE_OBJECT = b"\xc3\x01"
 logger = logging.getLogger(__name__)
@@ -40,20 +57,24 @@ logger = logging.getLogger(__name__)
 
 def build_parser() -> argparse.ArgumentParser:
     parser = job_parser("retention", __doc__.split("\n\n")[0])
-    steps = parser.add_subparsers(dest="step", required=True, metavar="{archive}")
+    steps = parser.add_subparsers(dest="step", required=True, metavar="{archive,purge,maintain}")
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--streams",
-        default="",
-        help="comma-separated stream names (default: every stream the configuration archives)",
-    )
     common.add_argument(
         "--dry-run", action="store_true", help="change nothing; say what a real run would do"
     )
     for name in ("home", "master"):  # also after the step
         common.add_argument(f"--{name}", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    streams = argparse.ArgumentParser(add_help=False)
+    streams.add_argument(
+        "--streams",
+        default="",
+        help="comma-separated stream names (default: archive: every stream the configuration "
+        "archives; purge: every log)",
+    )
     archive = steps.add_parser(
-        "archive", parents=[common], help="land records older than the horizon in `archive`"
+        "archive",
+        parents=[common, streams],
+        help="land records older than the horizon in `archive`",
     )
     archive.add_argument(
         "--horizon",
@@ -67,6 +88,34 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help="most records archived per stream in this run (0 = all; the rest waits)",
     )
+    purge = steps.add_parser(
+        "purge", parents=[common, streams], help="delete expired segments every group has read"
+    )
+    purge.add_argument(
+        "--force",
+        action="store_true",
+        help="purge expired segments groups have not read too (they lose those records)",
+    )
+    maintain = steps.add_parser(
+        "maintain", parents=[common], help="OPTIMIZE and VACUUM the catalog's Delta tables"
+    )
+    maintain.add_argument(
+        "--tables",
+        default="",
+        help=f"comma-separated tables (default: every one of {', '.join(TABLES)} that exists)",
+    )
+    maintain.add_argument(
+        "--vacuum-hours",
+        type=float,
+        default=None,
+        help="VACUUM retention in hours (default: each table's declared one)",
+    )
+    maintain.add_argument(
+        "--force-vacuum",
+        action="store_true",
+        help="allow a VACUUM retention below Delta's 168 h safety minimum (no job may read or "
+        "write the tables meanwhile)",
+    )
     return parser
 
 
@@ -75,7 +124,33 @@ def stream_names(text: str) -> list[Name]:
     return [Name.of(part.strip()) for part in text.split(",") if part.strip()]
 
 
+def table_names(text: str) -> list[str]:
+    """`--tables` as catalog table names (empty: all)."""
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
 def check_args(args: argparse.Namespace) -> None:
+    if args.step == "maintain":
+        unknown = [t for t in table_names(args.tables) if t not in TABLES]
+        if unknown:
+            raise JobArgumentError(
+                f"--tables: unknown table(s) {', '.join(unknown)}; the catalog has "
+                f"{', '.join(TABLES)}"
+            )
+        if args.vacuum_hours is not None and args.vacuum_hours < 0:
+            raise JobArgumentError(f"--vacuum-hours must be >= 0, got {args.vacuum_hours}")
+        if (
+            args.vacuum_hours is not None
+            and args.vacuum_hours < DELTA_MIN_RETENTION_HOURS
+            and not args.force_vacuum
+        ):
+            raise JobArgumentError(
+                f"--vacuum-hours {args.vacuum_hours:g} is below Delta's safety minimum of "
+                f"{DELTA_MIN_RETENTION_HOURS} h: a reader or writer running longer could lose "
+                "files it still needs. Give at least that, or add --force-vacuum if no job uses "
+                "the tables meanwhile"
+            )
+        return
     try:
         stream_names(args.streams)
     except InvalidNameError as exc:
@@ -94,6 +169,8 @@ def check_args(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     from streamcore.log.config import LogConfig
 
+    if args.step == "maintain":
+        return _maintain(args, ctx)
     routing = LogConfig.from_settings(ctx.config)
     chosen = stream_names(args.streams)
     if chosen:
@@ -105,8 +182,10 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
             )
         names = chosen
     else:
-        names = [n for n in sorted(ctx.logs.list_logs(), key=str) if routing.archived(n)]
-    return _archive(args, ctx, names, routing)
+        names = sorted(ctx.logs.list_logs(), key=str)
+    if args.step == "purge":
+        return _purge(args, ctx, names, routing)
+    return _archive(args, ctx, chosen or [n for n in names if routing.archived(n)], routing)
 
 
 def _archive(
@@ -225,6 +304,88 @@ def _written(spark: Any, path: str, version: int) -> dict[str, int]:
         "bytes": int(metrics.get("numOutputBytes", 0)),
         "files": int(metrics.get("numFiles", 0)),
     }
+
+
+def _purge(
+    args: argparse.Namespace, ctx: JobContext, names: list[Name], routing: Any
+) -> dict[str, Any]:
+    """Retention on each local log, with the guard of `streamcore.log.local.retention`."""
+    streams: dict[str, dict[str, Any]] = {}
+    for name in names:
+        backend = routing.config_for(name).type
+        if backend != "local":
+            why = "the broker applies retention.ms" if backend == "kafka" else "held in memory"
+            streams[name.urn] = {"skipped": f"a {backend} log: {why}"}
+            continue
+        local = ctx.logs.backend_for(name)
+        plans = local.purge_plan(name)
+        before = local.start_offsets(name)
+        removed = {} if args.dry_run else local.purge(name, force=args.force)
+        after = local.start_offsets(name)
+        segments = records = size = 0
+        for plan in plans:
+            p = plan.partition
+            if args.dry_run:
+                went = plan.expired_segments if args.force else plan.purgeable_segments
+                records += plan.expired_records if args.force else plan.purgeable_records
+            else:
+                went = len(removed.get(p, []))
+                records += after[p] - before[p]
+            segments += went
+            # The sizes are the plan's, made just before the purge.
+            size += (plan.expired_bytes if args.force else plan.purgeable_bytes) if went else 0
+        held = _by_group(plans)
+        streams[name.urn] = {
+            "expired_segments": sum(p.expired_segments for p in plans),
+            "segments_purged": segments,
+            "records_purged": records,
+            "bytes_purged": size,
+            "held_by": {} if args.force else held,
+            "lost": held if args.force else {},
+            # written by another process: its writer purges them on roll, with the same rule
+            "skipped_partitions": [
+                p.partition for p in plans if not args.dry_run and p.partition not in removed
+            ],
+        }
+    return {
+        "step": "purge",
+        "dry_run": args.dry_run,
+        "force": args.force,
+        "segments_purged": sum(s.get("segments_purged", 0) for s in streams.values()),
+        "records_purged": sum(s.get("records_purged", 0) for s in streams.values()),
+        "bytes_purged": sum(s.get("bytes_purged", 0) for s in streams.values()),
+        "streams": streams,
+    }
+
+
+def _by_group(plans: list[Any]) -> dict[str, int]:
+    """Records of expired segments each group has not read, over the partitions."""
+    total: dict[str, int] = {}
+    for plan in plans:
+        for group, records in plan.held_by.items():
+            total[group] = total.get(group, 0) + records
+    return dict(sorted(total.items()))
+
+
+def _maintain(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
+    from jobs.spark.catalog import Catalog
+
+    catalog = Catalog(ctx.spark, ctx.config)
+    chosen = table_names(args.tables) or list(TABLES)
+    tables: dict[str, dict[str, Any]] = {}
+    for table in chosen:
+        if not catalog.exists(table):
+            tables[table] = {"skipped": "does not exist yet"}
+            continue
+        if args.dry_run:
+            tables[table] = {"sizes": catalog.sizes(table)}
+            continue
+        with ctx.phases(f"optimize {table}"):
+            optimized = catalog.optimize(table)
+        with ctx.phases(f"vacuum {table}"):
+            vacuumed = catalog.vacuum(table, args.vacuum_hours, force=args.force_vacuum)
+        tables[table] = {"optimize": optimized, "vacuum": vacuumed}
+    return {"step": "maintain", "dry_run": args.dry_run, "tables": tables}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -243,6 +243,19 @@ class Catalog:
             "bytes_removed": before[1] - after[1],
         }
 
+    def sizes(self, table: str) -> dict[str, Any]:
+        """Files and bytes of the table's snapshot and stored under its folder (referenced or
+        not, the Delta log excluded): what OPTIMIZE and VACUUM would work on."""
+        spec = self.spec(table)
+        self._require(spec)
+        snapshot, stored = self._snapshot_size(spec.location), self._stored_size(spec.location)
+        return {
+            "snapshot_files": snapshot[0],
+            "snapshot_bytes": snapshot[1],
+            "stored_files": stored[0],
+            "stored_bytes": stored[1],
+        }
+
     def _require(self, spec: TableSpec) -> None:
         if not self.exists(spec.name):
             raise TableError(

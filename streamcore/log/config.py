@@ -137,6 +137,9 @@ _NAMESPACE = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 _BARE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]*")
 _REST = re.compile(r"[A-Za-z0-9_\-]*")
 _RULE_KEYS = ("namespace", "group", "config", "archive")
+# The consumer group of the retention job's archive step: on a log `LogConfig.archived`, purges
+# wait for it (streamcore.log.local.retention).
+ARCHIVER = "retention/archiver"
 # A run of "$" before "{": each "$$" is a literal "$"; an odd run ends with a reference "${".
 _DOLLARS_BRACE = re.compile(r"(\$+)\{")
 _VARIABLE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?::-(.*))?", re.DOTALL)

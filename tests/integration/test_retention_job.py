@@ -21,13 +21,13 @@ from spark_session import ROOT, read_delta
 from streamcore.codecs import get_codec
 from streamcore.config import load_config
 from streamcore.log import open_log_manager
+from streamcore.log.config import ARCHIVER
 from streamcore.record import Flag, Record
 from streamcore.watermark import Watermark
 
 pytestmark = pytest.mark.spark
 
 DAY_MS = 86_400_000
-ARCHIVER = "retention/archiver"
 # A single-object Avro payload: C3 01, the 8 fingerprint bytes, the body.
 FINGERPRINT = bytes.fromhex("0123456789abcdef")
 
@@ -45,7 +45,9 @@ def _archive_path() -> Path:
     return Path(os.environ["STREAMCORE_HOME"]) / "delta" / "archive"
 
 
-def _write_history(stream: str, days: int = 7, per_day: int = 20) -> list[dict[str, Any]]:
+def _write_history(
+    stream: str, days: int = 7, per_day: int = 20, **options: Any
+) -> list[dict[str, Any]]:
     """`per_day` records a day on 2 partitions, appended with timestamps spread over the last
     `days` days (oldest first), as Records, plus one raw value that is not a Record. Returns
     what each record is, by partition and offset."""
@@ -54,7 +56,7 @@ def _write_history(stream: str, days: int = 7, per_day: int = 20) -> list[dict[s
     manager = open_log_manager(load_config())
     written = []
     try:
-        manager.create(stream, 2)
+        manager.create(stream, 2, **options)
         appender = manager.appender(stream)
         for n in range(days * per_day):
             ts = now - (days * DAY_MS) + n * (DAY_MS // per_day)
@@ -176,3 +178,72 @@ def test_a_crash_then_a_rerun_archives_every_record_once(spark: Any, fault: str)
     assert sorted(rows) == sorted(w["at"] for w in written)
     if fault == "after_delta_commit":
         assert rerun["streams"][stream]["recovered_positions"], rerun
+
+
+def _commit(stream: str, group: str, partition: int, offset: int) -> None:
+    from streamcore.log import LogPartition
+
+    manager = open_log_manager(load_config())
+    try:
+        manager.commit_position(LogPartition(stream, partition), group, offset)
+    finally:
+        manager.close()
+
+
+def _starts(stream: str) -> list[int]:
+    manager = open_log_manager(load_config())
+    try:
+        return manager.start_offsets(stream)
+    finally:
+        manager.close()
+
+
+def test_purge_waits_for_the_archiver_and_every_group_then_maintain(spark: Any) -> None:
+    """A week of history in small segments, retention one day: nothing is purged before the
+    archiver has archived it, a group behind keeps its records until --force, everything
+    purged is in `archive`; then OPTIMIZE compacts `archive` and VACUUM removes what it left."""
+    stream = "hist/purged"
+    written = _write_history(stream, retention="1d", segment_bytes=2048)
+    _commit(stream, "app/slow", 0, 3)  # read 3 records of partition 0, then stopped
+
+    code, dry = _run("purge", "--streams", stream, "--dry-run")
+    assert code == 0, dry
+    held = dry["streams"][stream]["held_by"]
+    assert held[ARCHIVER] > 0 and held["app/slow"] > 0 and dry["records_purged"] == 0
+    code, kept = _run("purge", "--streams", stream)
+    assert code == 0 and kept["segments_purged"] == 0 and _starts(stream) == [0, 0], kept
+
+    # archived in two batches (two appends: files for OPTIMIZE to compact)
+    assert _run("archive", "--streams", stream, "--horizon", "3d")[0] == 0
+    assert _run("archive", "--streams", stream, "--horizon", "1d")[0] == 0
+    code, purged = _run("purge", "--streams", stream)
+    assert code == 0, purged
+    after = _starts(stream)
+    assert after[0] == 0 and after[1] > 0  # partition 0 waits for app/slow
+    held = purged["streams"][stream]["held_by"]
+    assert set(held) == {"app/slow"} and held["app/slow"] > 0
+    assert purged["records_purged"] == after[1] > 0
+
+    code, forced = _run("purge", "--streams", stream, "--force")
+    assert code == 0, forced
+    lost = forced["streams"][stream]["lost"]
+    assert set(lost) == {"app/slow"} and lost["app/slow"] == _starts(stream)[0] - 3
+    # every record retention took from the log is in the archive
+    archived = _archived(stream)
+    starts = _starts(stream)
+    gone = [w["at"] for w in written if w["at"][1] < starts[w["at"][0]]]
+    assert gone and set(gone) <= set(archived)
+
+    code, before = _run("maintain", "--tables", "archive", "--dry-run")
+    assert code == 0, before
+    sizes = before["tables"]["archive"]["sizes"]
+    assert sizes["snapshot_files"] >= 2
+    with pytest.raises(SystemExit) as refused:  # an argument error, before Spark
+        _run("maintain", "--tables", "archive", "--vacuum-hours", "0")
+    assert refused.value.code == 2
+    code, done = _run("maintain", "--tables", "archive", "--vacuum-hours", "0", "--force-vacuum")
+    assert code == 0, done
+    optimize, vacuum = done["tables"]["archive"]["optimize"], done["tables"]["archive"]["vacuum"]
+    assert optimize["files_after"] < optimize["files_before"] == sizes["snapshot_files"]
+    assert vacuum["files_after"] == optimize["files_after"] and vacuum["bytes_removed"] > 0
+    assert _archived(stream) == archived  # the same rows, fewer files

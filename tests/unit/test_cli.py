@@ -702,17 +702,15 @@ def test_purge_removes_expired_segments(
 ) -> None:
     m = open_manager()
     m.create("test/old", 1, retention="1s", segment_bytes=4096)
+    old = time.time_ns() // 1_000_000 - 3_600_000  # appended an hour ago: expired
     with m.appender("test/old") as a:
         for i in range(20):
-            a.append_batch([(f"k{i}-{j}", b"x" * 100) for j in range(10)])
+            a.append_batch([(f"k{i}-{j}", b"x" * 100) for j in range(10)], timestamps=[old] * 10)
     m.close()
     commit(open_manager, "test/old", "app/late", [0])
     folder = home / "log" / "test-old" / "P-00"
     segments = sorted(folder.glob("*.log"))
     assert len(segments) > 2
-    old = time.time() - 3600
-    for seg in segments:
-        os.utime(seg, (old, old))
     # app/late has read nothing: the expired segments stay for it, and the run says so
     res = cli("purge", "-l", "test/old")
     assert "purged 0 segment(s), 0 record(s) from test/old" in res.out

@@ -27,10 +27,10 @@ from streamcore.errors import (
     RecordTooLargeError,
 )
 from streamcore.log.api import LogLag, LogOffset, LogPartition
+from streamcore.log.config import ARCHIVER
 from streamcore.log.local import writer as writer_module
 from streamcore.log.local.manager import LocalLogManager
 from streamcore.log.local.reader import PartitionCursor
-from streamcore.log.local.retention import ARCHIVER
 from streamcore.log.local.segment import (
     HEADER_SIZE,
     list_segments,
@@ -808,135 +808,138 @@ class TestCommittedPositions:
         assert len(path.read_bytes()) == 48
 
 
+MINUTE = 60_000
+
+
+def fill(m: LocalLogManager, name: str, count: int, t0: int, first: int = 0) -> None:
+    """Append records `first`..`first + count - 1`, record i appended at t0 + i minutes."""
+    app = m.appender(name)
+    for i in range(first, first + count):
+        app.append_batch([("k", payload(i))], timestamps=[t0 + i * MINUTE])
+
+
 class TestRetention:
+    """Retention ages a sealed segment by its newest record's append time: the records of these
+    logs were appended a minute apart, starting ten hours ago, and retention is one hour."""
+
     @pytest.fixture
-    def aged_log(self, log_with) -> tuple[LocalLogManager, str, list[int]]:
-        """A log of 5+ segments whose groups, 'fast' and the archiver, committed the end."""
+    def aged_log(self, log_with) -> tuple[LocalLogManager, str, list[int], int]:
+        """A log of 5+ segments whose groups, 'fast' and the archiver, committed the end; and
+        the time its first record was appended."""
         m, name = log_with(1, segment_bytes=1024, retention="1h")
-        app = m.appender(name)
-        for i in range(100):
-            app.append("k", payload(i))
+        t0 = time.time_ns() // 1_000_000 - 10 * HOUR
+        fill(m, name, 100, t0)
         with m.tailer("fast", name) as t:
             drain(t)
             t.commit()
         m.commit_position(LogPartition.of(name, 0), ARCHIVER, 100)
         bases = list_segments(folder_of(m, name))
         assert len(bases) >= 5
-        return m, name, bases
+        return m, name, bases, t0
+
+    @staticmethod
+    def expiring(t0: int, bases: list[int], k: int) -> int:
+        """A time at which exactly the first `k` segments have expired."""
+        return t0 + (bases[k] - 1) * MINUTE + HOUR + 1
 
     @staticmethod
     def slow_group(m: LocalLogManager, name: str, offset: int = 2) -> None:
         """Group 'slow' with its position at `offset` (it read the records before it)."""
         m.commit_position(LogPartition.of(name, 0), "slow", offset)
 
-    @staticmethod
-    def age(folder: Path, bases: list[int], hours: float) -> None:
-        past = time.time() - hours * 3600
-        for base in bases:
-            os.utime(folder / segment_name(base), (past, past))
-
     def test_purge_removes_whole_expired_segments(self, aged_log) -> None:
-        m, name, bases = aged_log
+        m, name, bases, t0 = aged_log
         folder = folder_of(m, name)
-        self.age(folder, bases[:3], hours=2)
-        assert m.purge(name) == {0: bases[:3]}
+        now = self.expiring(t0, bases, 3)
+        assert m.purge(name, now_ms=now) == {0: bases[:3]}
         assert list_segments(folder) == bases[3:]
         assert not (folder / f"{bases[0]:020d}.index").exists()
         assert m.start_offsets(name) == [bases[3]]
         assert m.end_offsets(name) == [100]
-        assert m.purge(name) == {0: []}
+        assert m.purge(name, now_ms=now) == {0: []}
 
-    def test_purge_stops_at_the_first_young_segment(self, aged_log) -> None:
-        m, name, bases = aged_log
+    def test_a_segment_ages_by_its_newest_record_not_its_file(self, aged_log) -> None:
+        m, name, bases, t0 = aged_log
         folder = folder_of(m, name)
-        self.age(folder, [bases[0], bases[2]], hours=2)
-        assert m.purge(name) == {0: [bases[0]]}
+        past = time.time() - 48 * 3600
+        for base in bases:
+            os.utime(folder / segment_name(base), (past, past))
+        assert m.purge(name, now_ms=t0) == {0: []}  # every record is younger than an hour then
+        assert m.purge(name, now_ms=self.expiring(t0, bases, 1)) == {0: bases[:1]}
 
     def test_purge_never_removes_the_active_segment(self, aged_log) -> None:
-        m, name, bases = aged_log
+        m, name, bases, _ = aged_log
         folder = folder_of(m, name)
-        self.age(folder, bases, hours=48)
-        assert m.purge(name) == {0: bases[:-1]}
+        assert m.purge(name) == {0: bases[:-1]}  # now: every record is 8 hours old or more
         assert list_segments(folder) == [bases[-1]]
         assert m.appender(name).append("k", b"still writable").offset == 100
 
-    def test_purge_with_explicit_time(self, aged_log) -> None:
-        m, name, bases = aged_log
-        future = time.time_ns() // 1_000_000 + 2 * HOUR
-        assert m.purge(name, now_ms=future) == {0: bases[:-1]}
-
     def test_no_retention_keeps_everything(self, log_with) -> None:
         m, name = log_with(1, segment_bytes=1024, retention="0")
-        app = m.appender(name)
-        for i in range(60):
-            app.append("k", payload(i))
+        fill(m, name, 60, time.time_ns() // 1_000_000 - 10_000 * HOUR)
         folder = folder_of(m, name)
         bases = list_segments(folder)
-        self.age(folder, bases, hours=10_000)
         assert m.purge(name) == {0: []}
         assert list_segments(folder) == bases
 
     def test_roll_purges_expired_segments(self, aged_log) -> None:
-        m, name, bases = aged_log
+        m, name, bases, _ = aged_log
         folder = folder_of(m, name)
-        self.age(folder, bases[:2], hours=2)
         app = m.appender(name)
         i = 100
         while list_segments(folder)[-1] == bases[-1]:
-            app.append("k", payload(i))
+            app.append("k", payload(i))  # now: young
             i += 1
-        assert list_segments(folder)[0] == bases[2]
+        # every old sealed segment went; the one sealed by the roll holds young records
+        assert list_segments(folder)[0] == bases[-1]
 
     def test_a_group_behind_holds_the_expired_segments_it_has_not_read(self, aged_log) -> None:
-        m, name, bases = aged_log
+        m, name, bases, t0 = aged_log
         folder = folder_of(m, name)
+        now = self.expiring(t0, bases, 3)
         self.slow_group(m, name, 2)
-        self.age(folder, bases[:3], hours=2)
-        (plan,) = m.purge_plan(name)
+        (plan,) = m.purge_plan(name, now_ms=now)
         assert (plan.expired_segments, plan.expired_records) == (3, bases[3])
         assert (plan.purgeable_segments, plan.purgeable_records) == (0, 0)
-        assert plan.held_by == {"slow": bases[3] - 2}  # 'fast' read them all
-        assert m.purge(name) == {0: []}
+        assert plan.held_by == {"slow": bases[3] - 2}  # 'fast' and the archiver read them all
+        assert m.purge(name, now_ms=now) == {0: []}
         assert list_segments(folder) == bases
         # once 'slow' is inside the third segment, the two before it may go
         self.slow_group(m, name, bases[2] + 1)
-        (plan,) = m.purge_plan(name)
+        (plan,) = m.purge_plan(name, now_ms=now)
         assert (plan.purgeable_segments, plan.purgeable_records) == (2, bases[2])
-        assert m.purge(name) == {0: bases[:2]}
+        assert m.purge(name, now_ms=now) == {0: bases[:2]}
         assert m.lag(name, "slow").lost == 0
         assert not (m.folder(name) / "purges.jsonl").exists()
 
     def test_the_archiver_holds_an_archived_log_until_it_has_archived_it(
-        self, log_with, local_manager_factory, tmp_path: Path
+        self, log_with, tmp_path: Path
     ) -> None:
         m, name = log_with(1, segment_bytes=1024, retention="1h")
-        app = m.appender(name)
-        for i in range(100):
-            app.append("k", payload(i))
-        folder = folder_of(m, name)
-        bases = list_segments(folder)
-        self.age(folder, bases[:3], hours=2)
+        t0 = time.time_ns() // 1_000_000 - 10 * HOUR
+        fill(m, name, 100, t0)
+        bases = list_segments(folder_of(m, name))
+        now = self.expiring(t0, bases, 3)
         # archive = true by default: the archiver has not run, so it holds the whole partition
-        (plan,) = m.purge_plan(name)
+        (plan,) = m.purge_plan(name, now_ms=now)
         assert plan.held_by == {ARCHIVER: bases[3]} and plan.purgeable_segments == 0
-        assert m.purge(name) == {0: []}
+        assert m.purge(name, now_ms=now) == {0: []}
         # a log whose [[log.match]] rule says archive = false does not wait for the archiver
         toml = tmp_path / "no-archive.toml"
         toml.write_text('[[log.match]]\nnamespace = "test"\nconfig = "default"\narchive = false\n')
         unarchived = LocalLogManager(m.root, config=load_config(toml, home=tmp_path))
         try:
-            (plan,) = unarchived.purge_plan(name)
+            (plan,) = unarchived.purge_plan(name, now_ms=now)
             assert plan.held_by == {} and plan.purgeable_segments == 3
         finally:
             unarchived.close()
         m.commit_position(LogPartition.of(name, 0), ARCHIVER, bases[1])
-        assert m.purge(name) == {0: bases[:1]}
+        assert m.purge(name, now_ms=now) == {0: bases[:1]}
 
     def test_roll_keeps_what_a_group_has_not_read(self, aged_log) -> None:
-        m, name, bases = aged_log
+        m, name, bases, _ = aged_log
         folder = folder_of(m, name)
         self.slow_group(m, name, bases[1])
-        self.age(folder, bases[:3], hours=2)
         app = m.appender(name)
         i = 100
         while list_segments(folder)[-1] == bases[-1]:
@@ -948,10 +951,10 @@ class TestRetention:
         """A forced purge takes the expired segments a group had not read: the loss is in the
         log's purges.jsonl, in the group's lag (`lost`), and the group goes on from the oldest
         record left."""
-        m, name, bases = aged_log
+        m, name, bases, t0 = aged_log
         self.slow_group(m, name, 2)
-        self.age(folder_of(m, name), bases[:3], hours=2)
-        assert m.purge(name, force=True) == {0: bases[:3]}
+        now = self.expiring(t0, bases, 3)
+        assert m.purge(name, now_ms=now, force=True) == {0: bases[:3]}
         oldest = bases[3]
         lines = (m.folder(name) / "purges.jsonl").read_text().splitlines()
         assert len(lines) == 1
@@ -980,12 +983,11 @@ class TestRetention:
             assert drain(tailer)[0].offset == oldest
 
     def test_a_reader_keeps_its_open_segment_while_it_is_purged(self, aged_log) -> None:
-        m, name, bases = aged_log
+        m, name, bases, t0 = aged_log
         with m.tailer("reader", name) as tailer:
             first = tailer.read(0)
             assert first.offset == 0
-            self.age(folder_of(m, name), bases[:2], hours=2)
-            m.purge(name)
+            m.purge(name, now_ms=self.expiring(t0, bases, 2))
             rest = drain(tailer)
         offsets = [first.offset] + [r.offset for r in rest]
         # the open segment is still readable; records of the purged unopened one are lost
@@ -995,9 +997,8 @@ class TestRetention:
         assert tailer.lost == 100 - len(offsets)
 
     def test_record_at_a_purged_offset(self, aged_log) -> None:
-        m, name, bases = aged_log
-        self.age(folder_of(m, name), bases[:1], hours=2)
-        m.purge(name)
+        m, name, bases, t0 = aged_log
+        m.purge(name, now_ms=self.expiring(t0, bases, 1))
         p0 = LogPartition.of(name, 0)
         assert m.record_at(p0, 0) is None
         assert m.record_at(p0, bases[1])[1] == payload(bases[1])

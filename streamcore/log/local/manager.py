@@ -49,13 +49,12 @@ from streamcore.log.api import (
     RebalanceListener,
 )
 from streamcore.log.append_checks import check_keys_encode, check_timestamps
-from streamcore.log.config import LogConfig
+from streamcore.log.config import ARCHIVER, LogConfig
 from streamcore.log.local.description import LocalLogDescription, partition_folder
 from streamcore.log.local.membership import FileGroupStore
 from streamcore.log.local.positions import PositionStore
 from streamcore.log.local.reader import PartitionCursor
 from streamcore.log.local.retention import (
-    ARCHIVER,
     PartitionPurge,
     hold_offset,
     plan_partition,

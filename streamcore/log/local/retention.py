@@ -1,14 +1,17 @@
 """Retention of the local log: which sealed segments may be purged, and who holds the others.
 
-A sealed segment (not the one being written) whose newest record is older than the retention
-has *expired*. It is purged only when every consumer group with a committed position on its
+A sealed segment (not the one being written) whose newest record was appended longer ago than
+the retention has *expired*; "appended" is the record's timestamp (as Kafka judges its
+segments), so history appended with its original times (`append_batch(timestamps=...)`,
+`streamcore copy`) ages by those times, and copying or restoring files does not make them
+young again. It is purged only when every consumer group with a committed position on its
 partition has read past it (the segment's end <= the group's position), so no group loses a
 record it has not read: a group behind keeps the expired segments from its position on, and the
 purge says which groups hold how many records. A group that never committed a position on a
 partition holds nothing there (it starts from the oldest record when it comes), except the
-retention job's archiver (`ARCHIVER`) on a log LogConfig archives (`archive = true`, the
-default): it holds the whole partition until it has archived it, so history is archived before
-it is purged. A log with `archive = false` does not wait for the archiver.
+retention job's archiver (`streamcore.log.config.ARCHIVER`) on a log LogConfig archives
+(`archive = true`, the default): it holds the whole partition until it has archived it, so
+history is archived before it is purged. A log with `archive = false` does not wait for it.
 
 `force` purges the expired segments anyway; the groups behind then lose the records, which their
 lag reports as `lost`, and the purge appends what each group lost to `<log>/purges.jsonl`.
@@ -27,10 +30,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from streamcore.errors import CorruptLogError
+from streamcore.log.local.reader import PartitionCursor
 from streamcore.log.local.segment import list_segments, segment_name
+from streamcore.log.tailer import BinaryKey
 
 PURGES_FILE = "purges.jsonl"
-ARCHIVER = "retention/archiver"  # the consumer group of the retention job's archive step
 
 
 @dataclass(frozen=True)
@@ -44,19 +49,36 @@ class Segment:
 
 
 def sealed_segments(folder: Path, retention_ms: int, now_ms: int) -> list[Segment]:
-    """The sealed segments of a partition folder, oldest first. A segment's newest-record time
-    is its file's modification time (the time of its last append)."""
+    """The sealed segments of a partition folder, oldest first, each expired or not."""
     bases = list_segments(folder)
     horizon = now_ms - retention_ms
     out = []
     for base, end in itertools.pairwise(bases):  # the last one is being written
         try:
-            stat = (folder / segment_name(base)).stat()
+            size = (folder / segment_name(base)).stat().st_size
         except FileNotFoundError:  # purged meanwhile by its writer
             continue
-        expired = retention_ms > 0 and stat.st_mtime_ns // 1_000_000 < horizon
-        out.append(Segment(base, end, stat.st_size, expired))
+        expired = retention_ms > 0 and newest_timestamp(folder, base, end) < horizon
+        out.append(Segment(base, end, size, expired))
     return out
+
+
+def newest_timestamp(folder: Path, base: int, end: int) -> int:
+    """The append time (ms) of the last record of the sealed segment `[base, end)`; its file's
+    modification time if that record cannot be read (a segment written before a crash)."""
+    cursor = PartitionCursor(folder, "")
+    try:
+        cursor.seek(end - 1)
+        records = cursor.next_records(1)
+        if records and records[0][0] == end - 1:
+            return int(records[0][1])
+    except BinaryKey as bad:
+        return int(bad.timestamp)
+    except (OSError, CorruptLogError):
+        pass
+    finally:
+        cursor.close()
+    return (folder / segment_name(base)).stat().st_mtime_ns // 1_000_000
 
 
 def hold_offset(positions: Mapping[str, int]) -> int | None:

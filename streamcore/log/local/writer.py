@@ -491,8 +491,8 @@ class PartitionWriter:
         first, and only while a segment ends at or before `below` (None: no bound), the first
         offset some consumer group still needs (`streamcore.log.local.retention`).
 
-        A segment's newest-record time is its file's modification time (the time of its last
-        append). The active segment is never deleted. Returns the base offsets removed."""
+        A segment's age is its newest record's timestamp (`retention.sealed_segments`). The
+        active segment is never deleted. Returns the base offsets removed."""
         if self.retention_ms <= 0:
             return []
         now = now if now is not None else now_ms()

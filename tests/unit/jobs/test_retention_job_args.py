@@ -15,6 +15,11 @@ from jobs.spark.job import argument_errors
         ["archive"],
         ["archive", "--streams", "import/docs, audit/entries", "--horizon", "12h", "--dry-run"],
         ["archive", "--horizon", "0", "--batch-size", "1000"],
+        ["purge"],
+        ["purge", "--streams", "import/docs", "--force", "--dry-run"],
+        ["maintain"],
+        ["maintain", "--tables", "audit, archive", "--vacuum-hours", "200", "--dry-run"],
+        ["maintain", "--vacuum-hours", "0", "--force-vacuum"],
     ],
 )
 def test_good_arguments_pass(argv: list[str]) -> None:
@@ -29,6 +34,10 @@ def test_good_arguments_pass(argv: list[str]) -> None:
         (["archive", "--batch-size", "-1"], "--batch-size must be >= 0"),
         (["archive", "--streams", "no spaces/allowed here"], "--streams"),
         (["compact-everything"], "invalid choice"),
+        (["maintain", "--tables", "audit,nope"], "unknown table(s) nope"),
+        (["maintain", "--vacuum-hours", "0"], "--force-vacuum"),
+        (["maintain", "--vacuum-hours", "-1"], "--vacuum-hours must be >= 0"),
+        (["purge", "--horizon", "1d"], "unrecognized arguments"),
     ],
 )
 def test_bad_arguments_are_refused_with_the_fix(argv: list[str], message: str) -> None:
