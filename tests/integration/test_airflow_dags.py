@@ -123,6 +123,12 @@ BAD_CONFS = {
         ({"batch_size": -1}, "batch_size"),
         ({"format": "xml"}, "format"),
     ],
+    "streamcore_retention": [
+        ({"dry_run": "yes please"}, "dry_run"),
+        ({"streams": "import/docs"}, "streams"),
+        ({"horizon": "soon"}, "horizon"),
+        ({"force": "maybe"}, "force"),
+    ],
     "streamcore_audit": [
         ({"mode": "replay"}, "mode"),
         ({"failure_threshold": -0.1}, "failure_threshold"),
@@ -425,6 +431,57 @@ def test_audit_validate_skips_batch_runs_with_nothing_to_land(af: AirflowEnv) ->
     assert result["interval"] is None and result["interval_landed"] is None
 
 
+def test_retention_validate_builds_dry_runs_for_people_and_real_runs_for_the_schedule(
+    af: AirflowEnv,
+) -> None:
+    """retention_arguments(): a manual run is a dry run unless dry_run is off; a scheduled one
+    never is; a named stream that does not exist fails before Spark, naming the logs."""
+    result = run_python(
+        af,
+        """
+        from types import SimpleNamespace
+        import streamcore_retention as m
+        from _streamcore import check_job_arguments, streamcore_home
+        from airflow.sdk.exceptions import AirflowFailException
+        from streamcore.config import load_config
+        from streamcore.log import open_log_manager
+        manager = open_log_manager(load_config(home=streamcore_home()))
+        manager.create("hist/known", 1)
+        manager.close()
+        defaults = {k: p.value for k, p in m.PARAMS.items()}
+        def args(params, run_type):
+            context = {"dag_run": SimpleNamespace(run_type=run_type)}
+            argvs = m.retention_arguments({**defaults, **params}, context)
+            for argv in argvs.values():
+                check_job_arguments("retention", argv)
+            return argvs
+        out = {
+            "manual": args({}, "manual"),
+            "manual_real": args(
+                {"dry_run": False, "force": True, "streams": ["hist/known"]}, "manual"
+            ),
+            "scheduled": args({}, "scheduled"),
+        }
+        try:
+            args({"streams": ["hist/known", "hist/typo"]}, "manual")
+        except AirflowFailException as exc:
+            out["unknown"] = str(exc)
+        print(json.dumps(out))
+        """,
+    )
+    home = ["--home", str(af.streamcore_home)]
+    assert result["manual"] == {
+        "archive": ["archive", "--horizon", "1d", *home, "--dry-run"],
+        "purge": ["purge", *home, "--dry-run"],
+        "maintain": ["maintain", *home, "--dry-run"],
+    }
+    real = result["manual_real"]
+    assert real["archive"] == ["archive", "--horizon", "1d", "--streams", "hist/known", *home]
+    assert real["purge"] == ["purge", "--streams", "hist/known", "--force", *home]
+    assert all("--dry-run" not in argv for argv in result["scheduled"].values())
+    assert "hist/typo" in result["unknown"] and "hist/known" in result["unknown"]
+
+
 def test_audit_schedule_comes_from_the_configuration(af: AirflowEnv, tmp_path: Path) -> None:
     """An operator changes `[audit] schedule` in the TOML file (or STREAMCORE_AUDIT_SCHEDULE):
     the DAG's schedule and data intervals follow; a bad one is the DAG file's import error with
@@ -458,6 +515,6 @@ def test_audit_schedule_comes_from_the_configuration(af: AirflowEnv, tmp_path: P
     assert "interval=datetime.timedelta(seconds=3600)" in timetable
     bad = result["bad"]
     assert bad["timetable"] is None
-    assert bad["dags"] == ["streamcore_importer", "streamcore_stream_stats"]
+    assert bad["dags"] == ["streamcore_importer", "streamcore_retention", "streamcore_stream_stats"]
     error = bad["errors"]["streamcore_audit.py"]
     assert "audit.schedule is '*/7 * * * *'" in error and "4 to 7 minutes apart" in error

@@ -1,0 +1,195 @@
+"""Retention compaction, daily: `jobs/retention.py` archive → purge → maintain.
+
+validate → archive → purge → maintain (three spark-submits of jobs/retention.py) → summary, made
+by `job_tasks`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+import pendulum
+from _streamcore import default_args, job_tasks, render_rows, streamcore_home
+from airflow.sdk import CronTriggerTimetable, Param, dag
+from airflow.sdk.exceptions import AirflowFailException
+
+MANUAL = "manual"  # DagRun.run_type of runs triggered from the UI, the CLI or the REST API
+
+DOC = """
+# streamcore retention
+
+Keeps the hot logs bounded and their history durable (`jobs/retention.py`, docs/spark-jobs.md
+"The retention job"):
+
+- **archive**: the records appended before now minus `horizon` that the archiver (consumer group
+  `retention/archiver`) has not archived yet land in the Delta table **`archive`**, exactly once,
+  for every stream the configuration archives (`archive = true` on its `[[log.match]]` rule, the
+  default), or the `streams` given.
+- **purge**: expired segments of the local logs (newest record older than the log's retention)
+  are deleted once every consumer group and the archiver have read past them. The others stay,
+  and the summary says which groups keep how many records; `force` purges them anyway (the groups
+  lose those records, and the loss is recorded). Kafka applies its own retention.
+- **maintain**: Delta `OPTIMIZE` (z-ordered by the catalog's columns) and `VACUUM` (each table's
+  declared retention, 7 days) on every catalog table that exists.
+- **summary** logs a table per stream (records and bytes archived, segments and bytes purged,
+  records kept for groups behind) and per table (files before/after OPTIMIZE, bytes vacuumed), and
+  keeps it in `STREAMCORE_HOME/runs/retention/<run id>.json`.
+
+**Dry run.** A run triggered by a person (UI *Trigger*, `airflow dags trigger`, REST) is a dry
+run unless `dry_run` is switched off: every step says what it would do and changes nothing, so
+clicking *Trigger* alone is safe. Scheduled runs always run for real.
+
+**Schedule**: daily at 03:00 UTC, no catch-up, one run at a time (the archiver's batches and the
+purges must not overlap). The steps look at the logs *now*, not at a data interval: clearing or
+rerunning a run simply applies retention again (each step is idempotent).
+"""
+
+PARAMS = {
+    "dry_run": Param(
+        True,
+        type="boolean",
+        title="Dry run",
+        description="Manual runs: say what each step would do and change nothing (switch off to "
+        "archive, purge and maintain for real). Scheduled runs ignore it: they run for real.",
+    ),
+    "streams": Param(
+        [],
+        type="array",
+        items={"type": "string", "minLength": 3},
+        title="Streams",
+        description="Streams to archive and purge, e.g. import/docs (empty: archive every "
+        "stream the configuration archives, purge every local log).",
+    ),
+    "horizon": Param(
+        "1d",
+        type="string",
+        pattern=r"^\s*\d+(\.\d+)?\s*(ms|s|m|h|d)?\s*$",
+        title="Archive horizon",
+        description='Archive the records appended before now minus this: "1d", "12h", "0" '
+        "(everything up to now).",
+    ),
+    "force": Param(
+        False,
+        type="boolean",
+        title="Force purge",
+        description="Purge expired segments even where consumer groups have not read them: those "
+        "groups lose the records (recorded in the log's purges.jsonl and in their lag).",
+    ),
+}
+
+
+def retention_arguments(params: dict[str, Any], context: Any) -> dict[str, list[str]]:
+    """Each step's arguments: the streams, the horizon, `--force`, and `--dry-run` for manual
+    runs that ask for it (see DOC). A named stream that does not exist fails here, before
+    Spark, with the streams that do."""
+    dry_run = bool(params["dry_run"]) and context["dag_run"].run_type == MANUAL
+    streams = [s.strip() for s in params["streams"] if s.strip()]
+    if streams:
+        _check_streams_exist(streams)
+    common = ["--home", str(streamcore_home()), *(["--dry-run"] if dry_run else [])]
+    chosen = ["--streams", ",".join(streams)] if streams else []
+    return {
+        "archive": ["archive", "--horizon", params["horizon"].strip(), *chosen, *common],
+        "purge": ["purge", *chosen, *(["--force"] if params["force"] else []), *common],
+        "maintain": ["maintain", *common],
+    }
+
+
+def _check_streams_exist(streams: list[str]) -> None:
+    from streamcore.config import load_config
+    from streamcore.errors import StreamcoreError
+    from streamcore.log import open_log_manager
+
+    try:
+        manager = open_log_manager(load_config(home=streamcore_home()))
+        try:
+            missing = [s for s in streams if not manager.exists(s)]
+            known = sorted(str(n) for n in manager.list_logs())
+        finally:
+            manager.close()
+    except StreamcoreError as exc:  # a bad name, or a backend that cannot be asked
+        raise AirflowFailException(f"streams: {exc}") from exc
+    if missing:
+        raise AirflowFailException(
+            f"streams: {', '.join(missing)} do(es) not exist; the logs are "
+            f"{', '.join(known) or 'none yet'} (leave streams empty for all)"
+        )
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:,.1f} MB"
+
+
+def _groups(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{g} {n:,}" for g, n in counts.items()) or "-"
+
+
+def render_summary(outputs: Mapping[str, Mapping[str, Any]]) -> str:
+    """One row per stream (archive and purge) and per table (maintain)."""
+    from streamcore.cli.table import render_table
+
+    archive, purge, maintain = outputs["archive"], outputs["purge"], outputs["maintain"]
+    streams = []
+    purged = purge.get("streams") or {}
+    archived = archive.get("streams") or {}
+    for stream in sorted(set(purged) | set(archived)):
+        a, p = archived.get(stream, {}), purged.get(stream, {})
+        if "would_archive" in a:
+            got = f"{a['would_archive']:,} records"
+        elif "skipped" in a:
+            got = f"skipped ({a['skipped']})"
+        else:
+            got = f"{a.get('archived', 0):,} records, {_mb(a.get('bytes', 0))}"
+        if "skipped" in p:
+            went = f"skipped ({p['skipped']})"
+        else:
+            went = (
+                f"{p.get('segments_purged', 0):,} segments, {p.get('records_purged', 0):,} "
+                f"records, {_mb(p.get('bytes_purged', 0))}"
+            )
+        held, lost = _groups(p.get("held_by", {})), _groups(p.get("lost", {}))
+        streams.append((stream, got, went, held, lost))
+    rows = []
+    for table, t in sorted((maintain.get("tables") or {}).items()):
+        if "skipped" in t:
+            rows.append((table, f"skipped ({t['skipped']})"))
+        elif "sizes" in t:
+            rows.append((table, f"{t['sizes']['snapshot_files']:,} files"))
+        else:
+            o, v = t["optimize"], t["vacuum"]
+            rows.append(
+                (
+                    table,
+                    f"OPTIMIZE {o['files_before']:,} -> {o['files_after']:,} files, "
+                    f"VACUUM removed {_mb(v['bytes_removed'])}",
+                )
+            )
+    header = ["stream", "archived", "purged", "kept for groups (records)", "lost (records)"]
+    dry = "dry run: nothing changed; what a real run would do\n\n" if archive.get("dry_run") else ""
+    return f"{dry}{render_table(header, streams)}\n\n{render_rows(rows)}"
+
+
+@dag(
+    dag_id="streamcore_retention",
+    schedule=CronTriggerTimetable("0 3 * * *", timezone="UTC", interval=timedelta(days=1)),
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    tags=["streamcore", "retention"],
+    params=PARAMS,
+    doc_md=DOC,
+    default_args=default_args(retries=1),
+)
+def streamcore_retention() -> None:
+    job_tasks(
+        "retention",
+        ["archive", "purge", "maintain"],
+        retention_arguments,
+        retries={"archive": 2, "purge": 1, "maintain": 1},  # each step is idempotent
+        render=render_summary,
+    )
+
+
+streamcore_retention()

@@ -1,0 +1,70 @@
+"""One `dag.test()` of the retention DAG, for real (`dry_run` off): a week of back-dated history
+is archived to Delta, the segments past retention are purged once archived, and `archive` is
+optimized; the summary task keeps the per-stream table in the run record."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from airflow_harness import make_airflow_env, run_python
+
+from streamcore.codecs import get_codec
+from streamcore.config import load_config
+from streamcore.log import open_log_manager
+from streamcore.record import Record
+from streamcore.watermark import Watermark
+
+pytestmark = [pytest.mark.airflow, pytest.mark.spark]
+
+STREAM = "hist/dag"
+DAY_MS = 86_400_000
+
+
+@pytest.mark.timeout(900)
+def test_a_run_archives_then_purges_then_maintains(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    af = make_airflow_env(
+        tmp_path_factory.mktemp("airflow-home"), tmp_path_factory.mktemp("sc-home")
+    )
+    now = int(time.time() * 1000)
+    manager = open_log_manager(load_config(home=af.streamcore_home))
+    codec = get_codec("avro")
+    try:
+        manager.create(STREAM, 2, retention="1d", segment_bytes=2048)
+        appender = manager.appender(STREAM)
+        for n in range(140):  # a week, 20 records a day
+            ts = now - 7 * DAY_MS + n * (DAY_MS // 20)
+            record = Record(f"k{n}", f"event-{n}".encode(), Watermark.of(ts).value)
+            appender.append_batch([(record.key, codec.encode(record))], timestamps=[ts])
+    finally:
+        manager.close()
+    conf = {"dry_run": False, "streams": [STREAM], "horizon": "1d"}
+    run = run_python(
+        af,
+        f"""
+        from pathlib import Path
+        from airflow.dag_processing.dagbag import BundleDagBag
+        folder = Path("dags").resolve()
+        dag = BundleDagBag(dag_folder=folder, bundle_path=folder).dags["streamcore_retention"]
+        run = dag.test(run_conf={conf!r})
+        states = {{ti.task_id: str(ti.state) for ti in run.get_task_instances()}}
+        print(json.dumps({{"state": str(run.state), "run_id": run.run_id, "tasks": states}}))
+        """,
+    )
+    assert run["state"] == "success", run
+    steps = ("validate", "archive", "purge", "maintain", "summary")
+    assert run["tasks"] == dict.fromkeys(steps, "success"), run
+    (path,) = (af.streamcore_home / "runs" / "retention").glob("*.json")
+    record = json.loads(path.read_text())
+    archived = record["archive"]["streams"][STREAM]
+    purged = record["purge"]["streams"][STREAM]
+    assert not record["archive"]["dry_run"]
+    assert 100 < archived["archived"] < 140  # everything older than a day
+    assert purged["segments_purged"] > 0 and purged["held_by"] == {}, purged
+    assert 0 < purged["records_purged"] <= archived["archived"]  # only what was archived
+    optimize = record["maintain"]["tables"]["archive"]["optimize"]
+    assert optimize["files_after"] <= optimize["files_before"]
+    assert STREAM in record["report"] and "OPTIMIZE" in record["report"]
