@@ -123,6 +123,11 @@ BAD_CONFS = {
         ({"batch_size": -1}, "batch_size"),
         ({"format": "xml"}, "format"),
     ],
+    "streamcore_backfill": [
+        ({"stream": "x"}, "stream"),
+        ({"start": 20261124}, "start"),
+        ({"dry_run": "no"}, "dry_run"),
+    ],
     "streamcore_retention": [
         ({"dry_run": "yes please"}, "dry_run"),
         ({"streams": "import/docs"}, "streams"),
@@ -482,6 +487,65 @@ def test_retention_validate_builds_dry_runs_for_people_and_real_runs_for_the_sch
     assert "hist/typo" in result["unknown"] and "hist/known" in result["unknown"]
 
 
+def test_backfill_validate_checks_streams_and_interval_before_spark(af: AirflowEnv) -> None:
+    """backfill_arguments(): the interval from start/end or the run's data interval, the
+    streams checked to exist, a dry run only for a person's run that asks for it."""
+    result = run_python(
+        af,
+        """
+        from types import SimpleNamespace
+        import pendulum
+        import streamcore_backfill as m
+        from _streamcore import check_job_arguments, streamcore_home
+        from airflow.sdk.exceptions import AirflowFailException
+        from streamcore.config import load_config
+        from streamcore.log import open_log_manager
+        manager = open_log_manager(load_config(home=streamcore_home()))
+        for name in ("hist/a", "replay/a"):
+            manager.create(name, 1)
+        manager.close()
+        defaults = {k: p.value for k, p in m.PARAMS.items()}
+        day = [pendulum.datetime(2026, 11, 20, tz="UTC"), pendulum.datetime(2026, 11, 21, tz="UTC")]
+        def args(params, run_type, interval=True):
+            context = {"dag_run": SimpleNamespace(run_type=run_type),
+                       "data_interval_start": day[0] if interval else None,
+                       "data_interval_end": day[1] if interval else None}
+            try:
+                argv = m.backfill_arguments({**defaults, **params}, context)["replay"]
+                check_job_arguments("backfill", argv)
+                return argv
+            except AirflowFailException as exc:
+                return str(exc)
+        ok = {"stream": "hist/a", "target": "replay/a"}
+        out = {
+            "backfill": args(ok, "backfill"),
+            "manual": args({**ok, "start": "2026-11-01", "end": "2026-11-02"}, "manual", False),
+            "manual_real": args({**ok, "dry_run": False}, "manual"),
+            "no_stream": args({**ok, "stream": "hist/zzz"}, "backfill"),
+            "no_target": args({**ok, "target": "replay/zzz"}, "backfill"),
+            "reversed": args({**ok, "start": "2026-11-02", "end": "2026-11-01"}, "manual"),
+            "start_only": args({**ok, "start": "2026-11-02"}, "manual"),
+        }
+        print(json.dumps(out))
+        """,
+    )
+    home = ["--home", str(af.streamcore_home)]
+    day = ["--start", "2026-11-20T00:00:00+00:00", "--end", "2026-11-21T00:00:00+00:00"]
+    streams = ["--stream", "hist/a"]
+    assert result["backfill"] == [*streams, *day, "--target", "replay/a", *home]
+    assert result["manual"] == [
+        *streams,
+        *("--start", "2026-11-01", "--end", "2026-11-02"),
+        *("--target", "replay/a", *home, "--dry-run"),
+    ]
+    assert result["manual_real"][-1] != "--dry-run"
+    assert "hist/zzz does not exist" in result["no_stream"]
+    assert "replay/zzz does not exist" in result["no_target"]
+    assert "streamcore create" in result["no_target"]
+    assert "must be after --start" in result["reversed"]
+    assert "go together" in result["start_only"]
+
+
 def test_audit_schedule_comes_from_the_configuration(af: AirflowEnv, tmp_path: Path) -> None:
     """An operator changes `[audit] schedule` in the TOML file (or STREAMCORE_AUDIT_SCHEDULE):
     the DAG's schedule and data intervals follow; a bad one is the DAG file's import error with
@@ -515,6 +579,11 @@ def test_audit_schedule_comes_from_the_configuration(af: AirflowEnv, tmp_path: P
     assert "interval=datetime.timedelta(seconds=3600)" in timetable
     bad = result["bad"]
     assert bad["timetable"] is None
-    assert bad["dags"] == ["streamcore_importer", "streamcore_retention", "streamcore_stream_stats"]
+    assert bad["dags"] == [
+        "streamcore_backfill",
+        "streamcore_importer",
+        "streamcore_retention",
+        "streamcore_stream_stats",
+    ]
     error = bad["errors"]["streamcore_audit.py"]
     assert "audit.schedule is '*/7 * * * *'" in error and "4 to 7 minutes apart" in error

@@ -185,7 +185,7 @@ def _commit(stream: str, group: str, partition: int, offset: int) -> None:
 
     manager = open_log_manager(load_config())
     try:
-        manager.commit_position(LogPartition(stream, partition), group, offset)
+        manager.commit_position(LogPartition.of(stream, partition), group, offset)
     finally:
         manager.close()
 

@@ -1,0 +1,158 @@
+"""Replay a stream's history into another stream: `jobs/backfill.py` over an interval, from the UI
+with explicit dates or under `airflow backfill create` over past days.
+
+validate → replay (spark-submit jobs/backfill.py) → summary, made by `job_tasks`.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pendulum
+from _streamcore import default_args, interval_arguments, job_tasks, render_rows, streamcore_home
+from airflow.sdk import CronTriggerTimetable, Param, dag
+from airflow.sdk.exceptions import AirflowFailException
+
+MANUAL = "manual"  # DagRun.run_type of runs a person triggers (UI, CLI, REST)
+
+DOC = """
+# streamcore backfill
+
+Replays the records a stream received in an interval into another stream
+(`spark-submit jobs/backfill.py`, docs/spark-jobs.md "The backfill job"): from the hot log while
+it holds them, from the Delta table `archive` for what retention purged, in source order, with
+keys, data, watermarks and append times kept and each Record flagged `REPLAYED`.
+
+- **validate** checks the Params before Spark: `stream` and `target` must exist (create the
+  target first: `streamcore create -l NAME -p PARTITIONS`, as many partitions as the source to
+  keep each record in its partition), `start` before `end`.
+- **replay** runs the job. Each interval is replayed once: a rerun (a cleared task, the same
+  dates again) appends nothing, and a run that crashed in the middle resumes where it stopped.
+- **summary** logs what was replayed (records, from the archive, appended).
+
+**Interval.** Give `start` and `end` (ISO 8601, UTC when no offset is given) to replay any
+interval. Without them a run replays its data interval: `airflow backfill create --dag-id
+streamcore_backfill --from-date A --to-date B` makes one run per day, each replaying its day
+(the run at day D + 1 replays [D, D + 1)); unpaused, the DAG replays each day the day before.
+
+**Dry run.** A run a person triggers is a dry run unless `dry_run` is switched off (it counts
+what it would replay and appends nothing). Backfill and scheduled runs always run for real.
+"""
+
+PARAMS = {
+    "stream": Param(
+        "import/docs",
+        type="string",
+        minLength=3,
+        title="Stream",
+        description="The stream to replay, e.g. import/docs.",
+    ),
+    "target": Param(
+        "replay/docs",
+        type="string",
+        minLength=3,
+        title="Target stream",
+        description="The existing stream to append the replayed records to.",
+    ),
+    "start": Param(
+        None,
+        type=["null", "string"],
+        format="date-time",
+        title="Start",
+        description="First instant to replay (ISO 8601), instead of the run's data interval; "
+        "give end too.",
+    ),
+    "end": Param(
+        None,
+        type=["null", "string"],
+        format="date-time",
+        title="End",
+        description="End of the interval (excluded), with start.",
+    ),
+    "dry_run": Param(
+        True,
+        type="boolean",
+        title="Dry run",
+        description="Runs triggered by a person: count what would be replayed, append nothing "
+        "(switch off to replay). Backfill and scheduled runs ignore it.",
+    ),
+}
+
+
+def backfill_arguments(params: dict[str, Any], context: Any) -> dict[str, list[str]]:
+    """The replay step's arguments: the interval (Params, else the run's data interval), the
+    streams (checked to exist, before Spark), `--dry-run` for a person's run that asks for it."""
+    start, end = params.get("start") or None, params.get("end") or None
+    if (start is None) != (end is None):
+        raise AirflowFailException(
+            f"start ({start!r}) and end ({end!r}) go together: give both to replay that "
+            "interval, or neither to replay the run's data interval"
+        )
+    window = ["--start", start, "--end", end] if start else interval_arguments(context)
+    stream, target = params["stream"].strip(), params["target"].strip()
+    _check_exist(stream, target)
+    dry_run = bool(params["dry_run"]) and context["dag_run"].run_type == MANUAL
+    argv = ["--stream", stream, *window, "--target", target, "--home", str(streamcore_home())]
+    return {"replay": [*argv, *(["--dry-run"] if dry_run else [])]}
+
+
+def _check_exist(stream: str, target: str) -> None:
+    from streamcore.config import load_config
+    from streamcore.errors import StreamcoreError
+    from streamcore.log import open_log_manager
+
+    try:
+        manager = open_log_manager(load_config(home=streamcore_home()))
+        try:
+            found = {name: manager.exists(name) for name in (stream, target)}
+        finally:
+            manager.close()
+    except StreamcoreError as exc:  # a bad name, or a backend that cannot be asked
+        raise AirflowFailException(f"stream/target: {exc}") from exc
+    if not found[stream]:
+        raise AirflowFailException(
+            f"stream {stream} does not exist; list the logs with `streamcore logs`"
+        )
+    if not found[target]:
+        raise AirflowFailException(
+            f"target {target} does not exist: create it first, e.g. `streamcore create -l "
+            f"{target} -p <the partitions of {stream}>`"
+        )
+
+
+def render_summary(outputs: dict[str, dict[str, Any]]) -> str:
+    replay = outputs["replay"]
+    rows = [
+        ("stream", f"{replay.get('stream')} -> {replay.get('target')}"),
+        ("interval", f"[{replay.get('start')}, {replay.get('end')})"),
+        ("records", f"{replay.get('records', 0):,}"),
+        ("from the archive", f"{replay.get('from_archive', 0):,}"),
+    ]
+    if replay.get("dry_run"):
+        rows.append(("appended", f"none (dry run; would append {replay['would_append']:,})"))
+    elif replay.get("already_replayed"):
+        rows.append(("appended", "none (this interval was replayed before)"))
+    else:
+        rows.append(("appended", f"{replay.get('appended', 0):,}"))
+    return render_rows(rows)
+
+
+@dag(
+    dag_id="streamcore_backfill",
+    schedule=CronTriggerTimetable("0 0 * * *", timezone="UTC", interval=timedelta(days=1)),
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,  # replays into one target must not interleave
+    tags=["streamcore", "backfill"],
+    params=PARAMS,
+    doc_md=DOC,
+    default_args=default_args(retries=1),
+)
+def streamcore_backfill() -> None:
+    job_tasks(
+        "backfill", ["replay"], backfill_arguments, retries={"replay": 2}, render=render_summary
+    )
+
+
+streamcore_backfill()
