@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pendulum
-from _streamcore import check_job_arguments, default_args, job_tasks, streamcore_home
+from _streamcore import default_args, job_tasks, streamcore_home
 from airflow.sdk import Param, dag
 from airflow.sdk.exceptions import AirflowFailException
 
@@ -121,10 +121,10 @@ PARAMS = {
 
 
 def importer_arguments(params: dict[str, Any], home: Path, run_id: str) -> dict[str, list[str]]:
-    """The produce and consume arguments of jobs/importer.py for `params` of run `run_id`,
-    checked by the job's own argument checks (ranges, path under the import roots, format) plus
-    those of parameters that go together. Raises AirflowFailException naming the parameter and
-    the fix."""
+    """The produce and consume arguments of jobs/importer.py for `params` of run `run_id`, with
+    the checks of parameters that go together (AirflowFailException naming the parameter and the
+    fix); validate then runs the job's own argument checks on them (ranges, path under the
+    import roots, format), as for every job."""
     source, path, fmt = params["source"], params.get("path"), params.get("format")
     produce = ["produce", "--source", source, "--partitions", str(params["partitions"])]
     if source == "files":
@@ -157,10 +157,7 @@ def importer_arguments(params: dict[str, Any], home: Path, run_id: str) -> dict[
         "--failure-threshold",
         str(params["failure_threshold"]),
     ]
-    arguments = {"produce": produce + common, "consume": consume + common}
-    for argv in arguments.values():
-        check_job_arguments("importer", argv)
-    return arguments
+    return {"produce": produce + common, "consume": consume + common}
 
 
 def render_summary(produced: dict[str, Any], consumed: dict[str, Any]) -> str:

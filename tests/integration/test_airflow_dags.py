@@ -200,6 +200,7 @@ def test_validate_checks_parameters_together(af: AirflowEnv, tmp_path: Path) -> 
         import os
         from pathlib import Path
         import streamcore_importer as m
+        from _streamcore import check_job_arguments
         from airflow.sdk.exceptions import AirflowFailException
         os.environ["STREAMCORE_IMPORT_ROOTS"] = {str(tmp_path)!r}  # the documents' folder
         base = {{"count": 10, "partitions": 2, "avg_blob_size": 100, "batch_size": 0,
@@ -208,8 +209,10 @@ def test_validate_checks_parameters_together(af: AirflowEnv, tmp_path: Path) -> 
                                         "format": None, "seed": 7}}, Path("/h"), "run-1")
         out = {{}}
         for name, (conf, _) in {cases!r}.items():
-            try:
+            try:  # as validate does: the DAG's checks, then the job's own
                 out[name] = m.importer_arguments({{**base, **conf}}, Path("/h"), "run-1")
+                for argv in out[name].values():
+                    check_job_arguments("importer", argv)
             except AirflowFailException as exc:
                 out[name] = str(exc)
         out["seeded"] = seeded
