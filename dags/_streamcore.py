@@ -198,6 +198,35 @@ def interval_arguments(context: Any) -> list[str]:
     return ["--start", start.isoformat(), "--end", end.isoformat()]
 
 
+MANUAL = "manual"  # DagRun.run_type of runs a person triggers (UI, `airflow dags trigger`, REST)
+
+
+def dry_run_for(params: Mapping[str, Any], context: Any) -> bool:
+    """Whether the run is a dry run: a `dry_run` Param (default on in the UI form, so that a
+    person who only clicks Trigger changes nothing) applies to runs a person triggers; scheduled
+    and backfill runs always run for real."""
+    return bool(params["dry_run"]) and context["dag_run"].run_type == MANUAL
+
+
+def logs_exist(names: Sequence[str]) -> tuple[dict[str, bool], list[str]]:
+    """({name: whether the log exists}, every log there is), asked of the log backends of
+    STREAMCORE_HOME's configuration without Spark, for a validate task to refuse a run before
+    spark-submit. A bad name or a backend that cannot be asked raises AirflowFailException."""
+    from streamcore.config import load_config
+    from streamcore.errors import StreamcoreError
+    from streamcore.log import open_log_manager
+
+    try:
+        manager = open_log_manager(load_config(home=streamcore_home()))
+        try:
+            found = {name: manager.exists(name) for name in names}
+            return found, sorted(str(n) for n in manager.list_logs())
+        finally:
+            manager.close()
+    except StreamcoreError as exc:
+        raise AirflowFailException(f"{', '.join(names)}: {exc}") from exc
+
+
 def render_rows(rows: list[tuple[str, str]]) -> str:
     """An aligned two-column table, for the summary task's log."""
     width = max((len(k) for k, _ in rows), default=0)

@@ -10,11 +10,17 @@ from datetime import timedelta
 from typing import Any
 
 import pendulum
-from _streamcore import default_args, interval_arguments, job_tasks, render_rows, streamcore_home
+from _streamcore import (
+    default_args,
+    dry_run_for,
+    interval_arguments,
+    job_tasks,
+    logs_exist,
+    render_rows,
+    streamcore_home,
+)
 from airflow.sdk import CronTriggerTimetable, Param, dag
 from airflow.sdk.exceptions import AirflowFailException
-
-MANUAL = "manual"  # DagRun.run_type of runs a person triggers (UI, CLI, REST)
 
 DOC = """
 # streamcore backfill
@@ -92,24 +98,13 @@ def backfill_arguments(params: dict[str, Any], context: Any) -> dict[str, list[s
     window = ["--start", start, "--end", end] if start else interval_arguments(context)
     stream, target = params["stream"].strip(), params["target"].strip()
     _check_exist(stream, target)
-    dry_run = bool(params["dry_run"]) and context["dag_run"].run_type == MANUAL
+    dry_run = dry_run_for(params, context)
     argv = ["--stream", stream, *window, "--target", target, "--home", str(streamcore_home())]
     return {"replay": [*argv, *(["--dry-run"] if dry_run else [])]}
 
 
 def _check_exist(stream: str, target: str) -> None:
-    from streamcore.config import load_config
-    from streamcore.errors import StreamcoreError
-    from streamcore.log import open_log_manager
-
-    try:
-        manager = open_log_manager(load_config(home=streamcore_home()))
-        try:
-            found = {name: manager.exists(name) for name in (stream, target)}
-        finally:
-            manager.close()
-    except StreamcoreError as exc:  # a bad name, or a backend that cannot be asked
-        raise AirflowFailException(f"stream/target: {exc}") from exc
+    found, _ = logs_exist([stream, target])
     if not found[stream]:
         raise AirflowFailException(
             f"stream {stream} does not exist; list the logs with `streamcore logs`"

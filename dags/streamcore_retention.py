@@ -11,11 +11,16 @@ from datetime import timedelta
 from typing import Any
 
 import pendulum
-from _streamcore import default_args, job_tasks, render_rows, streamcore_home
+from _streamcore import (
+    default_args,
+    dry_run_for,
+    job_tasks,
+    logs_exist,
+    render_rows,
+    streamcore_home,
+)
 from airflow.sdk import CronTriggerTimetable, Param, dag
 from airflow.sdk.exceptions import AirflowFailException
-
-MANUAL = "manual"  # DagRun.run_type of runs triggered from the UI, the CLI or the REST API
 
 DOC = """
 # streamcore retention
@@ -84,7 +89,7 @@ def retention_arguments(params: dict[str, Any], context: Any) -> dict[str, list[
     """Each step's arguments: the streams, the horizon, `--force`, and `--dry-run` for manual
     runs that ask for it (see DOC). A named stream that does not exist fails here, before
     Spark, with the streams that do."""
-    dry_run = bool(params["dry_run"]) and context["dag_run"].run_type == MANUAL
+    dry_run = dry_run_for(params, context)
     streams = [s.strip() for s in params["streams"] if s.strip()]
     if streams:
         _check_streams_exist(streams)
@@ -98,19 +103,8 @@ def retention_arguments(params: dict[str, Any], context: Any) -> dict[str, list[
 
 
 def _check_streams_exist(streams: list[str]) -> None:
-    from streamcore.config import load_config
-    from streamcore.errors import StreamcoreError
-    from streamcore.log import open_log_manager
-
-    try:
-        manager = open_log_manager(load_config(home=streamcore_home()))
-        try:
-            missing = [s for s in streams if not manager.exists(s)]
-            known = sorted(str(n) for n in manager.list_logs())
-        finally:
-            manager.close()
-    except StreamcoreError as exc:  # a bad name, or a backend that cannot be asked
-        raise AirflowFailException(f"streams: {exc}") from exc
+    found, known = logs_exist(streams)
+    missing = [s for s, exists in found.items() if not exists]
     if missing:
         raise AirflowFailException(
             f"streams: {', '.join(missing)} do(es) not exist; the logs are "

@@ -338,11 +338,9 @@ def _merge_entries(spark: Any, path: str, rows: Any) -> Any:
 
 def _inserted(spark: Any, path: str, version: int) -> dict[str, int]:
     """The rows commit `version` of the table at `path` added: {"inserted": n}."""
-    from delta.tables import DeltaTable
+    from jobs.spark.delta_sink import commit_metrics
 
-    history = DeltaTable.forPath(spark, path).history().where(f"version = {int(version)}")
-    row = history.select("operationMetrics").first()
-    metrics = dict(row["operationMetrics"] or {}) if row else {}
+    metrics = commit_metrics(spark, path, version)
     if "numTargetRowsInserted" in metrics:
         return {"inserted": int(metrics["numTargetRowsInserted"])}
     return {}

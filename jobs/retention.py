@@ -295,11 +295,9 @@ def archive_rows(records: Any, stream: str) -> Any:
 
 def _written(spark: Any, path: str, version: int) -> dict[str, int]:
     """The bytes and files commit `version` of the table at `path` wrote (Delta's metrics)."""
-    from delta.tables import DeltaTable
+    from jobs.spark.delta_sink import commit_metrics
 
-    history = DeltaTable.forPath(spark, path).history().where(f"version = {int(version)}")
-    row = history.select("operationMetrics").first()
-    metrics = dict(row["operationMetrics"] or {}) if row else {}
+    metrics = commit_metrics(spark, path, version)
     return {
         "bytes": int(metrics.get("numOutputBytes", 0)),
         "files": int(metrics.get("numFiles", 0)),

@@ -46,7 +46,14 @@ from streamcore.errors import StreamcoreError
 from streamcore.log import LogManager, LogPartition
 from streamcore.names import Name
 
-__all__ = ["BatchPlan", "DeltaBatchSink", "LogMismatchError", "delta_snapshot", "plan_batch"]
+__all__ = [
+    "BatchPlan",
+    "DeltaBatchSink",
+    "LogMismatchError",
+    "commit_metrics",
+    "delta_snapshot",
+    "plan_batch",
+]
 
 logger = logging.getLogger(__name__)
 _TXN_APP = "spark.databricks.delta.write.txnAppId"
@@ -194,6 +201,16 @@ class DeltaBatchSink:
 
     def version(self) -> int | None:
         return int(self._snapshot().version()) if self.exists() else None
+
+
+def commit_metrics(spark: SparkSession, path: str, version: int) -> dict[str, str]:
+    """Delta's `operationMetrics` of commit `version` of the table at `path` (numOutputBytes,
+    numTargetRowsInserted, ...; empty if the commit left the history)."""
+    from delta.tables import DeltaTable
+
+    history = DeltaTable.forPath(spark, path).history().where(f"version = {int(version)}")
+    row = history.select("operationMetrics").first()
+    return dict(row["operationMetrics"] or {}) if row else {}
 
 
 def delta_snapshot(spark: SparkSession, path: str) -> Any:
