@@ -10,13 +10,14 @@ against plain Spark, the backfill replay against reading the archive alone, and 
   Data Source, decode the Record envelopes, derive the archive columns), one Delta append
   carrying the batch's txn id, the commit's metrics, the group's positions.
 * `backfill`: once the archive holds the history, `jobs/retention.py purge --force` deletes the
-  hot log's sealed segments (the log is made with a 1 s retention and 4 MiB segments, so all but
+  hot log's sealed segments (the log is made with a 1 s retention and 2 MiB segments, so all but
   each partition's active segment expire), then `jobs/backfill.py --stream bench/history
   --target bench/replay` over an interval holding every record replays them, most from
   `archive`, the rest (the active segments) from the hot log, into `bench/replay` (same
   partition count, empty). Baseline: the same rows read from `archive` alone with Spark and
   brought to the driver as the backfill brings them (`toLocalIterator` over
-  `orderBy(partition, offset)`), counted. Checks: appended == records, from_archive > 0.
+  `orderBy(partition, offset)`), counted. Checks: appended == records, and from_archive ==
+  the records the purge removed (> 0 but in the warm-up).
 * `optimize`: `--records / 10` more Records appended to `bench/history` and archived in 4
   commits (`--batch-size`), as daily runs add files, then `jobs/retention.py maintain --tables
   archive` (OPTIMIZE z-ordered by partition, offset, then VACUUM at the declared retention):
@@ -63,9 +64,10 @@ STREAM = "bench/history"
 REPLAY = "bench/replay"
 PARTITIONS = 4
 # The history's log: segments short enough that a purge leaves only each partition's active
-# one (append_dataframe writes 10,000-record Arrow batches, ~2.5 MB: one per segment), and a
-# retention they outlive by the time the archive step is done.
-HISTORY_LOG = {"retention": "1s", "segment_bytes": 4 * 1024 * 1024}
+# one (append_dataframe writes 10,000-record Arrow batches, ~2.6 MB: one per segment, so the
+# warm-up's 12,500 records a partition make two), and a retention they outlive by the time the
+# archive step is done.
+HISTORY_LOG = {"retention": "1s", "segment_bytes": 2 * 1024 * 1024}
 OPTIMIZE_BATCHES = 4  # archive commits of the extra history before OPTIMIZE
 FINGERPRINT = 0x0123_4567_89AB_CDEF  # of the payloads' (made-up) writer schema
 HEADER = single_object_header(FINGERPRINT)  # C3 01 + the 8 fingerprint bytes
@@ -335,7 +337,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from jobs.spark.session import build_session
 
     work = Path(tempfile.mkdtemp(prefix="retention-bench-"))
-    spark = build_session("retention-bench", args.master, conf={"spark.ui.enabled": "false"})
+    # The JVM inherits stderr as its stdout: Delta's VACUUM prints there, and stdout is the
+    # results' (--json).
+    sys.stdout.flush()
+    stdout = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        spark = build_session("retention-bench", args.master, conf={"spark.ui.enabled": "false"})
+    finally:
+        os.dup2(stdout, 1)
+        os.close(stdout)
     n = args.records
     try:
         pipeline(spark, args.warmup, work / "warmup", f"warm-up ({args.warmup:,}): ", True)
