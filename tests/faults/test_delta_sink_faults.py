@@ -327,13 +327,16 @@ def test_the_dag_validate_task_refuses_a_path_outside_the_roots(tmp_path: Path) 
         sys.path.insert(0, {str(ROOT / "dags")!r})
         from pathlib import Path
         import streamcore_importer as m
+        from _streamcore import check_job_arguments
         from airflow.sdk.exceptions import AirflowFailException
         base = {{"source": "files", "format": None, "count": 1, "partitions": 1,
                  "avg_blob_size": 0, "seed": None, "batch_size": 0, "failure_threshold": 0.1}}
         out = {{}}
         for name, path in (("outside", {str(outside)!r}), ("inside", {str(inside)!r})):
-            try:
+            try:  # as validate does: the DAG's checks, then the job's own on each step
                 args = m.importer_arguments({{**base, "path": path}}, m.streamcore_home(), "r")
+                for argv in args.values():
+                    check_job_arguments("importer", argv)
                 out[name] = args["produce"]
             except AirflowFailException as exc:
                 out[name] = str(exc)
