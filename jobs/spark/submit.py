@@ -47,11 +47,17 @@ def python_executable() -> str:
 
 def delta_confs() -> dict[str, str]:
     """Spark confs of every job: Delta's SQL extension and catalog, plus local-friendly defaults
-    (a small shuffle for 2-core machines, Arrow for Python exchanges)."""
+    (a small shuffle and file-listing parallelism for 2-core machines, Arrow for Python
+    exchanges). Delta's VACUUM lists a table's files with up to
+    `parallelPartitionDiscovery.parallelism` tasks per listing (Spark's default 10,000): a
+    VACUUM of a 20-file table ran 170,000 tasks, 30-75 s, against 7.5 s with 4."""
     return {
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.shuffle.partitions": os.environ.get("STREAMCORE_SPARK_SHUFFLE_PARTITIONS", "4"),
+        "spark.sql.sources.parallelPartitionDiscovery.parallelism": os.environ.get(
+            "STREAMCORE_SPARK_LISTING_PARALLELISM", "4"
+        ),
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.session.timeZone": "UTC",
         "spark.databricks.delta.snapshotPartitions": "2",
