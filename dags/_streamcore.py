@@ -227,6 +227,42 @@ def logs_exist(names: Sequence[str]) -> tuple[dict[str, bool], list[str]]:
         raise AirflowFailException(f"{', '.join(names)}: {exc}") from exc
 
 
+def interval_params(doing: str) -> dict[str, Any]:
+    """The `start` / `end` Params of a DAG whose runs may take an explicit interval instead of
+    their data interval; `doing` says what the run does with it ("replay", "land")."""
+    from airflow.sdk import Param
+
+    return {
+        "start": Param(
+            None,
+            type=["null", "string"],
+            format="date-time",
+            title="Start",
+            description=f"First instant of the interval to {doing} (ISO 8601, UTC when no offset "
+            "is given), instead of the run's data interval; give end too.",
+        ),
+        "end": Param(
+            None,
+            type=["null", "string"],
+            format="date-time",
+            title="End",
+            description="End of the interval (excluded), with start.",
+        ),
+    }
+
+
+def given_interval(params: Mapping[str, Any]) -> tuple[str, str] | None:
+    """`interval_params`' (start, end) when the run gives them, None when it gives neither;
+    AirflowFailException when it gives one only."""
+    start, end = params.get("start") or None, params.get("end") or None
+    if (start is None) != (end is None):
+        raise AirflowFailException(
+            f"start ({start!r}) and end ({end!r}) go together: give both for that interval, or "
+            "neither for the run's data interval"
+        )
+    return (start, end) if start is not None else None
+
+
 def render_rows(rows: list[tuple[str, str]]) -> str:
     """An aligned two-column table, for the summary task's log."""
     width = max((len(k) for k, _ in rows), default=0)

@@ -11,7 +11,15 @@ from collections.abc import Mapping
 from typing import Any
 
 import pendulum
-from _streamcore import default_args, interval_arguments, job_tasks, render_rows, streamcore_home
+from _streamcore import (
+    default_args,
+    given_interval,
+    interval_arguments,
+    interval_params,
+    job_tasks,
+    render_rows,
+    streamcore_home,
+)
 from airflow.sdk import CronTriggerTimetable, Param, dag
 from airflow.sdk.exceptions import AirflowFailException
 
@@ -91,21 +99,7 @@ PARAMS = {
         description="batch mode: most entries this run lands (0 = all not landed yet); the rest "
         "waits for the next run.",
     ),
-    "start": Param(
-        None,
-        type=["null", "string"],
-        format="date-time",
-        title="Start",
-        description="Interval mode: first instant of the interval to land (ISO 8601, UTC when "
-        "no offset is given), instead of the run's data interval; give end too.",
-    ),
-    "end": Param(
-        None,
-        type=["null", "string"],
-        format="date-time",
-        title="End",
-        description="Interval mode: end of the interval (excluded), with start.",
-    ),
+    **interval_params("land in interval mode"),
 }
 
 
@@ -113,12 +107,8 @@ def audit_arguments(params: dict[str, Any], context: Any) -> dict[str, list[str]
     """The `land` step's arguments for the run's Params and type: batch or interval mode (see
     DOC). Parameters that do not go together raise AirflowFailException with the fix; the job's
     own `check_args` checks the rest in validate."""
-    start, end = params.get("start") or None, params.get("end") or None
-    if (start is None) != (end is None):
-        raise AirflowFailException(
-            f"start ({start!r}) and end ({end!r}) go together: give both to land that interval, "
-            "or neither"
-        )
+    given = given_interval(params)
+    start = given[0] if given else None
     backfill = context["dag_run"].run_type == BACKFILL
     mode = params["mode"]
     if mode == "auto":
@@ -137,7 +127,7 @@ def audit_arguments(params: dict[str, Any], context: Any) -> dict[str, list[str]
             f"batch_limit={params['batch_limit']} only applies to batch mode, and this run lands "
             "an interval (all its entries): clear batch_limit, or set mode to batch"
         )
-    window = ["--start", start, "--end", end] if start else interval_arguments(context)
+    window = ["--start", given[0], "--end", given[1]] if given else interval_arguments(context)
     return {"land": ["interval", *window, *common]}
 
 

@@ -13,7 +13,9 @@ import pendulum
 from _streamcore import (
     default_args,
     dry_run_for,
+    given_interval,
     interval_arguments,
+    interval_params,
     job_tasks,
     logs_exist,
     render_rows,
@@ -61,21 +63,7 @@ PARAMS = {
         title="Target stream",
         description="The existing stream to append the replayed records to.",
     ),
-    "start": Param(
-        None,
-        type=["null", "string"],
-        format="date-time",
-        title="Start",
-        description="First instant to replay (ISO 8601), instead of the run's data interval; "
-        "give end too.",
-    ),
-    "end": Param(
-        None,
-        type=["null", "string"],
-        format="date-time",
-        title="End",
-        description="End of the interval (excluded), with start.",
-    ),
+    **interval_params("replay"),
     "dry_run": Param(
         True,
         type="boolean",
@@ -89,13 +77,8 @@ PARAMS = {
 def backfill_arguments(params: dict[str, Any], context: Any) -> dict[str, list[str]]:
     """The replay step's arguments: the interval (Params, else the run's data interval), the
     streams (checked to exist, before Spark), `--dry-run` for a person's run that asks for it."""
-    start, end = params.get("start") or None, params.get("end") or None
-    if (start is None) != (end is None):
-        raise AirflowFailException(
-            f"start ({start!r}) and end ({end!r}) go together: give both to replay that "
-            "interval, or neither to replay the run's data interval"
-        )
-    window = ["--start", start, "--end", end] if start else interval_arguments(context)
+    given = given_interval(params)
+    window = ["--start", given[0], "--end", given[1]] if given else interval_arguments(context)
     stream, target = params["stream"].strip(), params["target"].strip()
     _check_exist(stream, target)
     dry_run = dry_run_for(params, context)
