@@ -201,6 +201,13 @@ def interval_arguments(context: Any) -> list[str]:
 MANUAL = "manual"  # DagRun.run_type of runs a person triggers (UI, `airflow dags trigger`, REST)
 
 
+def dry_run_param(description: str) -> Any:
+    """The `dry_run` Param: on by default in the UI form (see `dry_run_for`)."""
+    from airflow.sdk import Param
+
+    return Param(True, type="boolean", title="Dry run", description=description)
+
+
 def dry_run_for(params: Mapping[str, Any], context: Any) -> bool:
     """Whether the run is a dry run: a `dry_run` Param (default on in the UI form, so that a
     person who only clicks Trigger changes nothing) applies to runs a person triggers; scheduled

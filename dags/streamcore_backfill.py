@@ -13,6 +13,7 @@ import pendulum
 from _streamcore import (
     default_args,
     dry_run_for,
+    dry_run_param,
     given_interval,
     interval_arguments,
     interval_params,
@@ -64,12 +65,9 @@ PARAMS = {
         description="The existing stream to append the replayed records to.",
     ),
     **interval_params("replay"),
-    "dry_run": Param(
-        True,
-        type="boolean",
-        title="Dry run",
-        description="Runs triggered by a person: count what would be replayed, append nothing "
-        "(switch off to replay). Backfill and scheduled runs ignore it.",
+    "dry_run": dry_run_param(
+        "Runs triggered by a person: count what would be replayed, append nothing "
+        "(switch off to replay). Backfill and scheduled runs ignore it."
     ),
 }
 

@@ -14,6 +14,7 @@ import pendulum
 from _streamcore import (
     default_args,
     dry_run_for,
+    dry_run_param,
     job_tasks,
     logs_exist,
     render_rows,
@@ -52,12 +53,9 @@ rerunning a run simply applies retention again (each step is idempotent).
 """
 
 PARAMS = {
-    "dry_run": Param(
-        True,
-        type="boolean",
-        title="Dry run",
-        description="Manual runs: say what each step would do and change nothing (switch off to "
-        "archive, purge and maintain for real). Scheduled runs ignore it: they run for real.",
+    "dry_run": dry_run_param(
+        "Manual runs: say what each step would do and change nothing (switch off to "
+        "archive, purge and maintain for real). Scheduled runs ignore it: they run for real."
     ),
     "streams": Param(
         [],

@@ -32,6 +32,7 @@ declared retention, or `--vacuum-hours`; below Delta's 168 h safety minimum only
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import sys
 import time
@@ -191,8 +192,12 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
 def _archive(
     args: argparse.Namespace, ctx: JobContext, names: list[Name], routing: Any
 ) -> dict[str, Any]:
+    from jobs.spark.catalog import Catalog
     from jobs.spark.intervals import offsets_at
 
+    # Created once, when a real run first needs it, outside any batch's transaction (a creation
+    # commit carrying a txn id would make Delta skip that batch as landed).
+    archive_path = functools.cache(lambda: Catalog(ctx.spark, ctx.config).ensure(TABLE))
     horizon_ms = parse_duration_ms(args.horizon, "--horizon")
     before_ms = int(time.time() * 1000) - horizon_ms
     streams: dict[str, dict[str, Any]] = {}
@@ -205,7 +210,7 @@ def _archive(
         if args.dry_run:
             streams[name.urn] = _preview(ctx, name, until, args.batch_size)
         else:
-            streams[name.urn] = _archive_stream(ctx, name, until, args.batch_size)
+            streams[name.urn] = _archive_stream(ctx, name, until, args.batch_size, archive_path())
     return {
         "step": "archive",
         "dry_run": args.dry_run,
@@ -229,26 +234,18 @@ def _why_not_archived(name: Name, routing: Any) -> str | None:
 def _preview(ctx: JobContext, name: Name, until: dict[int, int], limit: int) -> dict[str, Any]:
     """What `_archive_stream` would read, from the archiver's positions (no recovery, no write;
     a batch that reached Delta but not the positions shows as still to archive)."""
-    starts = ctx.logs.start_offsets(name)
-    committed = ctx.logs.committed(name, ARCHIVER)
-    ranges = {}
-    for p, (start, pos) in enumerate(zip(starts, committed, strict=True)):
-        lo = start if pos is None else max(start, pos)
-        ranges[str(p)] = [lo, max(lo, until[p])]
+    from jobs.spark.delta_sink import read_positions
+
+    positions = read_positions(ctx.logs, name, ARCHIVER)
+    ranges = {str(p): [lo, max(lo, until[p])] for p, lo in enumerate(positions)}
     records = sum(hi - lo for lo, hi in ranges.values())
     return {"would_archive": min(records, limit) if limit else records, "offsets": ranges}
 
 
 def _archive_stream(
-    ctx: JobContext, name: Name, until: dict[int, int], limit: int
+    ctx: JobContext, name: Name, until: dict[int, int], limit: int, path: str
 ) -> dict[str, Any]:
     from jobs.spark.batches import run_offset_batch
-    from jobs.spark.catalog import Catalog
-
-    catalog = Catalog(ctx.spark, ctx.config)
-    # Created outside the batch's transaction (a creation commit carrying the txn id would
-    # make Delta skip the batch as landed).
-    path = catalog.ensure(TABLE)
 
     def land(records: Any, plan: Any, sink: Any) -> Landed:
         rows = archive_rows(records, name.urn)

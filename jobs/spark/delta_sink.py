@@ -53,6 +53,7 @@ __all__ = [
     "commit_metrics",
     "delta_snapshot",
     "plan_batch",
+    "read_positions",
 ]
 
 logger = logging.getLogger(__name__)
@@ -253,7 +254,7 @@ def recover(
     # The offset check first: where it fails, its message (what the log ends at) is more concrete.
     _check_log_holds(sink, landed, manager, name)
     _check_same_log(sink, landed, name, incarnation)
-    positions = _positions(manager, name, group)
+    positions = read_positions(manager, name, group)
     at_start = {p for p, (s, e) in landed.ranges.items() if positions[p] == s < e}
     at_end = {p for p, (_, e) in landed.ranges.items() if positions[p] == e}
     if at_end == set(landed.ranges):
@@ -319,7 +320,7 @@ def _check_log_holds(
             )
 
 
-def _positions(manager: LogManager, name: Name, group: str) -> list[int]:
+def read_positions(manager: LogManager, name: Name, group: str) -> list[int]:
     """Where `group` reads each partition of `name` next: its committed position, or the oldest
     retained offset if it has none (or its position was purged)."""
     starts = manager.start_offsets(name)
@@ -346,7 +347,7 @@ def plan_batch(
     name = Name.of(stream)
     incarnation = manager.incarnation(name)
     landed, fixed = recover(sink, manager, name, group, incarnation)
-    positions = _positions(manager, name, group)
+    positions = read_positions(manager, name, group)
     ends = manager.end_offsets(name)
     for partition, (pos, end) in enumerate(zip(positions, ends, strict=True)):
         if pos > end:
