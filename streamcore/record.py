@@ -26,6 +26,11 @@ class Flag(enum.IntFlag):
     USER2 = 1 << 7
 
 
+# Marks a Record that deletes its key from a key-compacted log (as does an empty `data`);
+# docs/log.md, "Key compaction".
+TOMBSTONE = Flag.INTERNAL1
+
+
 @dataclass(slots=True)
 class Record:
     """A keyed payload with a watermark. `data` is opaque bytes (usually Avro single-object)."""

@@ -30,6 +30,10 @@ Schema (every key optional; with none of it, every log is a local log under `hom
     config = "kafka"
     archive = true                  # retention archives these logs to Delta before purging
                                     # them (namespace rules only; default true)
+    compact = false                 # keep only the latest record per key (namespace rules
+                                    # only; default false): Kafka topics are created with
+                                    # cleanup.policy=compact, local logs are compacted by the
+                                    # retention job (docs/log.md, "Key compaction")
     [[log.match]]
     group = "audit/"                # consumer groups whose URN starts with audit/
     config = "kafka"
@@ -136,7 +140,7 @@ _CONFIG_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_\-]*")
 _NAMESPACE = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 _BARE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]*")
 _REST = re.compile(r"[A-Za-z0-9_\-]*")
-_RULE_KEYS = ("namespace", "group", "config", "archive")
+_RULE_KEYS = ("namespace", "group", "config", "archive", "compact")
 # The consumer group of the retention job's archive step: on a log `LogConfig.archived`, purges
 # wait for it (streamcore.log.local.retention).
 ARCHIVER = "retention/archiver"
@@ -197,6 +201,7 @@ class MatchRule:
     namespaces: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()
     archive: bool = True  # namespace rules: whether retention archives the logs (`archived`)
+    compact: bool = False  # namespace rules: whether the logs keep only the latest per key
 
     @property
     def label(self) -> str:
@@ -348,6 +353,15 @@ class LogConfig:
             if rule.matches_name(urn):
                 return rule.archive
         return True
+
+    def compacted(self, name: str | Name) -> bool:
+        """Whether log `name` is key-compacted (only the latest record per key is kept): the
+        `compact` setting of the first namespace rule matching it (default false)."""
+        urn = Name.of(name).urn
+        for rule in self._name_rules:
+            if rule.matches_name(urn):
+                return rule.compact
+        return False
 
     def config_for(self, name: str | Name, group: str | Name | None = None) -> BackendConfig:
         return self.configs[self.route(name, group).config]
@@ -537,17 +551,21 @@ def _parse_rule(position: int, raw: Any) -> MatchRule:
     config = raw.get("config")
     if not isinstance(config, str) or not config:
         raise ConfigError(f'{key}.config is missing; name the config to use, e.g. config = "kafka"')
-    archive = raw.get("archive", True)
-    if not isinstance(archive, bool):
-        raise ConfigError(f"{key}.archive must be true or false, got {archive!r}")
+    settings = {}
+    for setting, default in (("archive", True), ("compact", False)):
+        value = raw.get(setting, default)
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}.{setting} must be true or false, got {value!r}")
+        settings[setting] = value
     if has_ns:
         namespaces = _parse_prefixes(raw["namespace"], f"{key}.namespace")
-        return MatchRule(position, config, namespaces=namespaces, archive=archive)
-    if "archive" in raw:
-        raise ConfigError(
-            f"{key}: archive applies to logs, and this rule routes consumer groups; put "
-            "archive = false on a namespace rule matching the logs"
-        )
+        return MatchRule(position, config, namespaces=namespaces, **settings)
+    for setting in ("archive", "compact"):
+        if setting in raw:
+            raise ConfigError(
+                f"{key}: {setting} applies to logs, and this rule routes consumer groups; put "
+                f"{setting} = ... on a namespace rule matching the logs"
+            )
     return MatchRule(position, config, groups=_parse_prefixes(raw["group"], f"{key}.group"))
 
 

@@ -206,6 +206,12 @@ class UnifiedLogManager(LogManager):
         return self.backend_for(name).exists(name)
 
     def create(self, name: str | Name, partitions: int | None = None, **options: Any) -> bool:
+        """Create the log where its name routes. A log LogConfig compacts (`compact = true`)
+        becomes, on Kafka, a topic with `cleanup.policy=compact` (unless `topic_config` sets
+        a policy); a local log is compacted by the retention job."""
+        if self.log_config.compacted(name) and self.log_config.config_for(name).type == "kafka":
+            topic_config = {"cleanup.policy": "compact", **options.get("topic_config", {})}
+            options = {**options, "topic_config": topic_config}
         return self.backend_for(name).create(name, partitions, **options)
 
     def size(self, name: str | Name) -> int:

@@ -50,6 +50,12 @@ from streamcore.log.api import (
 )
 from streamcore.log.append_checks import check_keys_encode, check_timestamps
 from streamcore.log.config import ARCHIVER, LogConfig
+from streamcore.log.local.compaction import (
+    DEFAULT_DELETE_RETENTION_MS,
+    PartitionCompaction,
+    compact_partition,
+    tombstone_test,
+)
 from streamcore.log.local.description import LocalLogDescription, partition_folder
 from streamcore.log.local.membership import FileGroupStore
 from streamcore.log.local.positions import PositionStore
@@ -344,6 +350,48 @@ class LocalLogManager(LogManager):
                 start = self.start_offsets(name)[p]
                 record_loss(self.folder(name), p, start, positions)
         return removed
+
+    def compact(
+        self,
+        name: str | Name,
+        now_ms: int | None = None,
+        *,
+        min_lag_ms: int = 0,
+        delete_retention_ms: int = DEFAULT_DELETE_RETENTION_MS,
+        dry_run: bool = False,
+    ) -> list[PartitionCompaction]:
+        """Key-compact the sealed segments of every partition (`streamcore.log.local.compaction`):
+        keep the latest record per key, drop tombstones older than `delete_retention_ms`. On a
+        log LogConfig archives, only what the archiver has passed. Runs beside a writer of
+        another process; `dry_run` changes nothing and says what a real run would do."""
+        from streamcore.codecs import get_codec
+
+        name = Name.of(name)
+        now = now_ms if now_ms is not None else time.time_ns() // 1_000_000
+        is_tombstone = tombstone_test(get_codec("avro", config=self.config).decode)
+        archived = self._routing.archived(name)
+        store = self._positions(name)
+        out = []
+        for p in range(self.size(name)):
+            folder = self.partition_folder(LogPartition(name, p))
+            hold = None
+            if archived:
+                hold = store.committed(ARCHIVER, p)
+                if hold is None:  # nothing archived yet: nothing may go
+                    hold = self.start_offsets(name)[p]
+            out.append(
+                compact_partition(
+                    folder,
+                    p,
+                    hold=hold,
+                    now_ms=now,
+                    is_tombstone=is_tombstone,
+                    min_lag_ms=min_lag_ms,
+                    delete_retention_ms=delete_retention_ms,
+                    dry_run=dry_run,
+                )
+            )
+        return out
 
     # -- appenders and tailers ------------------------------------------------------------------
     def _writer(self, name: Name, partition: int) -> PartitionWriter:

@@ -5,7 +5,9 @@ very end of the newest segment is a write in progress (or a torn tail awaiting t
 recovery): the cursor waits for it rather than serving it. A bad batch followed by a valid one, or
 at the end of a segment that a newer one follows, is real corruption and raises `CorruptLogError`.
 If retention deleted the records a cursor was about to read, it continues from the oldest retained
-record and counts the skipped records in `lost` (each purged offset once).
+record and counts the skipped records in `lost` (each purged offset once). Offsets that key
+compaction removed (a gap before a `COMPACTED` batch, `streamcore.log.local.segment`) are not a
+loss: the cursor moves past them and counts them in `compacted`.
 
 A key that is not UTF-8 (only a writer below the API can store one) stops the cursor at that
 record: the records before it are served, then `BinaryKey` is raised for it until a seek moves on.
@@ -43,6 +45,7 @@ class PartitionCursor:
         self.folder = folder
         self.label = label
         self.lost = 0
+        self.compacted = 0  # offsets skipped because key compaction removed their records
         self._lost_upto = 0
         self._fd = -1
         self._segment_base = -1
@@ -93,7 +96,7 @@ class PartitionCursor:
         cur = 0
         while (header := parse_header(view, cur)) is not None and cur + header.size <= len(data):
             end = cur + header.size
-            if header.base_offset != offset or not check_crc(
+            if not header.follows(offset) or not check_crc(
                 header, view[cur : cur + HEADER_SIZE], view[cur + HEADER_SIZE : end]
             ):
                 break  # a torn tail: never served, truncated by the next writer
@@ -122,7 +125,7 @@ class PartitionCursor:
         # Skip whole batches before the target, then position inside the batch that holds it.
         while True:
             header = self._peek_header()
-            if header is None or header.base_offset != self._expected:
+            if header is None or not header.follows(self._expected):
                 break  # the end, or bytes that reading will judge
             if header.next_offset > offset:
                 break
@@ -252,7 +255,7 @@ class PartitionCursor:
             while (header := parse_header(data, pos)) is not None and pos + header.size <= len(
                 data
             ):
-                if header.base_offset != expected:
+                if not header.follows(expected):
                     break  # stale bytes of a torn tail
                 if header.last_ts >= timestamp_ms:
                     body = view[pos + HEADER_SIZE : pos + header.size]
@@ -367,13 +370,16 @@ class PartitionCursor:
                 if self._not_ready(f"batch at byte {pos} fails its checksum"):
                     continue
                 return None
-            if header.base_offset != self._expected:  # stale bytes, valid in themselves
+            if not header.follows(self._expected):  # stale bytes, valid in themselves
                 what = f"batch at byte {pos} starts at offset {header.base_offset}, "
                 if self._not_ready(what + f"expected {self._expected}"):
                     continue
                 return None
             self._file_pos += header.size
             self._expected = header.next_offset
+            if header.base_offset > self._position:  # a gap key compaction left: move past it
+                self.compacted += header.base_offset - self._position
+                self._position = header.base_offset
             if header.count == 0 or header.next_offset <= self._position:
                 continue
             return Batch(header, data[HEADER_SIZE:])
@@ -408,7 +414,7 @@ class PartitionCursor:
         header = parse_header(raw)
         if (
             header is None
-            or header.base_offset != self._expected
+            or not header.follows(self._expected)
             or pos + header.size > self._file_size()
         ):
             return False

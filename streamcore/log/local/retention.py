@@ -30,10 +30,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from streamcore.errors import CorruptLogError
-from streamcore.log.local.reader import PartitionCursor
-from streamcore.log.local.segment import list_segments, segment_name
-from streamcore.log.tailer import BinaryKey
+from streamcore.log.local.segment import (
+    index_name,
+    list_segments,
+    newest_batch_timestamp,
+    segment_name,
+)
 
 PURGES_FILE = "purges.jsonl"
 
@@ -58,26 +60,17 @@ def sealed_segments(folder: Path, retention_ms: int, now_ms: int) -> list[Segmen
             size = (folder / segment_name(base)).stat().st_size
         except FileNotFoundError:  # purged meanwhile by its writer
             continue
-        expired = retention_ms > 0 and newest_timestamp(folder, base, end) < horizon
+        expired = retention_ms > 0 and newest_timestamp(folder, base) < horizon
         out.append(Segment(base, end, size, expired))
     return out
 
 
-def newest_timestamp(folder: Path, base: int, end: int) -> int:
-    """The append time (ms) of the last record of the sealed segment `[base, end)`; its file's
-    modification time if that record cannot be read (a segment written before a crash)."""
-    cursor = PartitionCursor(folder, "")
-    try:
-        cursor.seek(end - 1)
-        records = cursor.next_records(1)
-        if records and records[0][0] == end - 1:
-            return int(records[0][1])
-    except BinaryKey as bad:
-        return int(bad.timestamp)
-    except (OSError, CorruptLogError):
-        pass
-    finally:
-        cursor.close()
+def newest_timestamp(folder: Path, base: int) -> int:
+    """The append time (ms) of the newest record of the sealed segment `base`; its file's
+    modification time if no batch can be read (a segment written before a crash)."""
+    newest = newest_batch_timestamp(folder / segment_name(base), folder / index_name(base))
+    if newest is not None:
+        return newest
     return (folder / segment_name(base)).stat().st_mtime_ns // 1_000_000
 
 

@@ -13,6 +13,13 @@ A partition is a folder of segment files named by the offset of their first reco
       key bytes (UTF-8) | value bytes | zero padding
 
 Every section starts 8-byte aligned, so key/value columns map straight onto Arrow binary arrays.
+
+Offsets run without a gap from batch to batch, except before a batch flagged `COMPACTED`: key
+compaction (`streamcore.log.local.compaction`) rewrites a sealed segment with only the surviving
+records, each run of consecutive survivors one such batch, so the offsets before it were removed
+by compaction, not lost. A compacted segment whose last records were removed ends with an empty
+`COMPACTED` batch (count 0) at the segment's end offset, so the next segment follows it without
+a gap.
 The CRC-32C (Castagnoli, as in Kafka's record batches; hardware-accelerated, about 3x faster
 than zlib's CRC-32 here) covers the header's first 40 bytes and the body: a batch is valid as a
 whole or not at all. A batch that fails its checksum at the tail of the last segment is a torn
@@ -31,12 +38,13 @@ from pathlib import Path
 import numpy as np
 from crc32c import crc32c
 
-from streamcore.errors import RecordTooLargeError
+from streamcore.errors import CorruptLogError, RecordTooLargeError
 from streamcore.log.append_checks import unencodable_key
 
 MAGIC = b"SCLB"
 VERSION = 1
 HAS_TIMESTAMPS = 0x01
+COMPACTED = 0x02  # written by key compaction: a gap of removed offsets may come before it
 HEADER = struct.Struct("<4sBBHqIqqII4x")
 HEADER_SIZE = HEADER.size  # 48
 _CRC_SPAN = 40  # header bytes covered by the checksum (everything before the crc field)
@@ -48,6 +56,10 @@ _ZEROS = bytes(8)
 
 def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}{SEGMENT_SUFFIX}"
+
+
+def index_name(base_offset: int) -> str:
+    return f"{base_offset:020d}{INDEX_SUFFIX}"
 
 
 def list_segments(folder: Path) -> list[int]:
@@ -121,6 +133,7 @@ def encode_batch(
     values: Sequence[bytes],
     timestamp: int,
     timestamps: Sequence[int] | None = None,
+    flags: int = 0,
 ) -> tuple[list[bytes | memoryview], int]:
     """Encode one batch; returns the buffers to write (in order) and their total size."""
     key_offsets, key_bytes = encode_keys(keys)
@@ -137,6 +150,31 @@ def encode_batch(
         value_bytes,
         timestamp,
         timestamps,
+        flags,
+    )
+
+
+def encode_raw_batch(
+    base_offset: int,
+    keys: Sequence[bytes],
+    values: Sequence[bytes],
+    timestamps: Sequence[int],
+    *,
+    timestamp: int = 0,
+    flags: int = 0,
+) -> tuple[list[bytes | memoryview], int]:
+    """Encode one batch of records whose keys are bytes as stored (compaction rewrites records
+    without decoding them). An empty batch carries `timestamp`."""
+    return _assemble(
+        base_offset,
+        len(values),
+        offsets_of(keys).data,
+        offsets_of(values).data,
+        b"".join(keys),
+        b"".join(values),
+        timestamps[0] if timestamps else timestamp,
+        timestamps,
+        flags,
     )
 
 
@@ -164,11 +202,11 @@ def _assemble(
     value_bytes: bytes | memoryview,
     timestamp: int,
     timestamps: Sequence[int] | np.ndarray | None,
+    flags: int = 0,
 ) -> tuple[list[bytes | memoryview], int]:
     parts: list[bytes | memoryview] = []
-    flags = 0
     first_ts = last_ts = timestamp
-    if timestamps is not None:
+    if timestamps is not None and len(timestamps):
         flags |= HAS_TIMESTAMPS
         ts = np.asarray(timestamps, dtype=np.int64)
         first_ts, last_ts = int(ts[0]), int(ts.max())
@@ -222,6 +260,13 @@ class BatchHeader:
     @property
     def next_offset(self) -> int:
         return self.base_offset + self.count
+
+    def follows(self, expected: int) -> bool:
+        """Whether this batch may come where offset `expected` is due: it starts there, or later
+        after offsets key compaction removed."""
+        return self.base_offset == expected or (
+            self.base_offset > expected and bool(self.flags & COMPACTED)
+        )
 
 
 def parse_header(buf: bytes | memoryview, pos: int = 0) -> BatchHeader | None:
@@ -278,6 +323,20 @@ class Batch:
         self.key_start = pos
         self.value_start = pos + self.key_offsets[count]
 
+    def raw(self) -> list[tuple[int, int, bytes, bytes]]:
+        """(offset, timestamp, key bytes, value bytes) of every record, keys not decoded."""
+        body, ko, vo = self.body, self.key_offsets, self.value_offsets
+        ks, vs = self.key_start, self.value_start
+        return [
+            (
+                self.base_offset + i,
+                self.timestamp(i),
+                bytes(body[ks + ko[i] : ks + ko[i + 1]]),
+                bytes(body[vs + vo[i] : vs + vo[i + 1]]),
+            )
+            for i in range(self.count)
+        ]
+
     def timestamp(self, i: int) -> int:
         return self.first_ts if self.timestamps is None else self.timestamps[i]
 
@@ -320,6 +379,32 @@ class Batch:
             )
             for i in range(n)
         ]
+
+
+def read_batches(path: Path, base_offset: int) -> list[Batch]:
+    """Every batch of a sealed segment, each checked; `CorruptLogError` at the first bad one (a
+    sealed segment is complete: its writer moved on to the next)."""
+    data = path.read_bytes()
+    view = memoryview(data)
+    out, pos, expected = [], 0, base_offset
+    while pos < len(data):
+        header = parse_header(view, pos)
+        end = pos + header.size if header is not None else 0
+        if (
+            header is None
+            or end > len(data)
+            or not header.follows(expected)
+            or not check_crc(header, view[pos : pos + HEADER_SIZE], view[pos + HEADER_SIZE : end])
+        ):
+            raise CorruptLogError(
+                f"{path}: the batch at byte {pos} (offset {expected}) of this sealed segment is "
+                "damaged; restore the segment from a backup, or dump the readable records and "
+                "recreate the log"
+            )
+        out.append(Batch(header, view[pos + HEADER_SIZE : end]))
+        expected = header.next_offset
+        pos = end
+    return out
 
 
 def find_valid_batch(data: bytes, start: int, min_offset: int) -> int | None:
@@ -373,7 +458,7 @@ def scan_segment(path: Path, base_offset: int, index_every: int) -> ScanResult:
         if end > len(data):
             reason = f"batch at byte {pos} is cut short ({len(data) - pos} of {header.size} bytes)"
             break
-        if header.base_offset != expected:
+        if not header.follows(expected):
             reason = (
                 f"batch at byte {pos} starts at offset {header.base_offset}, expected {expected}"
             )
@@ -403,3 +488,33 @@ def read_index(path: Path) -> list[tuple[int, int]]:
     entries = array("q")
     entries.frombytes(raw[: len(raw) - len(raw) % 16])
     return list(zip(entries[0::2], entries[1::2], strict=True))
+
+
+def newest_batch_timestamp(path: Path, index_path: Path) -> int | None:
+    """The newest append time (ms) in a sealed segment: the `last_ts` of its valid batches from
+    the last sparse index entry on (an empty `COMPACTED` batch keeps the time of the records
+    removed before it), or None if no valid batch is found."""
+    try:
+        with open(path, "rb") as f:
+            entries = read_index(index_path)
+            offset, pos = entries[-1] if entries else (None, 0)
+            f.seek(pos)
+            data = f.read()
+            header = parse_header(data, 0)
+            if pos and (header is None or header.base_offset != offset):  # a stale hint
+                f.seek(0)
+                data = f.read()
+    except FileNotFoundError:
+        return None
+    view = memoryview(data)
+    cur, newest = 0, None
+    try:
+        while (header := parse_header(view, cur)) is not None and cur + header.size <= len(data):
+            end = cur + header.size
+            if not check_crc(header, view[cur : cur + HEADER_SIZE], view[cur + HEADER_SIZE : end]):
+                break
+            newest = header.last_ts if newest is None else max(newest, header.last_ts)
+            cur = end
+    finally:
+        view.release()
+    return newest

@@ -39,6 +39,7 @@ from streamcore.errors import (
     StreamcoreError,
 )
 from streamcore.log.append_checks import check_timestamps
+from streamcore.log.local.maintenance import maintenance_lock
 from streamcore.log.local.retention import sealed_segments
 from streamcore.log.local.segment import (
     INDEX_SUFFIX,
@@ -497,16 +498,20 @@ class PartitionWriter:
             return []
         now = now if now is not None else now_ms()
         removed = []
-        for segment in sealed_segments(self.folder, self.retention_ms, now):
-            if segment.base >= self._segment_base:
-                break
-            if not segment.expired or (below is not None and segment.end > below):
-                break
-            base = segment.base
-            path = self.folder / segment_name(base)
-            path.unlink()
-            (self.folder / f"{base:020d}{INDEX_SUFFIX}").unlink(missing_ok=True)
-            removed.append(base)
+        with maintenance_lock(self.folder) as locked:
+            if not locked:
+                logger.info("%s: a compaction is running; purging on a later roll", self.label)
+                return []
+            for segment in sealed_segments(self.folder, self.retention_ms, now):
+                if segment.base >= self._segment_base:
+                    break
+                if not segment.expired or (below is not None and segment.end > below):
+                    break
+                base = segment.base
+                path = self.folder / segment_name(base)
+                path.unlink()
+                (self.folder / f"{base:020d}{INDEX_SUFFIX}").unlink(missing_ok=True)
+                removed.append(base)
         if removed:
             logger.info(
                 "%s: retention purged %d segment(s) up to offset %d",
