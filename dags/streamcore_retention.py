@@ -1,7 +1,7 @@
-"""Retention compaction, daily: `jobs/retention.py` archive → purge → maintain.
+"""Retention compaction, daily: `jobs/retention.py` archive → compact → purge → maintain.
 
-validate → archive → purge → maintain (three spark-submits of jobs/retention.py) → summary, made
-by `job_tasks`.
+validate → archive → compact → purge → maintain (four spark-submits of jobs/retention.py) →
+summary, made by `job_tasks`.
 """
 
 from __future__ import annotations
@@ -33,15 +33,19 @@ Keeps the hot logs bounded and their history durable (`jobs/retention.py`, docs/
   `retention/archiver`) has not archived yet land in the Delta table **`archive`**, exactly once,
   for every stream the configuration archives (`archive = true` on its `[[log.match]]` rule, the
   default), or the `streams` given.
+- **compact**: the logs the configuration compacts (`compact = true` on their rule) keep only the
+  latest record per key in their sealed segments, up to what the archiver has archived; a
+  tombstone (empty data) deletes its key and goes itself after a day. Kafka topics are compacted
+  by their broker (`cleanup.policy=compact`) and only reported.
 - **purge**: expired segments of the local logs (newest record older than the log's retention)
   are deleted once every consumer group and the archiver have read past them. The others stay,
   and the summary says which groups keep how many records; `force` purges them anyway (the groups
   lose those records, and the loss is recorded). Kafka applies its own retention.
 - **maintain**: Delta `OPTIMIZE` (z-ordered by the catalog's columns) and `VACUUM` (each table's
   declared retention, 7 days) on every catalog table that exists.
-- **summary** logs a table per stream (records and bytes archived, segments and bytes purged,
-  records kept for groups behind) and per table (files before/after OPTIMIZE, bytes vacuumed), and
-  keeps it in `STREAMCORE_HOME/runs/retention/<run id>.json`.
+- **summary** logs a table per stream (records and bytes archived, keys compacted, segments and
+  bytes purged, records kept for groups behind) and per table (files before/after OPTIMIZE,
+  bytes vacuumed), and keeps it in `STREAMCORE_HOME/runs/retention/<run id>.json`.
 
 **Dry run.** A run triggered by a person (UI *Trigger*, `airflow dags trigger`, REST) is a dry
 run unless `dry_run` is switched off: every step says what it would do and changes nothing, so
@@ -62,8 +66,9 @@ PARAMS = {
         type="array",
         items={"type": "string", "minLength": 3},
         title="Streams",
-        description="Streams to archive and purge, e.g. import/docs (empty: archive every "
-        "stream the configuration archives, purge every local log).",
+        description="Streams to archive, compact and purge, e.g. import/docs (empty: archive "
+        "every stream the configuration archives, compact those it compacts, purge every local "
+        "log).",
     ),
     "horizon": Param(
         "1d",
@@ -95,6 +100,7 @@ def retention_arguments(params: dict[str, Any], context: Any) -> dict[str, list[
     chosen = ["--streams", ",".join(streams)] if streams else []
     return {
         "archive": ["archive", "--horizon", params["horizon"].strip(), *chosen, *common],
+        "compact": ["compact", *chosen, *common],
         "purge": ["purge", *chosen, *(["--force"] if params["force"] else []), *common],
         "maintain": ["maintain", *common],
     }
@@ -118,16 +124,28 @@ def _groups(counts: Mapping[str, int]) -> str:
     return ", ".join(f"{g} {n:,}" for g, n in counts.items()) or "-"
 
 
+def _compacted(c: Mapping[str, Any]) -> str:
+    if not c or "not a compacted log" in c.get("skipped", ""):
+        return "-"
+    if "skipped" in c:
+        return c["skipped"]
+    return (
+        f"{c['keys_compacted']:,} keys, {c['records_removed']:,} records, "
+        f"{_mb(c['bytes_before'] - c['bytes_after'])}"
+    )
+
+
 def render_summary(outputs: Mapping[str, Mapping[str, Any]]) -> str:
-    """One row per stream (archive and purge) and per table (maintain)."""
+    """One row per stream (archive, compact and purge) and per table (maintain)."""
     from streamcore.cli.table import render_table
 
     archive, purge, maintain = outputs["archive"], outputs["purge"], outputs["maintain"]
     streams = []
     purged = purge.get("streams") or {}
     archived = archive.get("streams") or {}
-    for stream in sorted(set(purged) | set(archived)):
-        a, p = archived.get(stream, {}), purged.get(stream, {})
+    compacted = outputs["compact"].get("streams") or {}
+    for stream in sorted(set(purged) | set(archived) | set(compacted)):
+        a, p, c = archived.get(stream, {}), purged.get(stream, {}), compacted.get(stream, {})
         if "would_archive" in a:
             got = f"{a['would_archive']:,} records"
         elif "skipped" in a:
@@ -142,7 +160,7 @@ def render_summary(outputs: Mapping[str, Mapping[str, Any]]) -> str:
                 f"records, {_mb(p.get('bytes_purged', 0))}"
             )
         held, lost = _groups(p.get("held_by", {})), _groups(p.get("lost", {}))
-        streams.append((stream, got, went, held, lost))
+        streams.append((stream, got, _compacted(c), went, held, lost))
     rows = []
     for table, t in sorted((maintain.get("tables") or {}).items()):
         if "skipped" in t:
@@ -158,7 +176,14 @@ def render_summary(outputs: Mapping[str, Mapping[str, Any]]) -> str:
                     f"VACUUM removed {_mb(v['bytes_removed'])}",
                 )
             )
-    header = ["stream", "archived", "purged", "kept for groups (records)", "lost (records)"]
+    header = [
+        "stream",
+        "archived",
+        "compacted",
+        "purged",
+        "kept for groups (records)",
+        "lost (records)",
+    ]
     dry = "dry run: nothing changed; what a real run would do\n\n" if archive.get("dry_run") else ""
     return f"{dry}{render_table(header, streams)}\n\n{render_rows(rows)}"
 
@@ -177,9 +202,9 @@ def render_summary(outputs: Mapping[str, Mapping[str, Any]]) -> str:
 def streamcore_retention() -> None:
     job_tasks(
         "retention",
-        ["archive", "purge", "maintain"],
+        ["archive", "compact", "purge", "maintain"],
         retention_arguments,
-        retries={"archive": 2, "purge": 1, "maintain": 1},  # each step is idempotent
+        retries={"archive": 2, "compact": 1, "purge": 1, "maintain": 1},  # each is idempotent
         render=render_summary,
     )
 

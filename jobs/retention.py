@@ -1,9 +1,11 @@
 """Retention compaction (DESIGN.md section 7): history out of the hot log into the Delta table
 `archive` exactly once, then the hot log purged without losing what a group has not read, then
-the Delta tables tidied. Three steps, run in this order by dags/streamcore_retention.py:
+the Delta tables tidied. Four steps, run in this order by dags/streamcore_retention.py:
 
     spark-submit jobs/retention.py archive [--streams import/docs,audit/entries] [--horizon 1d]
         [--batch-size 1000000] [--dry-run]
+    spark-submit jobs/retention.py compact [--streams ...] [--min-lag 0] [--delete-retention 1d]
+        [--dry-run]
     spark-submit jobs/retention.py purge [--streams ...] [--force] [--dry-run]
     spark-submit jobs/retention.py maintain [--tables audit,archive] [--vacuum-hours 168]
         [--force-vacuum] [--dry-run]
@@ -15,6 +17,13 @@ consumer group `retention/archiver` (`jobs.spark.batches`), appended to `archive
 the log (key, watermark, flags, data, the payload's schema fingerprint), partitioned by stream
 and UTC day. The Delta commit carries the batch's txn id, so a crash at any point and a rerun
 land every record once.
+
+`compact` key-compacts every log LogConfig compacts (`compact = true` on its namespace rule) or
+those of `--streams`: on a local log, the sealed segments keep only the latest record per key,
+up to what the archiver has archived (`streamcore.log.local.compaction`; tombstones go after
+`--delete-retention`, segments younger than `--min-lag` wait); a Kafka topic is compacted by the
+broker (`cleanup.policy=compact`), so it is reported with its policy, not compacted. It needs no
+Spark.
 
 `purge` applies retention to every local log (or those of `--streams`): expired segments go
 once every group, the archiver included, has read past them
@@ -58,7 +67,9 @@ logger = logging.getLogger(__name__)
 
 def build_parser() -> argparse.ArgumentParser:
     parser = job_parser("retention", __doc__.split("\n\n")[0])
-    steps = parser.add_subparsers(dest="step", required=True, metavar="{archive,purge,maintain}")
+    steps = parser.add_subparsers(
+        dest="step", required=True, metavar="{archive,compact,purge,maintain}"
+    )
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--dry-run", action="store_true", help="change nothing; say what a real run would do"
@@ -88,6 +99,20 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=0,
         help="most records archived per stream in this run (0 = all; the rest waits)",
+    )
+    compact = steps.add_parser(
+        "compact", parents=[common, streams], help="keep the latest record per key"
+    )
+    compact.add_argument(
+        "--min-lag",
+        default="0",
+        help='compact only segments whose newest record is older than this ("1h"; default 0)',
+    )
+    compact.add_argument(
+        "--delete-retention",
+        default="1d",
+        help="how long a tombstone stays readable before compaction removes it (default 1d, "
+        "as Kafka's delete.retention.ms)",
     )
     purge = steps.add_parser(
         "purge", parents=[common, streams], help="delete expired segments every group has read"
@@ -165,6 +190,14 @@ def check_args(args: argparse.Namespace) -> None:
             raise JobArgumentError(f"--horizon must be >= 0, got {args.horizon!r}")
         if args.batch_size < 0:
             raise JobArgumentError(f"--batch-size must be >= 0 (0 = all), got {args.batch_size}")
+    if args.step == "compact":
+        for option in ("min_lag", "delete_retention"):
+            flag = "--" + option.replace("_", "-")
+            try:
+                if parse_duration_ms(getattr(args, option), flag) < 0:
+                    raise JobArgumentError(f"{flag} must be >= 0, got {getattr(args, option)!r}")
+            except ConfigError as exc:
+                raise JobArgumentError(str(exc)) from None
 
 
 def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
@@ -186,6 +219,8 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
         names = sorted(ctx.logs.list_logs(), key=str)
     if args.step == "purge":
         return _purge(args, ctx, names, routing)
+    if args.step == "compact":
+        return _compact(args, ctx, chosen or [n for n in names if routing.compacted(n)], routing)
     return _archive(args, ctx, chosen or [n for n in names if routing.archived(n)], routing)
 
 
@@ -298,6 +333,53 @@ def _written(spark: Any, path: str, version: int) -> dict[str, int]:
     return {
         "bytes": int(metrics.get("numOutputBytes", 0)),
         "files": int(metrics.get("numFiles", 0)),
+    }
+
+
+def _compact(
+    args: argparse.Namespace, ctx: JobContext, names: list[Name], routing: Any
+) -> dict[str, Any]:
+    """Key compaction of each local log; Kafka topics are compacted by their broker."""
+    streams: dict[str, dict[str, Any]] = {}
+    for name in names:
+        backend = routing.config_for(name).type
+        if not routing.compacted(name):
+            streams[name.urn] = {
+                "skipped": "not a compacted log (set compact = true on its [[log.match]] rule)"
+            }
+        elif backend == "kafka":
+            policy = ctx.logs.backend_for(name).topic_config(name).get("cleanup.policy", "?")
+            streams[name.urn] = {
+                "skipped": f"compacted by the broker (cleanup.policy={policy})"
+                if "compact" in policy.split(",")
+                else f"cleanup.policy={policy}: the broker does not compact it; set "
+                "cleanup.policy=compact on the topic (kafka-configs --alter)"
+            }
+        elif backend != "local":
+            streams[name.urn] = {"skipped": f"a {backend} log"}
+        else:
+            parts = ctx.logs.backend_for(name).compact(
+                name,
+                min_lag_ms=parse_duration_ms(args.min_lag),
+                delete_retention_ms=parse_duration_ms(args.delete_retention),
+                dry_run=args.dry_run,
+            )
+            streams[name.urn] = {
+                "records_removed": sum(p.removed for p in parts),
+                "keys_compacted": sum(p.keys for p in parts),
+                "tombstones_removed": sum(p.tombstones for p in parts),
+                "segments_rewritten": sum(p.rewritten for p in parts),
+                "bytes_before": sum(p.bytes_before for p in parts),
+                "bytes_after": sum(p.bytes_after for p in parts),
+                # another purge or compaction held them: the next run compacts them
+                "busy_partitions": [p.partition for p in parts if p.busy],
+            }
+    return {
+        "step": "compact",
+        "dry_run": args.dry_run,
+        "records_removed": sum(s.get("records_removed", 0) for s in streams.values()),
+        "keys_compacted": sum(s.get("keys_compacted", 0) for s in streams.values()),
+        "streams": streams,
     }
 
 

@@ -105,6 +105,9 @@ default.replication.factor=1
 auto.create.topics.enable=false
 delete.topic.enable=true
 log.retention.hours=168
+# The log cleaner of compacted topics looks for work every second (Kafka's default: 15 s), so
+# compaction shows within seconds in the demo and the tests.
+log.cleaner.backoff.ms=1000
 offsets.retention.minutes=20160
 offsets.topic.replication.factor=1
 offsets.topic.num.partitions=4

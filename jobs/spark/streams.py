@@ -22,7 +22,7 @@ from pyspark.sql.avro.functions import from_avro
 from jobs.spark.local_source import SPLIT_RECORDS, LocalLogDataSource, encode_description
 from streamcore.codecs.framing import single_object_header
 from streamcore.codecs.record_binary import RECORD_FINGERPRINT, RECORD_SCHEMA
-from streamcore.errors import ConfigError
+from streamcore.errors import ConfigError, LogError
 from streamcore.log import LogManager
 from streamcore.log.kafka.description import KafkaLogDescription
 from streamcore.names import Name
@@ -59,13 +59,28 @@ def read_raw(
     if description.backend == "kafka":
         from jobs.spark.kafka_source import read_kafka_ranges
 
-        return read_kafka_ranges(
-            spark, cast(KafkaLogDescription, description), clean, split_records=split_records
-        )
+        kafka = cast(KafkaLogDescription, description)
+        if kafka.compacted:
+            _check_retained(manager, kafka, clean)
+        return read_kafka_ranges(spark, kafka, clean, split_records=split_records)
     raise ConfigError(
         f"log {description.name} lives in a {description.backend} log, which Spark jobs cannot "
         "read; route it to a local or kafka log config in include/streamcore.toml"
     )
+
+
+def _check_retained(manager: LogManager, log: KafkaLogDescription, ranges: Ranges) -> None:
+    """On a compacted topic Spark reads with `failOnDataLoss` off (compaction gaps are not
+    losses), so a range that retention already deleted is refused here, before reading."""
+    starts = manager.start_offsets(log.name)
+    for p, (start, end) in sorted(ranges.items()):
+        if end > start and start < starts[p]:
+            raise LogError(
+                f"{log.name}-{p:02d}: offsets {start}..{starts[p] - 1} were deleted by the "
+                "topic's retention before this job read them; the range cannot be read "
+                "exactly: reset the group's position past them (`streamcore position`) to "
+                "accept the loss"
+            )
 
 
 def unwrap_records(raw: DataFrame) -> DataFrame:

@@ -1,6 +1,7 @@
 """One `dag.test()` of the retention DAG, for real (`dry_run` off): a week of back-dated history
-is archived to Delta, the segments past retention are purged once archived, and `archive` is
-optimized; the summary task keeps the per-stream table in the run record."""
+of a compacted stream is archived to Delta, the archived segments keep the latest record per
+key, the segments past retention are purged once archived, and `archive` is optimized; the
+summary task keeps the per-stream table in the run record."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 import time
 
 import pytest
-from airflow_harness import make_airflow_env, run_python
+from airflow_harness import ROOT, make_airflow_env, run_python
 
 from streamcore.codecs import get_codec
 from streamcore.config import load_config
@@ -29,15 +30,21 @@ def test_a_run_archives_then_purges_then_maintains(
     af = make_airflow_env(
         tmp_path_factory.mktemp("airflow-home"), tmp_path_factory.mktemp("sc-home")
     )
+    config = af.streamcore_home / "streamcore.toml"  # the project's, with hist/ compacted
+    config.write_text(
+        (ROOT / "include" / "streamcore.toml").read_text()
+        + '\n[[log.match]]\nnamespace = "hist"\nconfig = "default"\ncompact = true\n'
+    )
+    af.env["STREAMCORE_CONFIG"] = str(config)
     now = int(time.time() * 1000)
-    manager = open_log_manager(load_config(home=af.streamcore_home))
+    manager = open_log_manager(load_config(config, home=af.streamcore_home))
     codec = get_codec("avro")
     try:
         manager.create(STREAM, 2, retention="1d", segment_bytes=2048)
         appender = manager.appender(STREAM)
         for n in range(140):  # a week, 20 records a day
             ts = now - 7 * DAY_MS + n * (DAY_MS // 20)
-            record = Record(f"k{n}", f"event-{n}".encode(), Watermark.of(ts).value)
+            record = Record(f"k{n % 10}", f"event-{n}".encode(), Watermark.of(ts).value)
             appender.append_batch([(record.key, codec.encode(record))], timestamps=[ts])
     finally:
         manager.close()
@@ -55,16 +62,20 @@ def test_a_run_archives_then_purges_then_maintains(
         """,
     )
     assert run["state"] == "success", run
-    steps = ("validate", "archive", "purge", "maintain", "summary")
+    steps = ("validate", "archive", "compact", "purge", "maintain", "summary")
     assert run["tasks"] == dict.fromkeys(steps, "success"), run
     (path,) = (af.streamcore_home / "runs" / "retention").glob("*.json")
     record = json.loads(path.read_text())
     archived = record["archive"]["streams"][STREAM]
     purged = record["purge"]["streams"][STREAM]
+    compacted = record["compact"]["streams"][STREAM]
     assert not record["archive"]["dry_run"]
     assert 100 < archived["archived"] < 140  # everything older than a day
+    assert compacted["keys_compacted"] == 10 and compacted["records_removed"] > 0, compacted
+    assert compacted["bytes_after"] < compacted["bytes_before"]
     assert purged["segments_purged"] > 0 and purged["held_by"] == {}, purged
     assert 0 < purged["records_purged"] <= archived["archived"]  # only what was archived
     optimize = record["maintain"]["tables"]["archive"]["optimize"]
     assert optimize["files_after"] <= optimize["files_before"]
     assert STREAM in record["report"] and "OPTIMIZE" in record["report"]
+    assert "10 keys" in record["report"]

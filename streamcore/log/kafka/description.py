@@ -23,17 +23,20 @@ BACKEND = "kafka"
 @dataclass(frozen=True)
 class KafkaLogDescription(LogDescription):
     """A Kafka log: `bootstrap_servers`, `topic` and `properties`, the librdkafka properties of
-    the describing manager (security.protocol, sasl.*, ...)."""
+    the describing manager (security.protocol, sasl.*, ...); `compacted` when the topic's
+    `cleanup.policy` includes compact (its offsets then have gaps)."""
 
     bootstrap_servers: str = ""
     topic: str = ""
     properties: Mapping[str, Any] = field(default_factory=dict)
+    compacted: bool = False
 
     def __repr__(self) -> str:
         return (
             f"KafkaLogDescription(backend={self.backend!r}, name={self.name!r}, "
             f"partitions={self.partitions!r}, bootstrap_servers={self.bootstrap_servers!r}, "
-            f"topic={self.topic!r}, properties={redact_properties(self.properties)!r})"
+            f"topic={self.topic!r}, properties={redact_properties(self.properties)!r}, "
+            f"compacted={self.compacted!r})"
         )
 
     def spark_options(self) -> dict[str, str]:

@@ -446,6 +446,7 @@ class KafkaLogManager(LogManager):
 
     def describe(self, name: str | Name) -> KafkaLogDescription:
         name = Name.of(name)
+        policy = self.topic_config(name).get("cleanup.policy", "delete")
         return KafkaLogDescription(
             BACKEND,
             name.urn,
@@ -453,7 +454,17 @@ class KafkaLogManager(LogManager):
             bootstrap_servers=self.bootstrap_servers,
             topic=self.topic(name),
             properties=dict(self.clients.user),
+            compacted="compact" in policy.split(","),
         )
+
+    def topic_config(self, name: str | Name) -> dict[str, str]:
+        """The topic's configs as the broker reports them (`cleanup.policy`, ...)."""
+        from confluent_kafka.admin import ConfigResource
+
+        resource = ConfigResource(ConfigResource.Type.TOPIC, self.topic(name))
+        future = self._admin().describe_configs([resource], request_timeout=self.timeout)
+        entries = self.clients.result(f"cannot describe topic {self.topic(name)}", future[resource])
+        return {key: entry.value for key, entry in entries.items() if entry.value is not None}
 
     def record_at(self, partition: LogPartition, offset: int) -> tuple[str, bytes, int] | None:
         topic = self.topic(partition.name)
@@ -497,12 +508,7 @@ class KafkaLogManager(LogManager):
         marks = self.watermarks(parts)
         retention = -1
         try:
-            from confluent_kafka.admin import ConfigResource
-
-            resource = ConfigResource(ConfigResource.Type.TOPIC, self.topic(name))
-            future = self._admin().describe_configs([resource], request_timeout=self.timeout)
-            entries = self.clients.result("describe configs", future[resource])
-            retention = int(entries["retention.ms"].value)
+            retention = int(self.topic_config(name)["retention.ms"])
         except Exception as exc:  # informational only
             logger.debug("retention of %s unknown: %s", name, exc)
         starts = [low for low, _ in marks]
@@ -743,7 +749,9 @@ class KafkaAppender(LogAppender[Any]):
                 kwargs["timestamp"] = int(timestamps[i])
             while True:
                 try:
-                    producer.produce(topic, value, key, **kwargs)
+                    # An empty value goes as null, Kafka's tombstone: on a compacted topic it
+                    # deletes the key, as it does in a compacted local log. Readers get b"".
+                    producer.produce(topic, value or None, key, **kwargs)
                     break
                 except BufferError:  # local queue full: let deliveries drain it
                     producer.poll(0.05)

@@ -15,6 +15,8 @@ from jobs.spark.job import argument_errors
         ["archive"],
         ["archive", "--streams", "import/docs, audit/entries", "--horizon", "12h", "--dry-run"],
         ["archive", "--horizon", "0", "--batch-size", "1000"],
+        ["compact"],
+        ["compact", "--streams", "state/prices", "--min-lag", "1h", "--delete-retention", "0"],
         ["purge"],
         ["purge", "--streams", "import/docs", "--force", "--dry-run"],
         ["maintain"],
@@ -38,6 +40,9 @@ def test_good_arguments_pass(argv: list[str]) -> None:
         (["maintain", "--vacuum-hours", "0"], "--force-vacuum"),
         (["maintain", "--vacuum-hours", "-1"], "--vacuum-hours must be >= 0"),
         (["purge", "--horizon", "1d"], "unrecognized arguments"),
+        (["compact", "--min-lag", "soon"], "--min-lag"),
+        (["compact", "--delete-retention", "-1h"], "--delete-retention"),
+        (["compact", "--force"], "unrecognized arguments"),
     ],
 )
 def test_bad_arguments_are_refused_with_the_fix(argv: list[str], message: str) -> None:
