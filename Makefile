@@ -53,6 +53,7 @@ bench: $(STAMP) $(JARS_STAMP)
 	$(BIN)/python bench/outbox_bench.py
 	$(BIN)/python bench/audit_bench.py
 	$(BIN)/python bench/retention_bench.py
+	$(BIN)/python bench/compaction_bench.py
 	$(BIN)/python bench/importer_bench.py
 
 lint: $(STAMP)
