@@ -1,5 +1,6 @@
-"""Replay a stream's history into another stream: `jobs/backfill.py` over an interval, from the UI
-with explicit dates or under `airflow backfill create` over past days.
+"""Replay a stream's history into another stream, a topology or a Delta table: `jobs/backfill.py`
+over an interval, from the UI with explicit dates or under `airflow backfill create` over past
+days.
 
 validate → replay (spark-submit jobs/backfill.py) → summary, made by `job_tasks`.
 """
@@ -25,20 +26,34 @@ from _streamcore import (
 from airflow.sdk import CronTriggerTimetable, Param, dag
 from airflow.sdk.exceptions import AirflowFailException
 
+TARGET_KINDS = ("stream", "topology", "table")  # jobs/backfill.py's --target-kind choices
+
 DOC = """
 # streamcore backfill
 
-Replays the records a stream received in an interval into another stream
-(`spark-submit jobs/backfill.py`, docs/spark-jobs.md "The backfill job"): from the hot log while
-it holds them, from the Delta table `archive` for what retention purged, in source order, with
-keys, data, watermarks and append times kept and each Record flagged `REPLAYED`.
+Replays the records a stream received in an interval (`spark-submit jobs/backfill.py`,
+docs/spark-jobs.md "The backfill job"): from the hot log while it holds them, from the Delta
+table `archive` for what retention purged, in source order, into a target of `target_kind`:
 
-- **validate** checks the Params before Spark: `stream` and `target` must exist (create the
-  target first: `streamcore create -l NAME -p PARTITIONS`, as many partitions as the source to
-  keep each record in its partition), `start` before `end`.
+- **stream** (default): appended to the stream `target`, with keys, data, watermarks and append
+  times kept and each Record flagged `REPLAYED`.
+- **topology**: appended to `target` as for a stream, then the topology `topology`
+  (`module:factory`, as `streamcore run` takes it; it must read `target`) runs in drain mode on
+  them, in the job's driver, until it has consumed everything.
+- **table**: landed into the Delta table `target` through its live writer; only `repository`
+  (Documents, through the importer's checks and MERGE, which never overwrites a newer version).
+
+Steps:
+
+- **validate** checks the Params before Spark with the job's own argument checks (the kind, a
+  `topology` given for that kind only and reading `target`, a table that has a writer), then
+  that `stream` exists and, for a stream or topology target, that `target` exists (create it
+  first: `streamcore create -l NAME -p PARTITIONS`, as many partitions as the source to keep
+  each record in its partition), `start` before `end`.
 - **replay** runs the job. Each interval is replayed once: a rerun (a cleared task, the same
-  dates again) appends nothing, and a run that crashed in the middle resumes where it stopped.
-- **summary** logs what was replayed (records, from the archive, appended).
+  dates again) appends nothing (a topology's drain then finds nothing left), a run that crashed
+  in the middle resumes where it stopped, and a table rerun changes no row.
+- **summary** logs what was replayed (records, from the archive, appended or landed, drained).
 
 **Interval.** Give `start` and `end` (ISO 8601, UTC when no offset is given) to replay any
 interval. Without them a run replays its data interval: `airflow backfill create --dag-id
@@ -46,7 +61,7 @@ streamcore_backfill --from-date A --to-date B` makes one run per day, each repla
 (the run at day D + 1 replays [D, D + 1)); unpaused, the DAG replays each day the day before.
 
 **Dry run.** A run a person triggers is a dry run unless `dry_run` is switched off (it counts
-what it would replay and appends nothing). Backfill and scheduled runs always run for real.
+what it would replay and writes nothing). Backfill and scheduled runs always run for real.
 """
 
 PARAMS = {
@@ -61,12 +76,28 @@ PARAMS = {
         "replay/docs",
         type="string",
         minLength=3,
-        title="Target stream",
-        description="The existing stream to append the replayed records to.",
+        title="Target",
+        description="The existing stream to append the replayed records to (target kinds "
+        "stream and topology), or the table to land them into (kind table: repository).",
+    ),
+    "target_kind": Param(
+        "stream",
+        type="string",
+        enum=list(TARGET_KINDS),
+        title="Target kind",
+        description="stream: append to target; topology: append to target, then drain the "
+        "topology on it; table: land into the table target through its live writer.",
+    ),
+    "topology": Param(
+        None,
+        type=["null", "string"],
+        title="Topology",
+        description="With target kind topology: module:factory returning the Topology (or "
+        "(Topology, Settings)) to drain; it must read target. Importable by the job's driver.",
     ),
     **interval_params("replay"),
     "dry_run": dry_run_param(
-        "Runs triggered by a person: count what would be replayed, append nothing "
+        "Runs triggered by a person: count what would be replayed, write nothing "
         "(switch off to replay). Backfill and scheduled runs ignore it."
     ),
 }
@@ -74,23 +105,29 @@ PARAMS = {
 
 def backfill_arguments(params: dict[str, Any], context: Any) -> dict[str, list[str]]:
     """The replay step's arguments: the interval (Params, else the run's data interval), the
-    streams (checked to exist, before Spark), `--dry-run` for a person's run that asks for it."""
+    target and its kind (the logs checked to exist, before Spark), `--dry-run` for a person's run
+    that asks for it."""
     given = given_interval(params)
     window = ["--start", given[0], "--end", given[1]] if given else interval_arguments(context)
     stream, target = params["stream"].strip(), params["target"].strip()
-    _check_exist(stream, target)
+    kind, topology = params["target_kind"], (params["topology"] or "").strip()
+    _check_exist(stream, None if kind == "table" else target)
     dry_run = dry_run_for(params, context)
-    argv = ["--stream", stream, *window, "--target", target, "--home", str(streamcore_home())]
+    argv = ["--stream", stream, *window, "--target", target]
+    argv += ["--target-kind", kind] if kind != "stream" else []  # the job's default
+    argv += [*(["--topology", topology] if topology else []), "--home", str(streamcore_home())]
     return {"replay": [*argv, *(["--dry-run"] if dry_run else [])]}
 
 
-def _check_exist(stream: str, target: str) -> None:
-    found, _ = logs_exist([stream, target])
+def _check_exist(stream: str, target: str | None) -> None:
+    """`stream` exists, and the stream `target` unless it is None (a table target)."""
+    names = [stream] if target is None else [stream, target]
+    found, _ = logs_exist(names)
     if not found[stream]:
         raise AirflowFailException(
             f"stream {stream} does not exist; list the logs with `streamcore logs`"
         )
-    if not found[target]:
+    if target is not None and not found[target]:
         raise AirflowFailException(
             f"target {target} does not exist: create it first, e.g. `streamcore create -l "
             f"{target} -p <the partitions of {stream}>`"
@@ -99,18 +136,29 @@ def _check_exist(stream: str, target: str) -> None:
 
 def render_summary(outputs: dict[str, dict[str, Any]]) -> str:
     replay = outputs["replay"]
+    kind = replay.get("target_kind", "stream")
     rows = [
-        ("stream", f"{replay.get('stream')} -> {replay.get('target')}"),
+        ("stream", f"{replay.get('stream')} -> {replay.get('target')} ({kind})"),
         ("interval", f"[{replay.get('start')}, {replay.get('end')})"),
         ("records", f"{replay.get('records', 0):,}"),
         ("from the archive", f"{replay.get('from_archive', 0):,}"),
     ]
     if replay.get("dry_run"):
-        rows.append(("appended", f"none (dry run; would append {replay['would_append']:,})"))
+        would = replay.get("would_land", replay.get("would_append", 0))
+        rows.append(("written", f"none (dry run; would replay {would:,})"))
+    elif kind == "table":
+        rows.append(("landed", f"{replay.get('imported', 0):,} documents checked and merged"))
+        rows.append(("quarantined", f"{replay.get('quarantined', 0):,}"))
+        rows.append(("inserted", f"{replay.get('inserted', 0):,}"))
+        rows.append(("updated", f"{replay.get('updated', 0):,} (older versions)"))
     elif replay.get("already_replayed"):
         rows.append(("appended", "none (this interval was replayed before)"))
     else:
         rows.append(("appended", f"{replay.get('appended', 0):,}"))
+    if kind == "topology" and "drained" in replay:
+        processed = ", ".join(f"{c} {n:,}" for c, n in replay.get("processed", {}).items())
+        rows.append(("drained", f"{replay['drained']} in {replay.get('drain_seconds')} s"))
+        rows.append(("processed", processed or "none"))
     return render_rows(rows)
 
 

@@ -1,6 +1,6 @@
-"""Retention compaction, daily: `jobs/retention.py` archive → compact → purge → maintain.
+"""Retention compaction, daily: `jobs/retention.py` archive → purge → compact → maintain.
 
-validate → archive → compact → purge → maintain (four spark-submits of jobs/retention.py) →
+validate → archive → purge → compact → maintain (four spark-submits of jobs/retention.py) →
 summary, made by `job_tasks`.
 """
 
@@ -33,14 +33,14 @@ Keeps the hot logs bounded and their history durable (`jobs/retention.py`, docs/
   `retention/archiver`) has not archived yet land in the Delta table **`archive`**, exactly once,
   for every stream the configuration archives (`archive = true` on its `[[log.match]]` rule, the
   default), or the `streams` given.
-- **compact**: the logs the configuration compacts (`compact = true` on their rule) keep only the
-  latest record per key in their sealed segments, up to what the archiver has archived; a
-  tombstone (empty data) deletes its key and goes itself after a day. Kafka topics are compacted
-  by their broker (`cleanup.policy=compact`) and only reported.
 - **purge**: expired segments of the local logs (newest record older than the log's retention)
   are deleted once every consumer group and the archiver have read past them. The others stay,
   and the summary says which groups keep how many records; `force` purges them anyway (the groups
   lose those records, and the loss is recorded). Kafka applies its own retention.
+- **compact**: the logs the configuration compacts (`compact = true` on their rule) keep only the
+  latest record per key in their sealed segments, up to what the archiver has archived; a
+  tombstone (empty data) deletes its key and goes itself after a day. Kafka topics are compacted
+  by their broker (`cleanup.policy=compact`) and only reported.
 - **maintain**: Delta `OPTIMIZE` (z-ordered by the catalog's columns) and `VACUUM` (each table's
   declared retention, 7 days) on every catalog table that exists.
 - **summary** logs a table per stream (records and bytes archived, keys compacted, segments and
@@ -66,9 +66,9 @@ PARAMS = {
         type="array",
         items={"type": "string", "minLength": 3},
         title="Streams",
-        description="Streams to archive, compact and purge, e.g. import/docs (empty: archive "
-        "every stream the configuration archives, compact those it compacts, purge every local "
-        "log).",
+        description="Streams to archive, purge and compact, e.g. import/docs (empty: archive "
+        "every stream the configuration archives, purge every local log, compact those the "
+        "configuration compacts).",
     ),
     "horizon": Param(
         "1d",
@@ -100,8 +100,8 @@ def retention_arguments(params: dict[str, Any], context: Any) -> dict[str, list[
     chosen = ["--streams", ",".join(streams)] if streams else []
     return {
         "archive": ["archive", "--horizon", params["horizon"].strip(), *chosen, *common],
-        "compact": ["compact", *chosen, *common],
         "purge": ["purge", *chosen, *(["--force"] if params["force"] else []), *common],
+        "compact": ["compact", *chosen, *common],
         "maintain": ["maintain", *common],
     }
 
@@ -136,7 +136,7 @@ def _compacted(c: Mapping[str, Any]) -> str:
 
 
 def render_summary(outputs: Mapping[str, Mapping[str, Any]]) -> str:
-    """One row per stream (archive, compact and purge) and per table (maintain)."""
+    """One row per stream (archive, purge and compact) and per table (maintain)."""
     from streamcore.cli.table import render_table
 
     archive, purge, maintain = outputs["archive"], outputs["purge"], outputs["maintain"]
@@ -202,9 +202,9 @@ def render_summary(outputs: Mapping[str, Mapping[str, Any]]) -> str:
 def streamcore_retention() -> None:
     job_tasks(
         "retention",
-        ["archive", "compact", "purge", "maintain"],
+        ["archive", "purge", "compact", "maintain"],
         retention_arguments,
-        retries={"archive": 2, "compact": 1, "purge": 1, "maintain": 1},  # each is idempotent
+        retries={"archive": 2, "purge": 1, "compact": 1, "maintain": 1},  # each is idempotent
         render=render_summary,
     )
 

@@ -1,15 +1,20 @@
 """Backfill (DESIGN.md section 7): replay the records a stream received in `[--start, --end)` into
-another stream, from the hot log while it holds them and from the Delta table `archive` for the
-part retention purged, seamlessly.
+another stream, a topology or a Delta table, from the hot log while it holds them and from the
+Delta table `archive` for the part retention purged, seamlessly.
 
     spark-submit jobs/backfill.py --stream import/docs --start 2026-11-01 --end 2026-11-02 \\
-        --target replay/docs [--dry-run]
+        --target replay/docs [--target-kind stream|topology|table] [--topology MODULE:FACTORY] \\
+        [--dry-run]
 
 Records are those appended (their append time) in the interval. Per source partition, the
 offsets the hot log no longer holds come from `archive` (which the retention job fills before it
 purges), the rest from the log through `offset_for_timestamp`; an interval that reaches before
-both is refused. They are appended to `--target` (an existing log) in source order, keeping key,
-data, watermark and append time, each Record flagged `REPLAYED`
+both is refused, as is an archive with a hole. On a log LogConfig compacts (`compact = true`),
+`archive` serves every offset below the archiver's position, since compaction removed older
+versions there that the archive keeps: a replay gives back every version, not the survivors.
+
+`--target-kind stream` (the default): they are appended to `--target` (an existing log) in
+source order, keeping key, data, watermark and append time, each Record flagged `REPLAYED`
 (`streamcore.record.Flag.INTERNAL2`); a value that is not a Record envelope is appended as it is.
 A target with as many partitions as the source gets each record in its source partition,
 another one by key.
@@ -20,6 +25,25 @@ offsets, and marks it done after. A rerun of a done interval appends nothing; a 
 crash in the middle finds how many records each target partition got since, checks that they
 are the first ones it planned (keys, in order), and appends the rest. So no other writer may
 append to the target while a backfill runs.
+
+`--target-kind topology --topology MODULE:FACTORY`: the records are replayed into `--target`
+exactly as above (same replay record), then the topology the factory builds (loaded as
+`streamcore run` loads it) runs in the job's driver process until it has consumed everything
+(`StreamProcessor.drain_and_stop(--drain-timeout)`), and stops. The topology must read
+`--target`: one that does not is refused before anything is appended. Its computations' groups
+commit what they processed, so a rerun of a done interval appends nothing and its drain finds
+nothing left; a run whose drain timed out or failed is finished by running it again.
+
+`--target-kind table --target repository`: the records are Documents landed into `repository`
+by the importer's own landing (`jobs.importer.DocumentLanding`: decode, checks, quarantine,
+`--failure-threshold`, and the MERGE of `jobs.spark.repository`). Idempotent per interval
+without a replay record: the MERGE on the document id inserts the ids the table lacks and
+updates a row only with a newer version (watermark, partition, offset), so a rerun changes
+nothing and an old interval never overwrites what the importer landed since. It is a plain
+MERGE, not one of the importer's offset batches: no txn id of the importer's app id, and the
+importer's group positions do not move; the rows it writes get the interval's start (epoch ms)
+as `import_batch`. Only tables with such a writer are targets (`repository`, from a Document
+stream).
 """
 
 from __future__ import annotations
@@ -29,6 +53,7 @@ import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,6 +61,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script (spark-submit): make `jobs` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from jobs.spark.history import check_archive_covers, history_ranges, history_records
 from jobs.spark.job import (
     JobArgumentError,
     JobContext,
@@ -45,12 +71,15 @@ from jobs.spark.job import (
     job_parser,
     run_job,
 )
-from streamcore.errors import InvalidNameError
+from streamcore.errors import InvalidNameError, StreamcoreError
 from streamcore.names import Name
 from streamcore.record import Flag
 
 REPLAYED = Flag.INTERNAL2  # set on every Record a backfill appends
 APPEND_BATCH = 10_000
+TARGET_KINDS = ("stream", "topology", "table")
+# The tables a backfill can land into, and the records their writer takes.
+TABLE_WRITERS = {"repository": "Document records, through the importer's landing"}
 logger = logging.getLogger(__name__)
 
 
@@ -59,7 +88,44 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--stream", required=True, help="the stream to replay")
     parser.add_argument("--start", type=instant, required=True, help="ISO 8601, included")
     parser.add_argument("--end", type=instant, required=True, help="ISO 8601, excluded")
-    parser.add_argument("--target", required=True, help="the stream to append the records to")
+    parser.add_argument(
+        "--target",
+        required=True,
+        help="the stream to append the records to (kinds stream and topology), or the table "
+        "to land them into (kind table: repository)",
+    )
+    parser.add_argument(
+        "--target-kind",
+        choices=TARGET_KINDS,
+        default="stream",
+        help="stream: append to --target; topology: append to --target, then drain --topology "
+        "on it; table: land into the table --target (default stream)",
+    )
+    parser.add_argument(
+        "--topology",
+        metavar="MODULE:FACTORY",
+        help="kind topology: the factory returning a Topology or (Topology, Settings), as "
+        "`streamcore run` takes it; it must read --target",
+    )
+    parser.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=600.0,
+        help="kind topology: seconds the topology may take to drain (default 600)",
+    )
+    parser.add_argument(
+        "--failure-threshold",
+        type=float,
+        default=0.05,
+        help="kind table: fail when more than this fraction of the rows fails expectations "
+        "(0..1, default 0.05, as the importer)",
+    )
+    parser.add_argument(
+        "--gx-result-format",
+        choices=("BOOLEAN_ONLY", "BASIC", "SUMMARY", "COMPLETE"),
+        default="SUMMARY",
+        help="kind table: detail of the Great Expectations report and Data Docs",
+    )
     parser.add_argument(
         "--dry-run", action="store_true", help="append nothing; say what a real run would do"
     )
@@ -67,119 +133,210 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def check_args(args: argparse.Namespace) -> None:
+    kind = args.target_kind
+    if args.topology and kind != "topology":
+        raise JobArgumentError(
+            f"--topology is for --target-kind topology (this run's kind is {kind}): drop it, "
+            "or give --target-kind topology"
+        )
+    if kind == "table" and args.target not in TABLE_WRITERS:
+        known = ", ".join(f"{t} ({what})" for t, what in TABLE_WRITERS.items())
+        raise JobArgumentError(
+            f"--target {args.target}: no writer lands replayed records into that table; "
+            f"--target-kind table takes {known}. Replay into a stream instead "
+            "(--target-kind stream) and land it with its job"
+        )
     try:
-        source, target = Name.of(args.stream), Name.of(args.target)
+        source = Name.of(args.stream)
+        target = Name.of(args.target)  # a table's name is a valid stream name too
     except InvalidNameError as exc:
         raise JobArgumentError(f"--stream/--target: {exc}") from None
+    interval_ms(args)
+    if kind == "table":
+        if not 0.0 <= args.failure_threshold <= 1.0:
+            raise JobArgumentError(
+                f"--failure-threshold must be within 0..1, got {args.failure_threshold}"
+            )
+        return
     if source == target:
         raise JobArgumentError(
             f"--target {target} is the replayed stream itself: replay into another stream"
         )
-    interval_ms(args)
+    if kind == "topology":
+        if not args.topology:
+            raise JobArgumentError(
+                "--target-kind topology needs --topology MODULE:FACTORY, the topology to drain "
+                "on --target"
+            )
+        if args.drain_timeout <= 0:
+            raise JobArgumentError(f"--drain-timeout must be > 0 s, got {args.drain_timeout}")
+        topology, _ = _load_topology(args.topology)
+        inputs = sorted(
+            {s for n in topology.computation_names() for s in topology.input_streams(n)}
+        )
+        if target.urn not in inputs:
+            raise JobArgumentError(
+                f"--topology {args.topology} does not read --target {target}: its input streams "
+                f"are {', '.join(inputs) or 'none'}. Give one of them as --target, or a "
+                f"topology reading {target}"
+            )
+
+
+def _load_topology(spec: str) -> tuple[Any, Any]:
+    """(Topology, Settings) of `spec`, loaded as `streamcore run` loads it."""
+    from streamcore.cli.run import load_topology
+
+    try:
+        return load_topology(spec)
+    except StreamcoreError as exc:
+        raise JobArgumentError(f"--topology: {exc}") from None
 
 
 def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
-    from pyspark.sql import functions as F
 
-    from jobs.spark.intervals import interval_ranges
-
-    source, target = Name.of(args.stream), Name.of(args.target)
-    for name, what in ((source, "--stream"), (target, "--target")):
+    source, target, kind = Name.of(args.stream), Name.of(args.target), args.target_kind
+    logs = [(source, "--stream")]
+    if kind != "table":  # a table target is created by its writer
+        logs.append((target, "--target"))
+    for name, what in logs:
         if not ctx.logs.exists(name):
             raise JobError(
                 f"{what} {name} does not exist; list the logs with `streamcore logs` (create "
                 "the target first, e.g. `streamcore create -l NAME -p PARTITIONS`)"
             )
     start_ms, end_ms = interval_ms(args)
-    found = interval_ranges(ctx.logs, source, start_ms, end_ms)
-    starts = ctx.logs.start_offsets(source)
+    hot, below = history_ranges(ctx, source, start_ms, end_ms)
     summary: dict[str, Any] = {
         "stream": source.urn,
         "target": target.urn,
+        "target_kind": kind,
         "start": args.start.isoformat(),
         "end": args.end.isoformat(),
-        "hot_offsets": {str(p): list(r) for p, r in sorted(found.ranges.items())},
+        "hot_offsets": {str(p): list(r) for p, r in sorted(hot.items())},
     }
+    if kind == "table":
+        return _land_table(args, ctx, summary, source, hot, below)
     marker = _marker_path(ctx, source, target, start_ms, end_ms)
     state = json.loads(marker.read_text()) if marker.exists() else None
     if state is not None and state["state"] == "done":
-        return {**summary, "appended": 0, "already_replayed": True, "replay_record": str(marker)}
-    frame, archived = _records(ctx, source, found, starts, start_ms, end_ms)
-    with ctx.phases("count"):
-        counts = frame.agg(
-            F.count(F.lit(1)).alias("records"),
-            F.count(F.when(F.col("_archived"), 1)).alias("from_archive"),
-        ).first()
-    summary |= {"records": counts["records"], "from_archive": counts["from_archive"]}
-    if args.dry_run:
-        return {**summary, "dry_run": True, "would_append": counts["records"]}
-    if archived is not None:
-        _check_archive_covers(archived, starts, source)
-    with ctx.phases("append"):
-        ordered = frame.orderBy("partition", "offset").toLocalIterator(prefetchPartitions=True)
-        appended = _append(ctx, target, ordered, ctx.logs.size(source), marker, state)
-    return {**summary, "appended": appended, "replay_record": str(marker)}
+        summary |= {"appended": 0, "already_replayed": True, "replay_record": str(marker)}
+    else:
+        frame, archived, counts = history_records(ctx, source, hot, below, start_ms, end_ms)
+        summary |= counts
+        if args.dry_run:
+            return {**summary, "dry_run": True, "would_append": counts["records"]}
+        if archived is not None:
+            check_archive_covers(ctx, archived, below, source)
+        with ctx.phases("append"):
+            ordered = frame.orderBy("partition", "offset").toLocalIterator(prefetchPartitions=True)
+            appended = _append(ctx, target, ordered, ctx.logs.size(source), marker, state)
+        summary |= {"appended": appended, "replay_record": str(marker)}
+    if kind == "topology" and not args.dry_run:
+        summary |= _drain(args, ctx, summary)
+    return summary
 
 
 def _marker_path(ctx: JobContext, source: Name, target: Name, start: int, end: int) -> Path:
     return Path(ctx.config.home) / "backfill" / target.id / f"{source.id}-{start}-{end}.json"
 
 
-def _records(
-    ctx: JobContext, source: Name, found: Any, starts: list[int], start_ms: int, end_ms: int
-) -> tuple[Any, Any]:
-    """The interval's records (`_archived` says which come from `archive`: per partition, those
-    below the hot log's first offset) and the archived part alone (None if none is needed)."""
-    from pyspark.sql import functions as F
-
+def _land_table(
+    args: argparse.Namespace,
+    ctx: JobContext,
+    summary: dict[str, Any],
+    source: Name,
+    hot: dict[int, tuple[int, int]],
+    below: dict[int, int],
+) -> dict[str, Any]:
+    """Land the interval's Documents into the table `--target` through the importer's landing,
+    with a MERGE that only inserts missing ids and updates older versions (see the module doc)."""
+    from jobs.importer import DocumentLanding
     from jobs.spark.catalog import Catalog
-    from jobs.spark.streams import read_stream
+    from jobs.spark.checked import CheckedBatch
+    from jobs.spark.delta_sink import commit_metrics, delta_snapshot
+    from jobs.spark.repository import merge_documents
+    from jobs.spark.validation import preload
 
-    columns = ["partition", "offset", "timestamp", "key", "watermark", "flags", "data"]
-    hot = read_stream(ctx.spark, ctx.logs, source, found.ranges).select(*columns)
-    missing = [p for p, ms in found.before_retention_ms.items() if ms]
-    if not missing:
-        return hot.withColumn("_archived", F.lit(False)), None
+    start_ms, end_ms = interval_ms(args)
+    frame, archived, counts = history_records(ctx, source, hot, below, start_ms, end_ms)
+    summary |= counts
+    if args.dry_run:
+        return {**summary, "dry_run": True, "would_land": counts["records"]}
+    if counts["records"] == 0:  # as the importer's empty batch: nothing to check or merge
+        return {**summary, "read": 0, "imported": 0, "quarantined": 0, "inserted": 0, "updated": 0}
+    if archived is not None:
+        check_archive_covers(ctx, archived, below, source)
     catalog = Catalog(ctx.spark, ctx.config)
-    if not catalog.exists("archive"):
+    preload()
+    table = args.target
+    landing = DocumentLanding(
+        ctx,
+        catalog,
+        table=table,
+        failure_threshold=args.failure_threshold,
+        result_format=args.gx_result_format,
+    )
+    path = catalog.ensure(table)
+
+    def merge(good: Any, unique_ids: bool) -> int:
+        merge_documents(
+            catalog, table, good, landing.fields, start_ms, unique_ids=unique_ids, newer_only=True
+        ).execute()
+        return int(delta_snapshot(ctx.spark, path).version())
+
+    interval = f"{start_ms}-{end_ms}"
+    batch = CheckedBatch(
+        job=f"backfill/{table}/{interval}",
+        batch=start_ms,
+        run_name=f"backfill-{source.id}-{interval}",
+        records=counts["records"],
+        unmoved=f"{table} is as it was",
+    )
+    try:
+        version, landed = landing.land(frame.drop("_archived"), batch, merge)
+    except JobError as exc:  # the failure's summary line names the interval too
+        exc.summary = {**summary, **exc.summary}
+        raise
+    metrics = commit_metrics(ctx.spark, path, version)
+    return {
+        **summary,
+        **landed,
+        "table_path": path,
+        "delta_version": version,
+        "inserted": int(metrics.get("numTargetRowsInserted", 0)),
+        "updated": int(metrics.get("numTargetRowsUpdated", 0)),
+    }
+
+
+def _drain(args: argparse.Namespace, ctx: JobContext, summary: dict[str, Any]) -> dict[str, Any]:
+    """Run `--topology` on the logs until it has consumed everything, then stop it; its
+    computations' records processed, and whether it drained (else JobError)."""
+    from streamcore.cli.run import summary_rows
+    from streamcore.computation import StreamProcessor
+
+    topology, settings = _load_topology(args.topology)
+    processor = StreamProcessor(ctx.logs, topology, settings)
+    started = time.monotonic()
+    with ctx.phases("drain"):
+        processor.start()
+        drained = processor.drain_and_stop(args.drain_timeout)
+    rows = summary_rows(processor)
+    result = {
+        "drained": drained,
+        "processed": {r["computation"]: r["processed"] for r in rows},
+        "drain_seconds": round(time.monotonic() - started, 3),
+    }
+    if not drained:
+        failures = "; ".join(f"{r['computation']}: {r['failure']}" for r in rows if r["failure"])
+        lag = {r["computation"]: r["lag"] for r in rows if r["lag"]}
         raise JobError(
-            f"[{start_ms}, {end_ms}) begins before the oldest record {source} still holds, "
-            "and nothing was ever archived: run the retention job's archive step (before "
-            "retention purges), or replay a more recent interval"
+            f"--topology {args.topology} did not drain within --drain-timeout "
+            f"{args.drain_timeout:g} s ({failures or f'lag {lag}'}). The records are in "
+            f"{args.target} once: fix the topology (or raise --drain-timeout) and run the same "
+            "interval again, which appends nothing and drains the rest",
+            {**summary, **result},
         )
-    below = F.lit(False)
-    for p in missing:
-        below = below | ((F.col("partition") == p) & (F.col("offset") < starts[p]))
-    start, end = (F.timestamp_millis(F.lit(ms)) for ms in (start_ms, end_ms))
-    archived = (
-        ctx.spark.read.format("delta")
-        .load(catalog.path("archive"))
-        .where((F.col("stream") == source.urn) & below)
-        .where((F.col("timestamp") >= start) & (F.col("timestamp") < end))
-        .select(*columns)
-    )
-    frame = archived.withColumn("_archived", F.lit(True)).unionByName(
-        hot.withColumn("_archived", F.lit(False))
-    )
-    return frame, archived
-
-
-def _check_archive_covers(archived: Any, starts: list[int], source: Name) -> None:
-    """Refuse a replay with a hole: per partition, the archived offsets must run without a gap
-    up to the hot log's first offset."""
-    from pyspark.sql import functions as F
-
-    spans = archived.groupBy("partition").agg(
-        F.min("offset").alias("lo"), F.max("offset").alias("hi"), F.count("*").alias("n")
-    )
-    for row in spans.collect():
-        p = row["partition"]
-        if row["hi"] != starts[p] - 1 or row["n"] != row["hi"] - row["lo"] + 1:
-            raise JobError(
-                f"partition {p} of {source}: the archive does not hold every record the log "
-                f"purged before offset {starts[p]} (offsets {row['lo']}..{row['hi']}, "
-                f"{row['n']} records), so the replay would have a hole. Nothing was appended"
-            )
+    return result
 
 
 def _append(

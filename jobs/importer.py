@@ -22,6 +22,7 @@ import logging
 import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -222,7 +223,13 @@ def consume(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
         stream=args.stream,
         group=args.group,
         table_path=table_path,
-        land=_DocumentLanding(args, ctx, catalog),
+        land=DocumentLanding(
+            ctx,
+            catalog,
+            table=args.table,
+            failure_threshold=args.failure_threshold,
+            result_format=args.gx_result_format,
+        ),
         max_records=args.batch_size,
     )
     seconds = time.monotonic() - started
@@ -239,59 +246,80 @@ def consume(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     return {**summary, "docs_per_s": round(summary["read"] / seconds, 1) if seconds > 0 else None}
 
 
-class _DocumentLanding:
-    """The importer's `land`: the checked landing of the batch (`jobs.spark.checked`), its good
-    documents MERGEd into the repository table as the batch."""
+class DocumentLanding:
+    """The importer's checked landing of Document records (`jobs.spark.checked`: decode, the
+    Document suite, quarantine, the failure threshold) with its good documents MERGEd into the
+    repository-shaped `table` (`jobs.spark.repository`). Called as the consume step's `land`
+    (an offset batch, exactly once by its txn id); `land` alone serves the backfill's table
+    target, which commits the MERGE its own way (jobs/backfill.py)."""
 
-    def __init__(self, args: argparse.Namespace, ctx: JobContext, catalog: Any) -> None:
+    def __init__(
+        self,
+        ctx: JobContext,
+        catalog: Any,
+        *,
+        table: str,
+        failure_threshold: float,
+        result_format: str,
+    ) -> None:
         from jobs.spark.expectations import load_suite
 
-        self.args, self.ctx, self.catalog = args, ctx, catalog
+        self.ctx, self.catalog, self.table = ctx, catalog, table
+        self.failure_threshold, self.result_format = failure_threshold, result_format
         self.schema = ctx.schemas.by_name(DOCUMENT_SCHEMA)
         self.suite = load_suite(self.schema)
+        self.fields: list[str] = [f["name"] for f in self.schema.raw["fields"]]
 
     def __call__(self, records: Any, plan: Any, sink: Any) -> Landed:
-        from jobs.spark.checked import CheckedBatch, land_checked
-        from jobs.spark.keys import read_unique_keys, unique_key_aggregates
+        from jobs.spark.checked import CheckedBatch
         from jobs.spark.repository import upsert_documents
 
-        args, ctx = self.args, self.ctx
-        fields = [f["name"] for f in self.schema.raw["fields"]]
+        def merge(good: Any, unique_ids: bool) -> int | None:
+            self.ctx.fault_point("importer.before_delta_commit")
+            return upsert_documents(
+                self.catalog, self.table, sink, plan, good, self.fields, unique_ids=unique_ids
+            )
+
+        batch = CheckedBatch(
+            job=sink.app_id,
+            batch=plan.batch,
+            run_name=f"{Name.of(plan.group).id}-batch-{plan.batch}",
+            records=plan.records,
+            unmoved=f"the positions of {plan.group} did not move",
+        )
+        return Landed(*self.land(records, batch, merge))
+
+    def land(
+        self, records: Any, batch: Any, write: Callable[[Any, bool], int | None]
+    ) -> tuple[int | None, dict[str, Any]]:
+        """Check `records` (as `read_stream` gives them) as the `CheckedBatch` `batch` and have
+        `write(good, unique_ids)` MERGE the good rows (`unique_ids`: whether their ids are
+        unique). Returns what `write` returned (the new table version, or None) and the summary
+        (`read`, `imported`, `quarantined`, `validation`, `data_docs`)."""
+        from jobs.spark.checked import land_checked
+        from jobs.spark.keys import read_unique_keys, unique_key_aggregates
+
+        ctx = self.ctx
 
         def merge(checked: Any) -> int | None:
-            ctx.fault_point("importer.before_delta_commit")
             with ctx.phases("merge"):
-                return upsert_documents(
-                    self.catalog,
-                    args.table,
-                    sink,
-                    plan,
-                    checked.good,
-                    fields,
-                    unique_ids=read_unique_keys(checked.row, "id"),
-                )
+                return write(checked.good, read_unique_keys(checked.row, "id"))
 
         version, summary = land_checked(
             ctx,
             self.catalog,
             records,
-            CheckedBatch(
-                job=sink.app_id,
-                batch=plan.batch,
-                run_name=f"{Name.of(args.group).id}-batch-{plan.batch}",
-                records=plan.records,
-                unmoved=f"the positions of {args.group} did not move",
-            ),
+            batch,
             schema=self.schema,
             suite=self.suite,
-            failure_threshold=args.failure_threshold,
-            result_format=args.gx_result_format,
+            failure_threshold=self.failure_threshold,
+            result_format=self.result_format,
             write=merge,
             # Whether the good ids are unique rides the first pass (the MERGE needs to know).
-            aggregates=lambda keep: unique_key_aggregates("id", keep, rows=plan.records),
+            aggregates=lambda keep: unique_key_aggregates("id", keep, rows=batch.records),
         )
         summary["imported"] = summary.pop("written")
-        return Landed(version, summary)
+        return version, summary
 
 
 def main(argv: list[str] | None = None) -> int:

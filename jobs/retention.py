@@ -4,9 +4,9 @@ the Delta tables tidied. Four steps, run in this order by dags/streamcore_retent
 
     spark-submit jobs/retention.py archive [--streams import/docs,audit/entries] [--horizon 1d]
         [--batch-size 1000000] [--dry-run]
+    spark-submit jobs/retention.py purge [--streams ...] [--force] [--dry-run]
     spark-submit jobs/retention.py compact [--streams ...] [--min-lag 0] [--delete-retention 1d]
         [--dry-run]
-    spark-submit jobs/retention.py purge [--streams ...] [--force] [--dry-run]
     spark-submit jobs/retention.py maintain [--tables audit,archive] [--vacuum-hours 168]
         [--force-vacuum] [--dry-run]
 
@@ -18,18 +18,18 @@ the log (key, watermark, flags, data, the payload's schema fingerprint), partiti
 and UTC day. The Delta commit carries the batch's txn id, so a crash at any point and a rerun
 land every record once.
 
-`compact` key-compacts every log LogConfig compacts (`compact = true` on its namespace rule) or
-those of `--streams`: on a local log, the sealed segments keep only the latest record per key,
-up to what the archiver has archived (`streamcore.log.local.compaction`; tombstones go after
-`--delete-retention`, segments younger than `--min-lag` wait); a Kafka topic is compacted by the
-broker (`cleanup.policy=compact`), so it is reported with its policy, not compacted. It needs no
-Spark.
-
 `purge` applies retention to every local log (or those of `--streams`): expired segments go
 once every group, the archiver included, has read past them
 (`streamcore.log.local.retention`); the others stay, and the summary says which groups hold how
 many records. `--force` purges them anyway and records each group's loss. Kafka applies its own
 retention on the broker: its logs are reported, not purged. It needs no Spark.
+
+`compact` key-compacts every log LogConfig compacts (`compact = true` on its namespace rule) or
+those of `--streams`, after the purge so it never rewrites segments about to go: on a local log,
+the sealed segments keep only the latest record per key, up to what the archiver has archived
+(`streamcore.log.local.compaction`; tombstones go after `--delete-retention`, segments younger
+than `--min-lag` wait); a Kafka topic is compacted by the broker (`cleanup.policy=compact`), so
+it is reported with its policy, not compacted. It needs no Spark.
 
 `maintain` runs OPTIMIZE (bin-packing, z-ordered by the catalog's columns) and VACUUM (the
 declared retention, or `--vacuum-hours`; below Delta's 168 h safety minimum only with
@@ -68,7 +68,7 @@ logger = logging.getLogger(__name__)
 def build_parser() -> argparse.ArgumentParser:
     parser = job_parser("retention", __doc__.split("\n\n")[0])
     steps = parser.add_subparsers(
-        dest="step", required=True, metavar="{archive,compact,purge,maintain}"
+        dest="step", required=True, metavar="{archive,purge,compact,maintain}"
     )
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(

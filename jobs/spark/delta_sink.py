@@ -168,10 +168,6 @@ class DeltaBatchSink:
         found = self._snapshot().transactions().get(self.app_id)
         return int(found.get()) if found.isDefined() else None
 
-    def is_empty(self) -> bool:
-        """Whether the table holds no data file (missing, just created, or emptied)."""
-        return not self.exists() or self._snapshot().numOfFiles() == 0
-
     def _snapshot(self) -> Any:
         return delta_snapshot(self.spark, self.path)
 

@@ -2,7 +2,8 @@
 declared in streamcore.tables (the Document schema's fields first); the catalog creates it.
 
 Rows carry the Document fields plus where their latest version came from (`watermark`,
-`source_partition`, `source_offset`, `import_batch`, `imported_at`). A batch may hold several
+`source_partition`, `source_offset`, `import_batch`: the importer's batch number, or the
+interval's start in epoch ms when a backfill landed it, `imported_at`). A batch may hold several
 versions of one id (a document imported twice): the latest by (watermark, partition, offset)
 wins before the MERGE, which must see one source row per target row.
 
@@ -14,23 +15,39 @@ it: same result, and still a MERGE, so Delta checks it against concurrent writer
 plain append would not be, and could duplicate an id another run inserts meanwhile). An id that
 another run inserts between the semi-join and the MERGE is left as that run wrote it, as if it
 had run after this one.
+
+Two writers share `merge_documents`: the importer's offset batches (`upsert_documents`, as batch
+`plan.batch` of its app id) and the backfill's interval landings (`jobs/backfill.py --target-kind
+table`, a plain MERGE without txn id: an interval is not an offset batch). The importer reads
+the log in order up to its end, so its last write of an id is the newest version and its update
+needs no condition. A replayed interval is a slice of the past: its MERGE is `newer_only`, it
+updates a row only when its version is newer by (watermark, partition, offset), the order
+`latest_per_id` picks by, so it never puts back a version the table had moved past, and landing
+the same versions again changes nothing.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from jobs.spark.catalog import Catalog
-from jobs.spark.delta_sink import BatchPlan, DeltaBatchSink
+from jobs.spark.delta_sink import BatchPlan, DeltaBatchSink, delta_snapshot
 from jobs.spark.keys import keys_unique
 
-__all__ = ["latest_per_id", "meets_table", "upsert_documents"]
+__all__ = ["latest_per_id", "meets_table", "merge_documents", "upsert_documents"]
 
 logger = logging.getLogger(__name__)
 _SOURCE_COLUMNS = ("watermark", "source_partition", "source_offset", "import_batch", "imported_at")
+# The source row's version is newer than the table's: latest_per_id's order, as SQL.
+_NEWER = (
+    "s.watermark > t.watermark OR (s.watermark = t.watermark AND "
+    "(s.source_partition > t.source_partition OR (s.source_partition = t.source_partition "
+    "AND s.source_offset > t.source_offset)))"
+)
 
 
 def latest_per_id(
@@ -85,19 +102,40 @@ def upsert_documents(
     (exactly once): update the ids it has, insert the others (insert only when it has none of
     them). `unique_ids`: whether `good`'s ids are unique (`jobs.spark.keys`), if a pass over the
     batch asked already. Returns the new table version (None if already landed)."""
+    merge = merge_documents(catalog, table, good, fields, plan.batch, unique_ids=unique_ids)
+    return sink.write(plan, merge.execute)
+
+
+def merge_documents(
+    catalog: Catalog,
+    table: str,
+    good: DataFrame,
+    fields: list[str],
+    batch: int,
+    *,
+    unique_ids: bool | None = None,
+    newer_only: bool = False,
+) -> Any:
+    """The MERGE (a DeltaMergeBuilder, not executed) of the valid documents `good` into the
+    repository-shaped `table`, their rows stamped `import_batch = batch`: the newest version of
+    each id updates the row of that id (only if it is newer than the row's, with `newer_only`)
+    or is inserted. Insert only when the table has none of the ids. `unique_ids` as in
+    `latest_per_id`."""
     from delta.tables import DeltaTable
 
     # Created before the batch's write, outside its transaction: a creation commit carrying the
     # batch's txn id would make Delta skip the MERGE as already landed.
-    catalog.ensure(table)
-    rows = latest_per_id(good, fields, plan.batch, unique=unique_ids)
-    target = DeltaTable.forPath(good.sparkSession, sink.path)
+    path = catalog.ensure(table)
+    rows = latest_per_id(good, fields, batch, unique=unique_ids)
+    target = DeltaTable.forPath(good.sparkSession, path)
     merge = target.alias("t").merge(rows.alias("s"), "t.id = s.id")
-    if not sink.is_empty() and meets_table(good, target.toDF()):
-        merge = merge.whenMatchedUpdateAll()
+    if delta_snapshot(good.sparkSession, path).numOfFiles() > 0 and meets_table(
+        good, target.toDF()
+    ):
+        merge = merge.whenMatchedUpdateAll(condition=_NEWER if newer_only else None)
     else:
-        logger.info("batch %d brings no id %s has: insert-only MERGE", plan.batch, table)
-    return sink.write(plan, merge.whenNotMatchedInsertAll().execute)
+        logger.info("batch %d brings no id %s has: insert-only MERGE", batch, table)
+    return merge.whenNotMatchedInsertAll()
 
 
 def meets_table(batch: DataFrame, table: DataFrame) -> bool:

@@ -1,7 +1,7 @@
 """One `dag.test()` of the retention DAG, for real (`dry_run` off): a week of back-dated history
-of a compacted stream is archived to Delta, the archived segments keep the latest record per
-key, the segments past retention are purged once archived, and `archive` is optimized; the
-summary task keeps the per-stream table in the run record."""
+of a compacted stream is archived to Delta, the segments past its 3-day retention are purged
+once archived, the other archived segments keep the latest record per key, and `archive` is
+optimized; the summary task keeps the per-stream table in the run record."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def test_a_run_archives_then_purges_then_maintains(
     manager = open_log_manager(load_config(config, home=af.streamcore_home))
     codec = get_codec("avro")
     try:
-        manager.create(STREAM, 2, retention="1d", segment_bytes=2048)
+        manager.create(STREAM, 2, retention="3d", segment_bytes=2048)
         appender = manager.appender(STREAM)
         for n in range(140):  # a week, 20 records a day
             ts = now - 7 * DAY_MS + n * (DAY_MS // 20)
@@ -62,7 +62,7 @@ def test_a_run_archives_then_purges_then_maintains(
         """,
     )
     assert run["state"] == "success", run
-    steps = ("validate", "archive", "compact", "purge", "maintain", "summary")
+    steps = ("validate", "archive", "purge", "compact", "maintain", "summary")
     assert run["tasks"] == dict.fromkeys(steps, "success"), run
     (path,) = (af.streamcore_home / "runs" / "retention").glob("*.json")
     record = json.loads(path.read_text())

@@ -48,15 +48,16 @@ def _manager() -> Any:
     return open_log_manager(load_config())
 
 
-def _history() -> tuple[int, list[tuple[int, int, Record]]]:
-    """A week of Records on SOURCE (2 partitions, retention 1 day, small segments), archived
-    and purged up to a day ago. Returns now and (partition, append time, record) in order."""
+def _history(retention: str = "1d") -> tuple[int, list[tuple[int, int, Record]]]:
+    """A week of Records on SOURCE (2 partitions, `retention`, small segments), archived up to a
+    day ago and purged by that retention. Returns now and (partition, append time, record) in
+    order."""
     now = int(time.time() * 1000)
     codec = get_codec("avro")
     written = []
     manager = _manager()
     try:
-        manager.create(SOURCE, 2, retention="1d", segment_bytes=2048)
+        manager.create(SOURCE, 2, retention=retention, segment_bytes=2048)
         appender = manager.appender(SOURCE)
         for n in range(140):
             ts = now - 7 * DAY_MS + n * (DAY_MS // 20)
@@ -69,7 +70,7 @@ def _history() -> tuple[int, list[tuple[int, int, Record]]]:
         manager.close()
     assert _run("retention", "archive", "--streams", SOURCE, "--horizon", "1d")[0] == 0
     code, purged = _run("retention", "purge", "--streams", SOURCE)
-    assert code == 0 and purged["records_purged"] > 0, purged
+    assert code == 0 and (purged["records_purged"] > 0) == (retention == "1d"), purged
     return now, written
 
 
@@ -146,6 +147,41 @@ def test_a_replay_spanning_archive_and_log_gives_back_the_records(history) -> No
     code, again = _run("backfill", *window, "--target", "replay/source")
     assert code == 0 and again["appended"] == 0 and again["already_replayed"], again
     _same(_read("replay/source"), expected)
+
+
+def test_an_interval_retention_purged_entirely_comes_from_the_archive(history) -> None:
+    now, written = history
+    start, end = now - 6 * DAY_MS, now - 5 * DAY_MS  # the log holds none of it, nor what follows
+    window = ["--stream", SOURCE, "--start", _iso(start), "--end", _iso(end)]
+    _create("replay/old")
+    expected = _expected(written, start, end)
+    code, done = _run("backfill", *window, "--target", "replay/old")
+    assert code == 0, done
+    assert done["appended"] == done["from_archive"] == sum(map(len, expected.values())) > 0
+    _same(_read("replay/old"), expected)
+
+
+def test_a_compacted_stream_replays_every_version_from_the_archive(
+    spark: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "streamcore.toml"
+    config.write_text(
+        (ROOT / "include" / "streamcore.toml").read_text()
+        + '\n[[log.match]]\nnamespace = "hist"\nconfig = "default"\ncompact = true\n'
+    )
+    monkeypatch.setenv("STREAMCORE_CONFIG", str(config))
+    now, written = _history(retention="0")  # kept in the log, archived up to a day ago
+    code, compacted = _run("retention", "compact", "--streams", SOURCE)
+    assert code == 0 and compacted["records_removed"] > 0, compacted
+    start, end = now - 7 * DAY_MS, now - DAY_MS // 2
+    window = ["--stream", SOURCE, "--start", _iso(start), "--end", _iso(end)]
+    _create("replay/versions")
+    expected = _expected(written, start, end)
+    code, done = _run("backfill", *window, "--target", "replay/versions")
+    assert code == 0, done
+    assert done["appended"] == sum(map(len, expected.values())), done
+    assert 0 < done["from_archive"] < done["appended"]
+    _same(_read("replay/versions"), expected)  # every version, not the survivors
 
 
 def test_a_crash_in_the_middle_then_a_rerun_appends_each_record_once(history) -> None:

@@ -1,5 +1,5 @@
 """jobs/backfill.py without Spark: what `check_args` (and so the DAG's validate task, through
-`argument_errors`) accepts and refuses."""
+`argument_errors`) accepts and refuses, the topology and table targets included."""
 
 from __future__ import annotations
 
@@ -7,15 +7,41 @@ import pytest
 
 from jobs import backfill
 from jobs.spark.job import argument_errors
+from streamcore.computation import Computation, Topology
 
 WINDOW = ["--start", "2026-11-20", "--end", "2026-11-21"]
+
+
+class _Copy(Computation):
+    def __init__(self) -> None:
+        super().__init__("replay_copy", 1, 1)
+
+    def process_record(self, context, input_stream, record) -> None:
+        context.produce_record("o1", record)
+
+
+def copy_topology() -> Topology:
+    """Reads replay/docs (the factory `--topology` names below)."""
+    return Topology.builder().add_computation(_Copy, ["i1:replay/docs", "o1:replay/copied"]).build()
+
+
+TOPOLOGY = f"{__name__}:copy_topology"
+REPLAY = ["--stream", "import/docs", *WINDOW, "--target", "replay/docs"]
 
 
 @pytest.mark.parametrize(
     "argv",
     [
-        ["--stream", "import/docs", *WINDOW, "--target", "replay/docs"],
-        ["--stream", "import/docs", *WINDOW, "--target", "replay/docs", "--dry-run"],
+        REPLAY,
+        [*REPLAY, "--dry-run"],
+        [*REPLAY, "--target-kind", "stream"],
+        [*REPLAY, "--target-kind", "topology", "--topology", TOPOLOGY],
+        [*REPLAY, "--target-kind", "topology", "--topology", TOPOLOGY, "--drain-timeout", "5"],
+        ["--stream", "import/docs", *WINDOW, "--target", "repository", "--target-kind", "table"],
+        [
+            *("--stream", "import/docs", *WINDOW, "--target", "repository"),
+            *("--target-kind", "table", "--failure-threshold", "0", "--dry-run"),
+        ],
     ],
 )
 def test_good_arguments_pass(argv: list[str]) -> None:
@@ -33,6 +59,53 @@ def test_good_arguments_pass(argv: list[str]) -> None:
         ),
         (["--stream", "a/b", *WINDOW], "--target"),
         (["--stream", "a/b", "--start", "soon", "--end", "2026-11-20", "--target", "c/d"], "ISO"),
+        ([*REPLAY, "--target-kind", "lake"], "invalid choice: 'lake'"),
+        # topology
+        ([*REPLAY, "--target-kind", "topology"], "needs --topology MODULE:FACTORY"),
+        ([*REPLAY, "--topology", TOPOLOGY], "--topology is for --target-kind topology"),
+        ([*REPLAY, "--target-kind", "topology", "--topology", "nocolon"], "module:function"),
+        (
+            [*REPLAY, "--target-kind", "topology", "--topology", "no_such_module_x:f"],
+            "cannot import 'no_such_module_x'",
+        ),
+        (
+            [*REPLAY, "--target-kind", "topology", "--topology", f"{__name__}:missing"],
+            "has no function 'missing'",
+        ),
+        (
+            [
+                *("--stream", "import/docs", *WINDOW, "--target", "replay/other"),
+                *("--target-kind", "topology", "--topology", TOPOLOGY),
+            ],
+            "does not read --target replay/other: its input streams are replay/docs",
+        ),
+        (
+            [*REPLAY, "--target-kind", "topology", "--topology", TOPOLOGY, "--drain-timeout", "0"],
+            "--drain-timeout must be > 0",
+        ),
+        # table
+        (
+            ["--stream", "import/docs", *WINDOW, "--target", "audit", "--target-kind", "table"],
+            "--target audit: no writer lands replayed records into that table",
+        ),
+        (
+            [*REPLAY, "--target-kind", "table"],
+            "--target replay/docs: no writer",
+        ),
+        (
+            [
+                *("--stream", "import/docs", *WINDOW, "--target", "repository"),
+                *("--target-kind", "table", "--failure-threshold", "1.5"),
+            ],
+            "--failure-threshold must be within 0..1",
+        ),
+        (
+            [
+                *("--stream", "import/docs", *WINDOW, "--target", "repository"),
+                *("--target-kind", "table", "--topology", TOPOLOGY),
+            ],
+            "--topology is for --target-kind topology",
+        ),
     ],
 )
 def test_bad_arguments_are_refused_with_the_fix(argv: list[str], message: str) -> None:
