@@ -39,7 +39,9 @@ from jobs.spark.job import (
     JobArgumentError,
     JobContext,
     JobError,
-    instant,
+    add_check_options,
+    add_interval,
+    check_failure_threshold,
     interval_ms,
     job_parser,
     run_job,
@@ -57,24 +59,17 @@ def build_parser() -> argparse.ArgumentParser:
     steps = parser.add_subparsers(dest="step", required=True, metavar="{batch,interval}")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--stream", default=STREAM, help=f"log name (default {STREAM})")
-    common.add_argument(
-        "--failure-threshold",
-        type=float,
-        default=0.0,
-        help="fail when more than this fraction of the entries fails expectations (0..1; "
-        "default 0: an audit trail quarantines nothing silently)",
+    add_check_options(
+        common,
+        default_threshold=0.0,
+        threshold_help="fail when more than this fraction of the entries fails expectations "
+        "(0..1; default 0: an audit trail quarantines nothing silently)",
     )
     common.add_argument(
         "--max-future-skew",
         type=float,
         default=600.0,
         help="seconds an event date may lie ahead of the job's clock (default 600)",
-    )
-    common.add_argument(
-        "--gx-result-format",
-        choices=("BOOLEAN_ONLY", "BASIC", "SUMMARY", "COMPLETE"),
-        default="SUMMARY",
-        help="detail of the Great Expectations report and Data Docs",
     )
     for name in ("home", "master"):  # also after the step, as the importer takes them
         common.add_argument(f"--{name}", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
@@ -86,8 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     interval = steps.add_parser(
         "interval", parents=[common], help="land the entries of a time interval the table lacks"
     )
-    interval.add_argument("--start", type=instant, required=True, help="ISO 8601, included")
-    interval.add_argument("--end", type=instant, required=True, help="ISO 8601, excluded")
+    add_interval(interval)
     interval.add_argument(
         "--lateness",
         type=float,
@@ -105,10 +99,7 @@ def check_args(args: argparse.Namespace) -> None:
             Name.of(args.group)
     except InvalidNameError as exc:
         raise JobArgumentError(f"--stream/--group: {exc}") from None
-    if not 0.0 <= args.failure_threshold <= 1.0:
-        raise JobArgumentError(
-            f"--failure-threshold must be within 0..1, got {args.failure_threshold}"
-        )
+    check_failure_threshold(args)
     if args.max_future_skew < 0:
         raise JobArgumentError(f"--max-future-skew must be >= 0 s, got {args.max_future_skew}")
     if args.step == "batch" and args.batch_size < 0:

@@ -66,7 +66,9 @@ from jobs.spark.job import (
     JobArgumentError,
     JobContext,
     JobError,
-    instant,
+    add_check_options,
+    add_interval,
+    check_failure_threshold,
     interval_ms,
     job_parser,
     run_job,
@@ -86,8 +88,7 @@ logger = logging.getLogger(__name__)
 def build_parser() -> argparse.ArgumentParser:
     parser = job_parser("backfill", __doc__.split("\n\n")[0])
     parser.add_argument("--stream", required=True, help="the stream to replay")
-    parser.add_argument("--start", type=instant, required=True, help="ISO 8601, included")
-    parser.add_argument("--end", type=instant, required=True, help="ISO 8601, excluded")
+    add_interval(parser)
     parser.add_argument(
         "--target",
         required=True,
@@ -113,18 +114,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=600.0,
         help="kind topology: seconds the topology may take to drain (default 600)",
     )
-    parser.add_argument(
-        "--failure-threshold",
-        type=float,
-        default=0.05,
-        help="kind table: fail when more than this fraction of the rows fails expectations "
-        "(0..1, default 0.05, as the importer)",
-    )
-    parser.add_argument(
-        "--gx-result-format",
-        choices=("BOOLEAN_ONLY", "BASIC", "SUMMARY", "COMPLETE"),
-        default="SUMMARY",
-        help="kind table: detail of the Great Expectations report and Data Docs",
+    add_check_options(
+        parser,
+        default_threshold=0.05,
+        threshold_help="kind table: fail when more than this fraction of the rows fails "
+        "expectations (0..1, default 0.05, as the importer)",
     )
     parser.add_argument(
         "--dry-run", action="store_true", help="append nothing; say what a real run would do"
@@ -153,10 +147,7 @@ def check_args(args: argparse.Namespace) -> None:
         raise JobArgumentError(f"--stream/--target: {exc}") from None
     interval_ms(args)
     if kind == "table":
-        if not 0.0 <= args.failure_threshold <= 1.0:
-            raise JobArgumentError(
-                f"--failure-threshold must be within 0..1, got {args.failure_threshold}"
-            )
+        check_failure_threshold(args)
         return
     if source == target:
         raise JobArgumentError(

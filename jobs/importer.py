@@ -30,7 +30,13 @@ if __package__ in (None, ""):  # `python jobs/importer.py` / spark-submit: make 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from jobs.spark.batches import Landed
-from jobs.spark.job import JobArgumentError, JobContext, run_job
+from jobs.spark.job import (
+    JobArgumentError,
+    JobContext,
+    add_check_options,
+    check_failure_threshold,
+    run_job,
+)
 from streamcore.errors import InvalidNameError, StreamcoreError
 from streamcore.names import Name
 
@@ -69,24 +75,16 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_argument(
         "--batch-size", type=int, default=0, help="max records this run reads (0 = all)"
     )
-    consume.add_argument(
-        "--failure-threshold",
-        type=float,
-        default=0.05,
-        help="fail when more than this fraction of the rows fails expectations (0..1)",
+    add_check_options(
+        consume,
+        default_threshold=0.05,
+        threshold_help="fail when more than this fraction of the rows fails expectations (0..1)",
     )
     consume.add_argument(
         "--table",
         default="repository",
         help="Delta table under the warehouse root (STREAMCORE_WAREHOUSE); a name other than "
         "repository is a repository-shaped table of that name",
-    )
-    consume.add_argument(
-        "--gx-result-format",
-        choices=("BOOLEAN_ONLY", "BASIC", "SUMMARY", "COMPLETE"),
-        default="SUMMARY",
-        help="detail of the Great Expectations report and Data Docs (SUMMARY: unexpected counts "
-        "and examples; BOOLEAN_ONLY: pass/fail, about twice as fast)",
     )
     return parser
 
@@ -139,10 +137,7 @@ def check_args(args: argparse.Namespace) -> None:
             raise JobArgumentError(
                 f"--batch-size must be >= 0 (0 = everything), got {args.batch_size}"
             )
-        if not 0.0 <= args.failure_threshold <= 1.0:
-            raise JobArgumentError(
-                f"--failure-threshold must be within 0..1, got {args.failure_threshold}"
-            )
+        check_failure_threshold(args)
         if not _TABLE_NAME.match(args.table):
             raise JobArgumentError(
                 f"--table {args.table!r} must be a plain identifier such as repository"

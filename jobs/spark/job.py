@@ -171,6 +171,31 @@ def add_interval(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--end", type=instant, required=True, help="ISO 8601, excluded")
 
 
+def add_check_options(
+    parser: argparse.ArgumentParser, *, default_threshold: float, threshold_help: str
+) -> None:
+    """`--failure-threshold` and `--gx-result-format`: the options of a job whose landing checks
+    its rows (`jobs.spark.checked`); `check_failure_threshold` checks the first (call it from
+    `check_args`)."""
+    parser.add_argument(
+        "--failure-threshold", type=float, default=default_threshold, help=threshold_help
+    )
+    parser.add_argument(
+        "--gx-result-format",
+        choices=("BOOLEAN_ONLY", "BASIC", "SUMMARY", "COMPLETE"),
+        default="SUMMARY",
+        help="detail of the Great Expectations report and Data Docs (SUMMARY: unexpected counts "
+        "and examples; BOOLEAN_ONLY: pass/fail, about twice as fast)",
+    )
+
+
+def check_failure_threshold(args: argparse.Namespace) -> None:
+    if not 0.0 <= args.failure_threshold <= 1.0:
+        raise JobArgumentError(
+            f"--failure-threshold must be within 0..1, got {args.failure_threshold}"
+        )
+
+
 def interval_ms(args: argparse.Namespace) -> tuple[int, int]:
     """The `[start, end)` of `add_interval`'s arguments in epoch milliseconds; refuses an empty
     or reversed interval (call it from `check_args`)."""
