@@ -212,6 +212,11 @@ def _repository(name: str, document: Mapping[str, Any]) -> TableSpec:
             Column("source_offset", "long", False, "log offset of that Record"),
             Column("import_batch", "long", False, "importer batch that wrote the version"),
             Column("imported_at", "timestamp", False),
+            # System columns: bulk actions set them (trash, untrash, setSystemProperties), the
+            # importer never writes them. Last, and nullable, because Catalog.ensure migrates an
+            # older table by adding them, and Delta adds columns at the end.
+            Column("isTrashed", "boolean", doc="null or false: not in the trash"),
+            Column("lifecycleState", "string", doc="null: no lifecycle state set"),
         ),
         key=("id",),
         # Ids are random UUIDs and MERGE joins on all of them: no z-order clusters anything a

@@ -11,6 +11,11 @@ columns, types or partitioning are not the declared ones (`IncompatibleTableErro
 writes into a table of another shape. Columns the table has beyond the declared ones are allowed:
 writers leave them null. Nullability is not compared: Delta may store columns as nullable that
 the catalog declares NOT NULL (tables made by a DataFrame write), which readers do not mind.
+
+One difference is migrated instead of refused: declared **nullable** columns the table lacks (a
+table created before they were declared, e.g. `repository` before its system columns). `ensure`
+adds them (`ALTER TABLE ... ADD COLUMNS`: a metadata-only commit, existing rows read them as
+null) and logs it, but only when they are the table's only difference from the spec.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from pyspark.sql.types import (
 
 from streamcore.config import StreamcoreConfig
 from streamcore.errors import IncompatibleTableError, TableError
-from streamcore.tables import DELTA_MIN_RETENTION_HOURS, TableSpec, table_spec
+from streamcore.tables import DELTA_MIN_RETENTION_HOURS, Column, TableSpec, table_spec
 
 __all__ = ["Catalog", "spark_type", "table_schema"]
 
@@ -90,6 +95,16 @@ def _properties(spec: TableSpec) -> dict[str, str]:
     as Delta's deleted-file retention (which also bounds time travel)."""
     hours = spec.vacuum_retention_hours
     return {_DELETED_FILE_RETENTION: f"interval {hours} hours", **spec.properties}
+
+
+def _quoted(identifier: str) -> str:
+    """A Spark SQL identifier (a column name, a table path) in backquotes."""
+    return "`" + identifier.replace("`", "``") + "`"
+
+
+def _literal(text: str) -> str:
+    """A Spark SQL string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 @contextmanager
@@ -154,35 +169,71 @@ class Catalog:
             builder.execute()
             logger.info("created Delta table %s at %s", table, spec.location)
         # Checked after creating too: another job may have created it first, in its own shape.
-        self._check(spec)
+        missing = self._check(spec)
+        if missing:
+            self._add_columns(spec, missing)
         self._ensured.add(table)
         return spec.location
 
-    def _check(self, spec: TableSpec) -> None:
+    def _check(self, spec: TableSpec) -> list[Column]:
+        """The declared nullable columns the table lacks (to add), if that is its only
+        difference from `spec`; raises IncompatibleTableError on any other."""
         from delta.tables import DeltaTable
 
         from jobs.spark.delta_sink import delta_snapshot
 
         table = DeltaTable.forPath(self.spark, spec.location)
         found = {f.name: f.dataType for f in table.toDF().schema.fields}
-        problems = []
+        problems, missing = [], []
         for column in spec.columns:
             want = spark_type(column.type).simpleString()
             have = found.get(column.name)
             if have is None:
                 problems.append(f"column {column.name} ({want}) is missing")
+                if column.nullable:
+                    missing.append(column)
             elif have.simpleString() != want:
                 problems.append(f"column {column.name} is {have.simpleString()}, not {want}")
         columns = delta_snapshot(self.spark, spec.location).metadata().partitionColumns()
         partitions = tuple(columns.apply(i) for i in range(columns.size()))
         if partitions != spec.partition_by:
             problems.append(f"partitioned by {list(partitions)}, not {list(spec.partition_by)}")
-        if problems:
+        if len(problems) > len(missing):
             raise IncompatibleTableError(
                 f"Delta table {spec.name} at {spec.location} does not match the catalog: "
                 f"{'; '.join(problems)}. Nothing was written; move that table away (or migrate "
                 "it to the declared schema, see streamcore/tables.py) and run again"
             )
+        return missing
+
+    def _add_columns(self, spec: TableSpec, columns: list[Column]) -> None:
+        """Migrate the table: add the declared nullable `columns` it lacks (existing rows read
+        them as null). Delta appends them after the table's columns."""
+        definitions = ", ".join(
+            f"{_quoted(c.name)} {spark_type(c.type).simpleString()}"
+            + (f" COMMENT {_literal(c.doc)}" if c.doc else "")
+            for c in columns
+        )
+        names = [c.name for c in columns]
+        try:
+            self.spark.sql(
+                f"ALTER TABLE delta.{_quoted(spec.location)} ADD COLUMNS ({definitions})"
+            )
+        except Exception:
+            # Another job may have migrated the table meanwhile (Delta then refuses to add a
+            # column twice): fine if the table now has them, the original error otherwise.
+            if self._check(spec):
+                raise
+            logger.info(
+                "Delta table %s at %s: columns %s added meanwhile", spec.name, spec.location, names
+            )
+            return
+        logger.warning(
+            "migrated Delta table %s at %s: added the nullable columns %s (null in existing rows)",
+            spec.name,
+            spec.location,
+            names,
+        )
 
     def optimize(self, table: str) -> dict[str, Any]:
         """Compact small files (z-ordered by the declared columns, if any). Returns the files and

@@ -175,11 +175,16 @@ class DeltaBatchSink:
         """Run `action` (one Delta write or MERGE on this table) as batch `plan.batch`: the commit
         gets the txn id and the batch metadata. Returns the new table version (None if Delta
         skipped the write because that batch had landed already)."""
+        return self.write_batch(plan.batch, plan.metadata(), action)
+
+    def write_batch(self, batch: int, metadata: str, action: Callable[[], None]) -> int | None:
+        """`write` for a batch that is not an offset range (a bulk command's batch): `action`'s
+        commit carries txn id (app id, `batch`) and `metadata` as its user metadata."""
         before = self.version()
         conf = self.spark.conf
         conf.set(_TXN_APP, self.app_id)
-        conf.set(_TXN_VERSION, str(plan.batch))
-        conf.set(_USER_METADATA, plan.metadata())
+        conf.set(_TXN_VERSION, str(batch))
+        conf.set(_USER_METADATA, metadata)
         try:
             action()
         finally:
@@ -190,7 +195,7 @@ class DeltaBatchSink:
             logger.warning(
                 "%s: batch %d of %s was already in the table; Delta skipped the write",
                 self.path,
-                plan.batch,
+                batch,
                 self.app_id,
             )
             return None

@@ -24,6 +24,11 @@ needs no condition. A replayed interval is a slice of the past: its MERGE is `ne
 updates a row only when its version is newer by (watermark, partition, offset), the order
 `latest_per_id` picks by, so it never puts back a version the table had moved past, and landing
 the same versions again changes nothing.
+
+The MERGE writes exactly the Document fields and the source columns, never `*`: the table's
+system columns (`isTrashed`, `lifecycleState`, set by bulk actions) are not in the batch, so an
+update leaves them as they are (a re-imported trashed document stays trashed) and an insert
+leaves them null.
 """
 
 from __future__ import annotations
@@ -118,9 +123,9 @@ def merge_documents(
 ) -> Any:
     """The MERGE (a DeltaMergeBuilder, not executed) of the valid documents `good` into the
     repository-shaped `table`, their rows stamped `import_batch = batch`: the newest version of
-    each id updates the row of that id (only if it is newer than the row's, with `newer_only`)
-    or is inserted. Insert only when the table has none of the ids. `unique_ids` as in
-    `latest_per_id`."""
+    each id updates the Document fields and source columns of the row of that id (only if it is
+    newer than the row's, with `newer_only`) or is inserted (other columns null). Insert only
+    when the table has none of the ids. `unique_ids` as in `latest_per_id`."""
     from delta.tables import DeltaTable
 
     # Created before the batch's write, outside its transaction: a creation commit carrying the
@@ -129,13 +134,14 @@ def merge_documents(
     rows = latest_per_id(good, fields, batch, unique=unique_ids)
     target = DeltaTable.forPath(good.sparkSession, path)
     merge = target.alias("t").merge(rows.alias("s"), "t.id = s.id")
+    written = {c: F.col(f"s.`{c}`") for c in (*fields, *_SOURCE_COLUMNS)}
     if delta_snapshot(good.sparkSession, path).numOfFiles() > 0 and meets_table(
         good, target.toDF()
     ):
-        merge = merge.whenMatchedUpdateAll(condition=_NEWER if newer_only else None)
+        merge = merge.whenMatchedUpdate(condition=_NEWER if newer_only else None, set=written)
     else:
         logger.info("batch %d brings no id %s has: insert-only MERGE", batch, table)
-    return merge.whenNotMatchedInsertAll()
+    return merge.whenNotMatchedInsert(values=written)
 
 
 def meets_table(batch: DataFrame, table: DataFrame) -> bool:

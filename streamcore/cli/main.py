@@ -14,7 +14,19 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 
-from streamcore.cli import admin, avrofile, copy, demo, lag, outbox, position, read, run, tables
+from streamcore.cli import (
+    admin,
+    avrofile,
+    bulk,
+    copy,
+    demo,
+    lag,
+    outbox,
+    position,
+    read,
+    run,
+    tables,
+)
 from streamcore.cli.context import Context, UsageError, global_options, load_cli_config
 from streamcore.errors import (
     InvalidNameError,
@@ -46,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.register(sub)
     outbox.register(sub)
     tables.register(sub)
+    bulk.register(sub)
     return parser
 
 

@@ -94,6 +94,28 @@ def run_python(af: AirflowEnv, code: str, timeout: float = 900) -> dict[str, Any
     return json.loads(lines[-1])
 
 
+def dag_test(af: AirflowEnv, dag_id: str, conf: dict[str, Any]) -> dict[str, Any]:
+    """One `dag.test(run_conf=conf)` of `dag_id` in a fresh interpreter: the run's state, run id
+    and task states, or `{"rejected": message}` when the Params refuse `conf`."""
+    return run_python(
+        af,
+        f"""
+        from pathlib import Path
+        from airflow.dag_processing.dagbag import BundleDagBag
+        from airflow.sdk.exceptions import ParamValidationError
+        folder = Path("dags").resolve()
+        dag = BundleDagBag(dag_folder=folder, bundle_path=folder).dags[{dag_id!r}]
+        try:
+            run = dag.test(run_conf={conf!r})
+        except ParamValidationError as exc:
+            print(json.dumps({{"rejected": str(exc)}}))
+            raise SystemExit(0)
+        states = {{ti.task_id: str(ti.state) for ti in run.get_task_instances()}}
+        print(json.dumps({{"state": str(run.state), "run_id": run.run_id, "tasks": states}}))
+        """,
+    )
+
+
 class AirflowServices:
     """api-server, scheduler and dag-processor as separate processes, each in its own process
     group (task runners and their spark-submit JVMs are children of the scheduler's group)."""

@@ -21,6 +21,7 @@ from airflow_harness import (
     AirflowEnv,
     AirflowServices,
     RestClient,
+    dag_test,
     make_airflow_env,
     run_python,
 )
@@ -116,21 +117,6 @@ def run_records(af: AirflowEnv) -> dict[str, dict[str, Any]]:
     return {r["run_id"]: r for r in records}
 
 
-def dag_test(af: AirflowEnv, conf: dict[str, Any]) -> dict[str, Any]:
-    return run_python(
-        af,
-        f"""
-        from pathlib import Path
-        from airflow.dag_processing.dagbag import BundleDagBag
-        folder = Path("dags").resolve()
-        dag = BundleDagBag(dag_folder=folder, bundle_path=folder).dags[{DAG!r}]
-        run = dag.test(run_conf={conf!r})
-        states = {{ti.task_id: str(ti.state) for ti in run.get_task_instances()}}
-        print(json.dumps({{"state": str(run.state), "run_id": run.run_id, "tasks": states}}))
-        """,
-    )
-
-
 @pytest.fixture(scope="module")
 def af(tmp_path_factory: pytest.TempPathFactory) -> AirflowEnv:
     return make_airflow_env(
@@ -143,7 +129,7 @@ def batches(af: AirflowEnv) -> Batches:
     """Two runs in batch mode (`mode` auto, no start/end, as the schedule's): the first limited
     to FIRST_BATCH entries, the second lands the rest. Returns the run records and the table."""
     append_entries(af)
-    runs = [dag_test(af, {"batch_limit": FIRST_BATCH}), dag_test(af, {})]
+    runs = [dag_test(af, DAG, {"batch_limit": FIRST_BATCH}), dag_test(af, DAG, {})]
     records = run_records(af)
     for run in runs:
         assert run["state"] == "success", run

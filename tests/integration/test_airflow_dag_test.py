@@ -4,10 +4,9 @@ SparkSubmitOperator, a real Delta table checked without Spark."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
-from airflow_harness import AirflowEnv, assert_imported, make_airflow_env, run_python
+from airflow_harness import AirflowEnv, assert_imported, dag_test, make_airflow_env
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 
@@ -19,31 +18,15 @@ def af(tmp_path_factory: pytest.TempPathFactory) -> AirflowEnv:
     )
 
 
-def dag_test(af: AirflowEnv, conf: dict[str, Any]) -> dict[str, Any]:
-    return run_python(
-        af,
-        f"""
-        from pathlib import Path
-        from airflow.dag_processing.dagbag import BundleDagBag
-        from airflow.sdk.exceptions import ParamValidationError
-        folder = Path("dags").resolve()
-        dag = BundleDagBag(dag_folder=folder, bundle_path=folder).dags["streamcore_importer"]
-        try:
-            run = dag.test(run_conf={conf!r})
-        except ParamValidationError as exc:
-            print(json.dumps({{"rejected": str(exc)}}))
-            raise SystemExit(0)
-        states = {{ti.task_id: str(ti.state) for ti in run.get_task_instances()}}
-        print(json.dumps({{"state": str(run.state), "run_id": run.run_id, "tasks": states}}))
-        """,
-    )
-
-
 def test_bad_params_stop_before_any_spark_job(af: AirflowEnv) -> None:
-    rejected = dag_test(af, {"count": 0})
+    rejected = dag_test(af, "streamcore_importer", {"count": 0})
     assert "count" in rejected["rejected"]
 
-    run = dag_test(af, {"source": "files", "path": str(af.streamcore_home / "nothing-here")})
+    run = dag_test(
+        af,
+        "streamcore_importer",
+        {"source": "files", "path": str(af.streamcore_home / "nothing-here")},
+    )
     assert run["state"] == "failed"
     assert run["tasks"]["validate"] == "failed"
     assert run["tasks"]["produce"] == run["tasks"]["consume"] == "upstream_failed"
@@ -54,7 +37,7 @@ def test_bad_params_stop_before_any_spark_job(af: AirflowEnv) -> None:
 
 @pytest.mark.timeout(900)
 def test_dag_test_imports_the_documents(af: AirflowEnv) -> None:
-    run = dag_test(af, {"count": 1500, "partitions": 2, "avg_blob_size": 64})
+    run = dag_test(af, "streamcore_importer", {"count": 1500, "partitions": 2, "avg_blob_size": 64})
     assert run["state"] == "success", run
     assert set(run["tasks"].values()) == {"success"}
     records = list((af.streamcore_home / "runs" / "importer").glob("*.json"))

@@ -134,6 +134,13 @@ BAD_CONFS = {
         ({"horizon": "soon"}, "horizon"),
         ({"force": "maybe"}, "force"),
     ],
+    "streamcore_bulk_action": [
+        ({"action": "shred"}, "action"),
+        ({"query": ""}, "query"),
+        ({"params": "reviewed=yes"}, "params"),
+        ({"bucket_size": 0}, "bucket_size"),
+        ({"query_limit": -1}, "query_limit"),
+    ],
     "streamcore_audit": [
         ({"mode": "replay"}, "mode"),
         ({"failure_threshold": -0.1}, "failure_threshold"),
@@ -551,6 +558,55 @@ def test_backfill_validate_checks_streams_and_interval_before_spark(af: AirflowE
     assert "go together" in result["start_only"]
 
 
+def test_bulk_validate_checks_and_submits_once_before_spark(af: AirflowEnv) -> None:
+    """bulk_arguments(): the action, its params, the query and the sizes checked before Spark,
+    and the command submitted with an id from the run, so a retried validate finds it instead
+    of submitting again. (The exclusive refusal is the service's: tests/unit/bulk.)"""
+    result = run_python(
+        af,
+        """
+        from types import SimpleNamespace
+        import streamcore_bulk_action as m
+        from _streamcore import check_job_arguments
+        from airflow.sdk.exceptions import AirflowFailException
+        from streamcore.bulk import BulkService
+        defaults = {k: p.value for k, p in m.PARAMS.items()}
+        def args(params, run_id="manual__1"):
+            context = {"dag_run": SimpleNamespace(dag_id="streamcore_bulk_action", run_id=run_id)}
+            try:
+                argv = m.bulk_arguments({**defaults, **params}, context)["run"]
+                check_job_arguments("bulk_action", argv)
+                return argv
+            except AirflowFailException as exc:
+                return str(exc)
+        ok = {"action": "trash", "query": "type = 'Note'"}
+        first, again = args(ok), args(ok)
+        with BulkService() as service:
+            submitted = [s.command_id for s in service.list()]
+        out = {
+            "first": first,
+            "again": again,
+            "submitted": submitted,
+            "subquery": args({**ok, "query": "id IN (SELECT id FROM audit)"}, "r2"),
+            "column": args({**ok, "query": "colour = 'red'"}, "r3"),
+            "statement": args({**ok, "query": "1 = 1; DROP TABLE repository"}, "r4"),
+            "params": args({"action": "setProperties", "params": {"properties": 7}}, "r5"),
+            "sizes": args({**ok, "bucket_size": 10, "batch_size": 20}, "r6"),
+        }
+        print(json.dumps(out))
+        """,
+    )
+    home = ["--home", str(af.streamcore_home)]
+    command = result["first"][1]
+    assert result["first"] == ["--command-id", command, *home]
+    assert result["again"] == result["first"] and result["submitted"] == [command]
+    assert "subquer" in result["subquery"].lower(), result["subquery"]
+    assert "colour" in result["column"], result["column"]
+    assert "statement" in result["statement"].lower(), result["statement"]
+    assert "params/properties" in result["params"], result["params"]
+    assert "batch size" in result["sizes"], result["sizes"]
+
+
 def test_audit_schedule_comes_from_the_configuration(af: AirflowEnv, tmp_path: Path) -> None:
     """An operator changes `[audit] schedule` in the TOML file (or STREAMCORE_AUDIT_SCHEDULE):
     the DAG's schedule and data intervals follow; a bad one is the DAG file's import error with
@@ -586,6 +642,7 @@ def test_audit_schedule_comes_from_the_configuration(af: AirflowEnv, tmp_path: P
     assert bad["timetable"] is None
     assert bad["dags"] == [
         "streamcore_backfill",
+        "streamcore_bulk_action",
         "streamcore_importer",
         "streamcore_retention",
         "streamcore_stream_stats",

@@ -9,7 +9,7 @@ import json
 import time
 
 import pytest
-from airflow_harness import ROOT, make_airflow_env, run_python
+from airflow_harness import ROOT, dag_test, make_airflow_env
 
 from streamcore.codecs import get_codec
 from streamcore.config import load_config
@@ -49,18 +49,7 @@ def test_a_run_archives_then_purges_then_maintains(
     finally:
         manager.close()
     conf = {"dry_run": False, "streams": [STREAM], "horizon": "1d"}
-    run = run_python(
-        af,
-        f"""
-        from pathlib import Path
-        from airflow.dag_processing.dagbag import BundleDagBag
-        folder = Path("dags").resolve()
-        dag = BundleDagBag(dag_folder=folder, bundle_path=folder).dags["streamcore_retention"]
-        run = dag.test(run_conf={conf!r})
-        states = {{ti.task_id: str(ti.state) for ti in run.get_task_instances()}}
-        print(json.dumps({{"state": str(run.state), "run_id": run.run_id, "tasks": states}}))
-        """,
-    )
+    run = dag_test(af, "streamcore_retention", conf)
     assert run["state"] == "success", run
     steps = ("validate", "archive", "purge", "compact", "maintain", "summary")
     assert run["tasks"] == dict.fromkeys(steps, "success"), run

@@ -4,16 +4,18 @@ rows under deletion vectors."""
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from pathlib import Path
 
 import pytest
 from spark_session import delta_version
 
-from jobs.spark.catalog import Catalog, spark_type
+from jobs.spark.catalog import Catalog, spark_type, table_schema
 from streamcore.config import load_config
 from streamcore.errors import IncompatibleTableError, TableError
 from streamcore.table_status import table_status
-from streamcore.tables import TABLES
+from streamcore.tables import TABLES, Column
 
 pytestmark = pytest.mark.spark
 
@@ -55,6 +57,51 @@ def test_ensure_refuses_a_table_of_another_shape(spark, catalog) -> None:
         catalog.ensure("audit")
     with pytest.raises(IncompatibleTableError, match=r"partitioned by \[\], not \['event_day'\]"):
         catalog.ensure("audit")
+
+
+def _old_repository(spark, catalog, columns) -> str:
+    """`repository` as a job wrote it before its system columns existed, with one row."""
+    from pyspark.sql.types import StructField, StructType
+
+    spec = catalog.spec("repository")
+    old = table_schema(dataclasses.replace(spec, columns=columns))
+    schema = StructType([StructField(f.name, f.dataType) for f in old.fields])
+    row = {"id": "d1", "title": "kept", "watermark": 7}
+    spark.createDataFrame([row], schema).write.format("delta").save(spec.location)
+    return spec.location
+
+
+def test_ensure_adds_the_declared_nullable_columns_a_table_lacks(spark, catalog, caplog) -> None:
+    from deltalake import DeltaTable
+
+    spec = catalog.spec("repository")
+    assert spec.column_names[-2:] == ("isTrashed", "lifecycleState")
+    path = _old_repository(spark, catalog, spec.columns[:-2])
+    before = delta_version(path)
+    with caplog.at_level(logging.WARNING, logger="jobs.spark.catalog"):
+        assert catalog.ensure("repository") == path
+    assert "added the nullable columns ['isTrashed', 'lifecycleState']" in caplog.text
+    assert delta_version(path) == before + 1  # one metadata commit
+    table = DeltaTable(path)
+    assert table.schema().to_arrow().names == list(spec.column_names)
+    rows = table.to_pyarrow_table().to_pylist()
+    assert [(r["id"], r["title"], r["isTrashed"], r["lifecycleState"]) for r in rows] == [
+        ("d1", "kept", None, None)
+    ]
+    Catalog(spark, catalog.config).ensure("repository")  # migrated: nothing more to do
+    assert delta_version(path) == before + 1
+
+
+def test_ensure_refuses_a_table_that_differs_beyond_missing_nullable_columns(
+    spark, catalog
+) -> None:
+    spec = catalog.spec("repository")
+    wrong = (*spec.columns[:-2], Column("lifecycleState", "int"))  # isTrashed missing too
+    path = _old_repository(spark, catalog, wrong)
+    before = delta_version(path)
+    with pytest.raises(IncompatibleTableError, match=r"lifecycleState is int, not string"):
+        catalog.ensure("repository")
+    assert delta_version(path) == before  # isTrashed not added either
 
 
 def test_optimize_and_vacuum_report_files(spark, catalog) -> None:

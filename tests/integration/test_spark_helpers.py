@@ -342,14 +342,17 @@ def test_upsert_inserts_only_while_the_table_has_none_of_the_ids(
         assert upsert_documents(catalog, "repo", sink, plan, good, fields) is not None
         operation = DeltaTable.forPath(spark, sink.path).history(1).first()
         merges.append(json.loads(operation["operationParameters"]["matchedPredicates"]))
-        # The reference: every batch upserted (the MERGE before the insert-only path).
+        # The reference: every batch upserted (the MERGE before the insert-only path), setting
+        # the columns the batch has (not `*`: the table's system columns are not in it).
         catalog.ensure("reference")
+        latest = latest_per_id(good, fields, batch)
+        columns = {c: f"s.{c}" for c in latest.columns}
         (
             DeltaTable.forPath(spark, catalog.path("reference"))
             .alias("t")
-            .merge(latest_per_id(good, fields, batch).alias("s"), "t.id = s.id")
-            .whenMatchedUpdateAll()
-            .whenNotMatchedInsertAll()
+            .merge(latest.alias("s"), "t.id = s.id")
+            .whenMatchedUpdate(set=columns)
+            .whenNotMatchedInsert(values=columns)
             .execute()
         )
     assert merges == [[], [], [{"actionType": "update"}]]

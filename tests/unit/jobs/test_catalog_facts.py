@@ -66,8 +66,12 @@ def test_repository_columns_come_from_the_document_schema(config) -> None:
         "source_offset",
         "import_batch",
         "imported_at",
+        "isTrashed",
+        "lifecycleState",
     )
     types = {c.name: (c.type, c.nullable) for c in spec.columns}
+    # The system columns bulk actions set; null until one does (docs/bulk.md).
+    assert (types["isTrashed"], types["lifecycleState"]) == (("boolean", True), ("string", True))
     # As spark-avro maps them: enums are strings, timestamp-millis a timestamp, unions nullable.
     assert types["type"] == ("string", False)
     assert types["created"] == ("timestamp", False)

@@ -1,0 +1,15 @@
+"""The Spark building blocks of bulk actions (docs/bulk.md "Spark building blocks"), composed by
+`jobs/bulk_action.py`:
+
+- `scroll`: `scroll` writes the ids matching a query, in id order, numbered into buckets, as
+  Parquet; `load_scroll` reuses a complete one; `bucket_docs` gives one bucket's current rows.
+- `apply`: `apply_update` / `apply_delete`, one MERGE of a batch into `repository`, exactly once
+  by its Delta txn id.
+- `csv_export`: `write_csv_part` (one bucket's rows, sorted by id) and `finish_csv` (one file
+  with a header, merged by id, zipped).
+- `progress`: `Progress`, the job log's progress line (pure Python).
+- `status_table`: `record_status`, a command's full status MERGEd into the Delta table
+  `bulk_status`.
+
+Nothing is re-exported here, so importing `progress` does not load pyspark.
+"""

@@ -1,0 +1,119 @@
+"""A bulk action's batch on `repository`: one Delta MERGE, exactly once.
+
+    version = apply_update(spark, path, rows, app_id=f"bulk/{command_id}", version=batch)
+
+`rows` is what the action's `apply` returned: `id` plus the columns to set (`apply_update`), or
+the ids to delete (`apply_delete`). The MERGE only touches rows the table has (never an insert:
+a document deleted since the scroll stays deleted) and its commit carries Delta's
+`txnAppId = app_id` / `txnVersion = version`, the mechanism of the exactly-once sink
+(`jobs.spark.delta_sink`). Delta skips a write whose version is not above the newest one it
+recorded for the app id, so the versions of one app id must increase from batch to batch (the
+job numbers its batches across buckets): a rerun of a batch that landed is then skipped, and
+returns None, whatever happened to the job in between.
+
+Like every writer, the caller has the table ensured (`Catalog.ensure`) before: a creation or
+migration commit carrying the batch's txn id would make Delta skip the batch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from jobs.spark.delta_sink import DeltaBatchSink
+from streamcore.errors import TableError
+
+__all__ = ["apply_delete", "apply_update"]
+
+logger = logging.getLogger(__name__)
+
+
+def apply_update(
+    spark: SparkSession, table_path: str, rows: DataFrame, *, app_id: str, version: int
+) -> int | None:
+    """Set, in the rows of the Delta table at `table_path` whose ids `rows` has, the other
+    columns of `rows` (map, boolean and string columns alike; `rows` holds each id once). Returns
+    the new table version, or None when batch `version` of `app_id` had landed already."""
+    from delta.tables import DeltaTable
+
+    target = DeltaTable.forPath(spark, table_path)
+    columns = _columns_to_set(table_path, rows, target.toDF().columns)
+    assignments = {c: F.col(f"s.`{c}`") for c in columns}
+
+    def merge() -> None:
+        (
+            target.alias("t")
+            .merge(rows.alias("s"), "t.id = s.id")
+            .whenMatchedUpdate(set=assignments)
+            .execute()
+        )
+
+    return _exactly_once(spark, table_path, app_id, version, "update", merge)
+
+
+def apply_delete(
+    spark: SparkSession, table_path: str, rows: DataFrame, *, app_id: str, version: int
+) -> int | None:
+    """Delete the rows of the Delta table at `table_path` whose ids `rows` has (its other
+    columns are ignored). Returns the new table version, or None when batch `version` of
+    `app_id` had landed already."""
+    from delta.tables import DeltaTable
+
+    if "id" not in rows.columns:
+        raise TableError(
+            f"bulk delete on {table_path}: the rows have no id column ({rows.columns}); the "
+            "action must return the ids to delete"
+        )
+    target = DeltaTable.forPath(spark, table_path)
+
+    def merge() -> None:
+        ids = rows.select("id")
+        target.alias("t").merge(ids.alias("s"), "t.id = s.id").whenMatchedDelete().execute()
+
+    return _exactly_once(spark, table_path, app_id, version, "delete", merge)
+
+
+def _columns_to_set(table_path: str, rows: DataFrame, table_columns: list[str]) -> list[str]:
+    """The columns `rows` sets, checked against the table's."""
+    if "id" not in rows.columns:
+        raise TableError(
+            f"bulk update on {table_path}: the rows have no id column ({rows.columns}); the "
+            "action must return id and the columns to set"
+        )
+    columns = [c for c in rows.columns if c != "id"]
+    if not columns:
+        raise TableError(
+            f"bulk update on {table_path}: the rows set no column besides id; the action must "
+            "return id and the columns to set"
+        )
+    unknown = [c for c in columns if c not in table_columns]
+    if unknown:
+        raise TableError(
+            f"bulk update on {table_path}: the rows set columns the table does not have: "
+            f"{unknown} (it has {table_columns}); fix the action's apply"
+        )
+    return columns
+
+
+def _exactly_once(
+    spark: SparkSession,
+    table_path: str,
+    app_id: str,
+    version: int,
+    kind: str,
+    merge: Callable[[], None],
+) -> int | None:
+    """Run `merge` as batch `version` of `app_id` (Delta's txn id on its commit). Returns the
+    new table version, or None if Delta has that batch (or a later one) of the app id."""
+    sink = DeltaBatchSink(spark, table_path, app_id)
+    landed = sink.txn_version()
+    # Known before the MERGE is computed; Delta checks it again at the commit (a concurrent run).
+    if landed is not None and landed >= version:
+        logger.info("%s: batch %d of %s had landed already, skipped", table_path, version, app_id)
+        return None
+    metadata = json.dumps({"app": app_id, "batch": version, "bulk": kind})
+    return sink.write_batch(version, metadata, merge)

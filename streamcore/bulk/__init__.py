@@ -1,0 +1,56 @@
+"""Bulk actions: run an action over every document of the `repository` table that matches a
+query (docs/bulk.md), mirroring Nuxeo's bulk action framework. This package is the pure-Python
+side: commands, statuses and their merge, the query check, the actions and their registry, and
+the command store with its service; the Spark job (jobs/bulk_action.py) runs the commands.
+
+- `BulkService(config).submit(action, query, params, username=...)` checks and stores a command,
+  and publishes it on `bulk/command`; `status`, `list`, `wait`, `abort` follow and stop it;
+  the job reports through `update(command_id, delta, bucket=...)`.
+- `check_query(query)` is the Spark SQL the job may filter with, or `BulkQueryError`.
+- `BulkAction` is the base of actions; `actions_for(config)` the registry of the built-ins plus
+  `[bulk] actions = ["module:Class"]`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# Exports are imported on first use (PEP 562): a DAG file that only lists the actions
+# (`streamcore.bulk.registry`) must parse fast, without sqlglot, SQLAlchemy and the logs.
+_EXPORTS = {
+    "BulkAction": "actions",
+    "BulkError": "errors",
+    "BulkParamsError": "errors",
+    "BulkQueryError": "errors",
+    "CommandNotFoundError": "errors",
+    "ExclusiveActionError": "errors",
+    "NotAbortableError": "errors",
+    "UnknownActionError": "errors",
+    "COMMAND_STREAM": "messages",
+    "DONE_STREAM": "messages",
+    "STATUS_STREAM": "messages",
+    "decode_command": "messages",
+    "decode_status": "messages",
+    "BulkCommand": "model",
+    "BulkStatus": "model",
+    "State": "model",
+    "check_query": "query",
+    "ActionRegistry": "registry",
+    "actions_for": "registry",
+    "BulkService": "service",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

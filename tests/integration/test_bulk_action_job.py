@@ -1,0 +1,232 @@
+"""jobs/bulk_action.py end to end on the shared Spark session: commands submitted through
+`BulkService` (SQLite command store, local logs), run by the job in process (or as a script
+for the crash), the table read back with delta-rs. Each built-in action once; a query matching
+nothing; the query limit; a SIGKILL after a bucket then a rerun (each bucket counted once); an
+abort between buckets (later buckets untouched); a rerun of a finished command."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from repository_support import document_id as _id
+from repository_support import document_row as _row
+from repository_support import write_repository
+from spark_session import ROOT, read_delta
+
+from streamcore.bulk import BulkAction, BulkService, State, decode_status
+from streamcore.codecs import get_codec
+from streamcore.config import load_config
+from streamcore.log import open_log_manager
+
+pytestmark = pytest.mark.spark
+
+DOCS = 20  # ids 0..19 in id order; odd ones are Notes
+
+
+@pytest.fixture
+def repository(spark: Any) -> Path:
+    from jobs.spark.catalog import Catalog
+
+    rows = [_row(i) for i in range(DOCS)]
+    rows[1]["title"] = 'doc 1, "quoted"'  # CSV quoting
+    return Path(write_repository(spark, Catalog(spark, load_config()), rows))
+
+
+def _rows(path: Path) -> dict[str, dict[str, Any]]:
+    return {r["id"]: r for r in read_delta(path).to_pylist()}
+
+
+def _submit(action: str, query: str, params: dict | None = None, **sizes: Any) -> str:
+    with BulkService() as service:
+        return service.submit(action, query, params, username="tester", **sizes).command_id
+
+
+def _status(command_id: str) -> Any:
+    with BulkService() as service:
+        return service.status(command_id)
+
+
+def _job(command_id: str) -> tuple[int, dict[str, Any]]:
+    from jobs import bulk_action
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = bulk_action.main(["--command-id", command_id])
+    return code, json.loads(out.getvalue().strip().splitlines()[-1])
+
+
+def _notes() -> set[str]:
+    return {_id(i) for i in range(DOCS) if i % 2}
+
+
+def test_set_properties_then_a_rerun_does_nothing(spark: Any, repository: Path) -> None:
+    command = _submit(
+        "setProperties",
+        "type = 'Note'",
+        {"properties": {"reviewed": "yes", "k": None}},
+        bucket_size=4,
+        batch_size=2,
+    )
+    code, summary = _job(command)
+    assert code == 0, summary
+    assert (summary["state"], summary["total"], summary["processed"]) == ("COMPLETED", 10, 10)
+    rows = _rows(repository)
+    for doc_id, row in rows.items():
+        expected = [("reviewed", "yes")] if doc_id in _notes() else [("k", "v")]
+        assert sorted(row["properties"]) == expected, row
+    status = _status(command)
+    assert status.state is State.COMPLETED and status.processed == 10
+    assert status.scroll_start_ms <= status.scroll_end_ms <= status.completed_ms
+    recorded = read_delta(Path(os.environ["STREAMCORE_HOME"]) / "delta" / "bulk_status")
+    assert [(r["command_id"], r["state"]) for r in recorded.to_pylist()] == [(command, "COMPLETED")]
+    codec = get_codec("avro")
+    with open_log_manager(load_config()) as logs, logs.tailer("test/done", "bulk/done") as tailer:
+        done = [
+            decode_status(codec.decode(r.message).data)
+            for r in iter(lambda: tailer.read(1.0), None)
+        ]
+    assert [(s.command_id, s.state) for s in done] == [(command, State.COMPLETED)]
+
+    code, again = _job(command)
+    assert code == 0 and again["note"] == "already finished: nothing to do", again
+    assert _rows(repository) == rows
+
+
+def test_trash_untrash_system_properties_and_delete(spark: Any, repository: Path) -> None:
+    assert _job(_submit("trash", "type = 'Note'"))[1]["processed"] == 10
+    assert {i for i, r in _rows(repository).items() if r["isTrashed"]} == _notes()
+    assert _job(_submit("untrash", "isTrashed"))[1]["processed"] == 10
+    assert not any(r["isTrashed"] for r in _rows(repository).values())
+    command = _submit("setSystemProperties", "title = 'doc 2'", {"lifecycleState": "approved"})
+    assert _job(command)[1]["processed"] == 1
+    assert {i for i, r in _rows(repository).items() if r["lifecycleState"]} == {_id(2)}
+    code, deleted = _job(_submit("delete", "type = 'File' AND lifecycleState IS NULL"))
+    assert code == 0 and deleted["processed"] == 9, deleted
+    assert set(_rows(repository)) == _notes() | {_id(2)}
+
+
+def test_csv_export_is_one_sorted_zipped_file(spark: Any, repository: Path) -> None:
+    command = _submit(
+        "csvExport", "type = 'Note'", {"columns": ["id", "title", "properties"]}, bucket_size=3
+    )
+    code, summary = _job(command)
+    assert code == 0 and summary["state"] == "COMPLETED", summary
+    path = Path(summary["result"]["url"])
+    assert path == Path(_status(command).result["url"]) and path.suffix == ".zip"
+    with zipfile.ZipFile(path) as archive:
+        (name,) = archive.namelist()
+        text = archive.read(name).decode("utf-8")
+    rows = list(csv.reader(io.StringIO(text, newline="")))
+    assert rows[0] == ["id", "title", "properties"]
+    assert [r[0] for r in rows[1:]] == sorted(_notes())
+    assert rows[1][1] == 'doc 1, "quoted"' and json.loads(rows[1][2]) == {"k": "v"}
+
+
+def test_nothing_matched_and_the_query_limit(spark: Any, repository: Path) -> None:
+    code, none = _job(_submit("trash", "title = 'no such title'"))
+    assert code == 0 and (none["state"], none["total"]) == ("COMPLETED", 0), none
+    code, limited = _job(_submit("trash", "type = 'Note'", query_limit=3))
+    assert code == 0 and limited["query_limit_reached"], limited
+    assert (limited["state"], limited["total"], limited["processed"]) == ("COMPLETED", 3, 3)
+    assert {i for i, r in _rows(repository).items() if r["isTrashed"]} == set(sorted(_notes())[:3])
+
+
+def _crash_after_first_bucket(command: str) -> None:
+    crashed = subprocess.run(
+        [sys.executable, str(ROOT / "jobs" / "bulk_action.py"), "--command-id", command],
+        env={**os.environ, "STREAMCORE_FAULT": "bulk.after_bucket"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert crashed.returncode == -9, crashed.stdout + crashed.stderr[-3000:]
+
+
+def test_a_crash_after_a_bucket_then_a_rerun_counts_each_bucket_once(
+    spark: Any, repository: Path
+) -> None:
+    command = _submit("trash", "type = 'Note'", bucket_size=4)
+    _crash_after_first_bucket(command)
+    status = _status(command)
+    assert (status.state, status.total, status.processed) == (State.RUNNING, 10, 4)
+    code, summary = _job(command)
+    assert code == 0, summary
+    assert (summary["state"], summary["processed"]) == ("COMPLETED", 10)
+    assert {i for i, r in _rows(repository).items() if r["isTrashed"]} == _notes()
+
+
+def test_an_abort_between_buckets_leaves_later_buckets_untouched(
+    spark: Any, repository: Path
+) -> None:
+    command = _submit("trash", "type = 'Note'", bucket_size=4)
+    _crash_after_first_bucket(command)
+    with BulkService() as service:
+        assert service.abort(command).state is State.ABORTED
+    code, summary = _job(command)
+    assert code == 0 and summary["state"] == "ABORTED", summary
+    trashed = {i for i, r in _rows(repository).items() if r["isTrashed"]}
+    assert trashed == set(sorted(_notes())[:4])  # the first bucket only
+
+
+class AbortingTrash(BulkAction):
+    """Trash, then abort the running command: a custom action (registered through
+    `[bulk] actions` in the configuration) that aborts from inside its first bucket."""
+
+    name = "abortingTrash"
+    params_schema = {"type": "object", "additionalProperties": False}
+
+    def apply(self, docs: Any, params: dict[str, Any], F: Any) -> Any:
+        with BulkService() as service:
+            for status in service.list(state=State.RUNNING):
+                service.abort(status.command_id)
+        return docs.select("id", F.lit(True).alias("isTrashed"))
+
+
+def test_an_abort_during_a_run_stops_it_before_the_next_bucket(
+    spark: Any, repository: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "streamcore.toml"
+    config.write_text(
+        (ROOT / "include" / "streamcore.toml").read_text()
+        + '\n[bulk]\nactions = ["test_bulk_action_job:AbortingTrash"]\n'
+    )
+    monkeypatch.setenv("STREAMCORE_CONFIG", str(config))
+    command = _submit("abortingTrash", "type = 'Note'", bucket_size=4)
+    code, summary = _job(command)
+    assert code == 0 and summary["state"] == "ABORTED" and summary["aborted"], summary
+    trashed = {i for i, r in _rows(repository).items() if r["isTrashed"]}
+    assert trashed == set(sorted(_notes())[:4])  # the first bucket only
+    assert _status(command).processed == 4
+
+
+def test_the_readme_action_as_written(
+    spark: Any, repository: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README's `Archive` (its Python block, as written) registered and run end to end."""
+    readme = (ROOT / "README.md").read_text()
+    (source,) = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "BulkAction" in b]
+    (tmp_path / "readme_archive.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = tmp_path / "streamcore.toml"
+    config.write_text(
+        (ROOT / "include" / "streamcore.toml").read_text()
+        + '\n[bulk]\nactions = ["readme_archive:Archive"]\n'
+    )
+    monkeypatch.setenv("STREAMCORE_CONFIG", str(config))
+    command = _submit("archive", "type = 'Note'", {"folder": "/archive"})
+    code, summary = _job(command)
+    assert code == 0 and (summary["state"], summary["processed"]) == ("COMPLETED", 10), summary
+    moved = {i for i, r in _rows(repository).items() if r["parentPath"] == "/archive"}
+    assert moved == _notes()
