@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import shutil
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -268,6 +269,61 @@ def given_interval(params: Mapping[str, Any]) -> tuple[str, str] | None:
             "neither for the run's data interval"
         )
     return (start, end) if start is not None else None
+
+
+# Command ids of DAG runs: uuid5 of the DAG and run ids, so a retried or cleared validate task
+# finds the command it submitted instead of submitting another.
+BULK_RUN_NAMESPACE = uuid.UUID("5d3c9b0e-8f0b-4d52-9f6e-3b1c2f0e7a41")
+
+
+def submit_bulk_command(
+    context: Any,
+    action: str,
+    query: str,
+    params: Mapping[str, Any],
+    *,
+    values: Mapping[str, Any] | None = None,
+    sizes: Mapping[str, int | None] | None = None,
+) -> dict[str, list[str]]:
+    """Check and submit the bulk command of this DAG run (`streamcore.bulk.BulkService`), once
+    per run; the arguments of `jobs/bulk_action.py`'s `run` step. A refused command fails the
+    task with the reason, before Spark."""
+    from streamcore.bulk import BulkError, BulkService
+
+    run = context["dag_run"]
+    command_id = str(uuid.uuid5(BULK_RUN_NAMESPACE, f"{run.dag_id}/{run.run_id}"))
+    username = getattr(run, "triggering_user_name", None) or "airflow"
+    try:
+        with BulkService() as service:
+            status = service.submit(
+                action,
+                query,
+                dict(params),
+                username=username,
+                command_id=command_id,
+                values=values,
+                **(sizes or {}),
+            )
+    except BulkError as exc:
+        raise AirflowFailException(str(exc)) from None
+    logger.info("bulk command %s (%s) is %s", command_id, action, status.state.value)
+    return {"run": ["--command-id", command_id, "--home", str(streamcore_home())]}
+
+
+def render_bulk_summary(outputs: Mapping[str, Mapping[str, Any]]) -> str:
+    """The summary of a bulk command's run: state, documents, query limit, abort, result."""
+    run = outputs["run"]
+    rows = [
+        ("command", f"{run.get('command_id')} ({run.get('action')})"),
+        ("state", str(run.get("state"))),
+        ("documents", f"{run.get('processed', 0):,} of {run.get('total') or 0:,}"),
+    ]
+    if run.get("query_limit_reached"):
+        rows.append(("query limit", "reached: the documents beyond it were not processed"))
+    if run.get("aborted"):
+        rows.append(("aborted", "stopped between buckets; later buckets untouched"))
+    rows += [(f"result {k}", v) for k, v in sorted((run.get("result") or {}).items())]
+    return render_rows(rows)
 
 
 def render_rows(rows: list[tuple[str, str]]) -> str:

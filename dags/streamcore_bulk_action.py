@@ -5,22 +5,15 @@ by `job_tasks`.
 
 from __future__ import annotations
 
-import logging
-import uuid
 from typing import Any
 
 import pendulum
-from _streamcore import default_args, job_tasks, render_rows, streamcore_home
+from _streamcore import default_args, job_tasks, render_bulk_summary, submit_bulk_command
 from airflow.sdk import Param, dag
-from airflow.sdk.exceptions import AirflowFailException
 
 from streamcore.bulk.registry import actions_for
 
-logger = logging.getLogger(__name__)
 ACTIONS = actions_for()
-# Command ids of DAG runs: uuid5 of the DAG and run ids, so a retried or cleared validate task
-# finds the command it submitted instead of submitting another.
-RUN_NAMESPACE = uuid.UUID("5d3c9b0e-8f0b-4d52-9f6e-3b1c2f0e7a41")
 
 DOC = f"""
 # streamcore bulk action
@@ -97,42 +90,10 @@ PARAMS = {
 
 def bulk_arguments(params: dict[str, Any], context: Any) -> dict[str, list[str]]:
     """Check and submit the command of this run (see DOC); the run step's arguments."""
-    from streamcore.bulk import BulkError, BulkService
-
-    run = context["dag_run"]
-    command_id = str(uuid.uuid5(RUN_NAMESPACE, f"{run.dag_id}/{run.run_id}"))
-    username = getattr(run, "triggering_user_name", None) or "airflow"
-    try:
-        with BulkService() as service:
-            status = service.submit(
-                params["action"],
-                params["query"],
-                params["params"],
-                username=username,
-                command_id=command_id,
-                bucket_size=params["bucket_size"],
-                batch_size=params["batch_size"],
-                query_limit=params["query_limit"],
-            )
-    except BulkError as exc:
-        raise AirflowFailException(str(exc)) from None
-    logger.info("command %s is %s", command_id, status.state.value)
-    return {"run": ["--command-id", command_id, "--home", str(streamcore_home())]}
-
-
-def render_summary(outputs: dict[str, dict[str, Any]]) -> str:
-    run = outputs["run"]
-    rows = [
-        ("command", f"{run.get('command_id')} ({run.get('action')})"),
-        ("state", str(run.get("state"))),
-        ("documents", f"{run.get('processed', 0):,} of {run.get('total') or 0:,}"),
-    ]
-    if run.get("query_limit_reached"):
-        rows.append(("query limit", "reached: the documents beyond it were not processed"))
-    if run.get("aborted"):
-        rows.append(("aborted", "stopped between buckets; later buckets untouched"))
-    rows += [(f"result {k}", v) for k, v in sorted((run.get("result") or {}).items())]
-    return render_rows(rows)
+    sizes = {k: params[k] for k in ("bucket_size", "batch_size", "query_limit")}
+    return submit_bulk_command(
+        context, params["action"], params["query"], params["params"], sizes=sizes
+    )
 
 
 @dag(
@@ -146,7 +107,9 @@ def render_summary(outputs: dict[str, dict[str, Any]]) -> str:
     default_args=default_args(retries=1),
 )
 def streamcore_bulk_action() -> None:
-    job_tasks("bulk_action", ["run"], bulk_arguments, retries={"run": 2}, render=render_summary)
+    job_tasks(
+        "bulk_action", ["run"], bulk_arguments, retries={"run": 2}, render=render_bulk_summary
+    )
 
 
 streamcore_bulk_action()

@@ -3,9 +3,10 @@ nothing else (docs/bulk.md, "Queries").
 
 The query is parsed with sqlglot (Spark dialect) and every node of the tree is checked against an
 allow-list, so what is refused is whatever is not known to be harmless: statements, subqueries,
-comments, placeholders, qualified or unknown columns, and functions outside a short list of pure
-ones. The job filters with the SQL sqlglot regenerates from the checked tree, never with the text
-as given, so what runs is what was checked.
+comments, anonymous placeholders, qualified or unknown columns, and functions outside a short
+list of pure ones. Named placeholders (`:days`) are bound to literals in the tree. The job
+filters with the SQL sqlglot regenerates from the checked tree, never with the text as given, so
+what runs is what was checked.
 """
 
 from __future__ import annotations
@@ -137,10 +138,16 @@ def _shown(node: exp.Expression) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def check_query(query: str, columns: Mapping[str, str] | None = None) -> str:
+def check_query(
+    query: str,
+    columns: Mapping[str, str] | None = None,
+    values: Mapping[str, bool | int | float | str] | None = None,
+) -> str:
     """The Spark SQL of `query` regenerated from its checked tree, or `BulkQueryError` naming
     the part at fault and what is allowed. `columns` (name → type, e.g. `map<string,string>`)
-    are those a query may name; default: the `repository` table's (`repository_columns()`)."""
+    are those a query may name; default: the `repository` table's (`repository_columns()`).
+    `values` bind the query's named placeholders (`:retention_days`): each becomes a literal in
+    the tree, never text pasted into the query."""
     if not isinstance(query, str) or not query.strip():
         raise _refuse("the query is empty")
     known = dict(repository_columns() if columns is None else columns)
@@ -155,7 +162,7 @@ def check_query(query: str, columns: Mapping[str, str] | None = None) -> str:
         raise _refuse(f"the query {query!r:.100} is not valid Spark SQL: {exc}") from None
     if len(trees) != 1:
         raise _refuse(f"the query holds {len(trees)} statements; give one condition, without ';'")
-    tree = trees[0]
+    tree = _bind(trees[0], values or {})
     for node in tree.walk():
         _check_node(node, known)
     if not _is_predicate(tree, known):
@@ -164,6 +171,30 @@ def check_query(query: str, columns: Mapping[str, str] | None = None) -> str:
             "document (a comparison, IN, LIKE, IS NULL, a boolean column, ...)"
         )
     return tree.sql(dialect="spark")
+
+
+def _bind(tree: exp.Expression, values: Mapping[str, bool | int | float | str]) -> exp.Expression:
+    """`tree` with each named placeholder replaced by the literal of its value."""
+    for node in list(tree.find_all(exp.Placeholder)):
+        name = node.name
+        if name == "?" or not name:
+            continue  # anonymous: refused by the node check
+        if name not in values:
+            given = ", ".join(sorted(values)) or "none"
+            raise _refuse(f"the query uses :{name}, which has no value (values given: {given})")
+        value = values[name]
+        if isinstance(value, bool):
+            literal: exp.Expression = exp.Boolean(this=value)
+        elif isinstance(value, int | float):
+            literal = exp.Literal.number(value)
+        elif isinstance(value, str):
+            literal = exp.Literal.string(value)
+        else:
+            raise _refuse(f":{name} is {value!r}; a value is a boolean, a number or a string")
+        if node is tree:
+            return literal
+        node.replace(literal)
+    return tree
 
 
 def _check_node(node: exp.Expression, columns: Mapping[str, str]) -> None:

@@ -74,9 +74,12 @@ class BulkService:
         batch_size: int | None = None,
         query_limit: int | None = None,
         repository: str = "repository",
+        values: Mapping[str, bool | int | float | str] | None = None,
     ) -> BulkStatus:
         """Check everything, store the command SCHEDULED, publish it; returns its status. With
-        a `command_id` already stored, returns the stored status and does nothing else."""
+        a `command_id` already stored, returns the stored status and does nothing else.
+        `values` bind the query's named placeholders (`:retention_days`, a schedule's values):
+        the command keeps the query with them bound, as literals."""
         handler = self.registry.get(action)
         checked = handler.check_params(params)
         if not isinstance(username, str) or not username.strip():
@@ -103,7 +106,7 @@ class BulkService:
             columns = repository_columns(repository, self.config)
         except ConfigError as exc:
             raise BulkParamsError(f"repository {repository!r}: {exc}", "repository") from None
-        sql = check_query(query, columns)
+        sql = check_query(query, columns, values)
         command = BulkCommand(
             id=command_id or str(uuid.uuid4()),
             action=action,

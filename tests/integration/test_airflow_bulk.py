@@ -1,6 +1,7 @@
-"""One `dag.test()` of the bulk action DAG: a csvExport of the Notes of a small `repository`
-submitted by validate, run by spark-submit, summarised; the exported file is read back with the
-csv module and the command's status with the CLI (`streamcore bulk status --json`)."""
+"""One `dag.test()` of each bulk DAG, on one small `repository`: the bulk action DAG runs a
+csvExport of the Notes (the file read back with the csv module, the command's status with the
+CLI, `streamcore bulk status --json`); the scheduled example of include/streamcore.toml
+(`streamcore_bulk_trash_old_notes`) trashes the Notes older than its `retention_days`."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from airflow_harness import VENV_BIN, dag_test, make_airflow_env
+from airflow_harness import VENV_BIN, AirflowEnv, dag_test, make_airflow_env
 from repository_support import document_row, write_repository
+from spark_session import read_delta
 
 from streamcore.config import load_config
 
@@ -30,14 +32,31 @@ def _repository(spark: Any, home: Path, count: int) -> list[str]:
     return [r["id"] for r in rows if r["type"] == "Note"]
 
 
-@pytest.mark.timeout(900)
-def test_a_csv_export_run_from_the_dag(
-    spark: Any, tmp_path_factory: pytest.TempPathFactory
-) -> None:
-    af = make_airflow_env(
+def _record(af: AirflowEnv, dag_id: str) -> dict[str, Any]:
+    """The run record the summary task of `dag_id`'s one run kept."""
+    records = [
+        json.loads(p.read_text())
+        for p in (af.streamcore_home / "runs" / "bulk_action").glob("*.json")
+    ]
+    (record,) = [r for r in records if r["dag_id"] == dag_id]
+    return record
+
+
+@pytest.fixture(scope="module")
+def af(tmp_path_factory: pytest.TempPathFactory) -> AirflowEnv:
+    return make_airflow_env(
         tmp_path_factory.mktemp("airflow-home"), tmp_path_factory.mktemp("sc-home")
     )
-    notes = _repository(spark, af.streamcore_home, 90)
+
+
+@pytest.fixture(scope="module")
+def notes(spark: Any, af: AirflowEnv) -> list[str]:
+    """90 documents (modified on 2026-11-01), every third a Note: the Notes' ids."""
+    return _repository(spark, af.streamcore_home, 90)
+
+
+@pytest.mark.timeout(900)
+def test_a_csv_export_run_from_the_dag(af: AirflowEnv, notes: list[str]) -> None:
     conf = {
         "action": "csvExport",
         "query": "type = 'Note'",
@@ -47,8 +66,7 @@ def test_a_csv_export_run_from_the_dag(
     run = dag_test(af, "streamcore_bulk_action", conf)
     assert run["state"] == "success", run
     assert run["tasks"] == dict.fromkeys(("validate", "run", "summary"), "success"), run
-    (path,) = (af.streamcore_home / "runs" / "bulk_action").glob("*.json")
-    record = json.loads(path.read_text())
+    record = _record(af, "streamcore_bulk_action")
     summary = record["run"]
     assert (summary["state"], summary["total"], summary["processed"]) == ("COMPLETED", 30, 30)
     assert "COMPLETED" in record["report"] and "30 of 30" in record["report"]
@@ -67,3 +85,14 @@ def test_a_csv_export_run_from_the_dag(
     assert shown.returncode == 0, shown.stderr
     status = json.loads(shown.stdout)
     assert status["state"] == "COMPLETED" and status["processed"] == 30, status
+
+
+@pytest.mark.timeout(900)
+def test_the_scheduled_example_trashes_old_notes(af: AirflowEnv, notes: list[str]) -> None:
+    run = dag_test(af, "streamcore_bulk_trash_old_notes", {"retention_days": 7})
+    assert run["state"] == "success", run
+    summary = _record(af, "streamcore_bulk_trash_old_notes")["run"]
+    assert (summary["action"], summary["state"], summary["processed"]) == ("trash", "COMPLETED", 30)
+    table = af.streamcore_home / "delta" / "repository"
+    trashed = sorted(r["id"] for r in read_delta(table).to_pylist() if r["isTrashed"])
+    assert trashed == sorted(notes)

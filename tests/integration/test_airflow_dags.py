@@ -141,6 +141,7 @@ BAD_CONFS = {
         ({"bucket_size": 0}, "bucket_size"),
         ({"query_limit": -1}, "query_limit"),
     ],
+    "streamcore_bulk_trash_old_notes": [({"retention_days": "a month"}, "retention_days")],
     "streamcore_audit": [
         ({"mode": "replay"}, "mode"),
         ({"failure_threshold": -0.1}, "failure_threshold"),
@@ -643,6 +644,7 @@ def test_audit_schedule_comes_from_the_configuration(af: AirflowEnv, tmp_path: P
     assert bad["dags"] == [
         "streamcore_backfill",
         "streamcore_bulk_action",
+        "streamcore_bulk_trash_old_notes",
         "streamcore_importer",
         "streamcore_retention",
         "streamcore_stream_stats",

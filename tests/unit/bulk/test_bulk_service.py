@@ -117,6 +117,17 @@ def test_submit_takes_the_action_defaults_and_explicit_sizes(service: BulkServic
     assert (trash.bucket_size, trash.batch_size, trash.query_limit) == (10, 10, 0)
 
 
+def test_submit_binds_values_into_the_stored_query(service: BulkService) -> None:
+    """A schedule's values: the command keeps the query with them bound as literals, and the
+    bucket alone given makes the default batch fit in it."""
+    status = service.submit(
+        "trash", "title = :t", username="ann", values={"t": "x' OR 1=1"}, bucket_size=10
+    )
+    command = service.command(status.command_id)
+    assert command.query == "title = 'x\\' OR 1=1'"
+    assert (command.bucket_size, command.batch_size) == (10, 10)
+
+
 @pytest.mark.parametrize(
     ("call", "error", "message"),
     [
