@@ -13,11 +13,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import fastavro
 import pytest
+from cli_support import Result, cli_runner
 
 from streamcore.cli.main import main
 from streamcore.cli.table import human_bytes, human_duration, render_table
@@ -31,19 +31,6 @@ from streamcore.watermark import Watermark
 BASE_MS = 1_600_000_000_000  # 2020-09-13T12:26:40Z
 
 
-@dataclass
-class Result:
-    rc: int
-    out: str
-    err: str
-
-    def json(self) -> object:
-        return json.loads(self.out)
-
-    def json_lines(self) -> list[dict]:
-        return [json.loads(line) for line in self.out.splitlines() if line.strip()]
-
-
 @pytest.fixture
 def home(tmp_path: Path) -> Path:
     return tmp_path / "home"
@@ -51,13 +38,7 @@ def home(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def cli(home: Path, capsys: pytest.CaptureFixture[str]) -> Callable[..., Result]:
-    def run(*argv: str) -> Result:
-        capsys.readouterr()
-        rc = main(["--home", str(home), *argv])
-        out, err = capsys.readouterr()
-        return Result(rc, out, err)
-
-    return run
+    return cli_runner(home, capsys)
 
 
 @pytest.fixture

@@ -7,26 +7,15 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_support import Result, cli_runner
 
 from streamcore.bulk import BulkService, BulkStatus, State
 from streamcore.cli.bulk import progress, progress_line
-from streamcore.cli.main import main
 from streamcore.config import load_config
-
-
-@dataclass
-class Result:
-    rc: int
-    out: str
-    err: str
-
-    def json(self) -> Any:
-        return json.loads(self.out)
 
 
 @pytest.fixture
@@ -38,13 +27,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def cli(home: Path, capsys: pytest.CaptureFixture[str]) -> Callable[..., Result]:
-    def run(*argv: str) -> Result:
-        capsys.readouterr()
-        rc = main(["--home", str(home), *argv])
-        out, err = capsys.readouterr()
-        return Result(rc, out, err)
-
-    return run
+    return cli_runner(home, capsys)
 
 
 def update(home: Path, command_id: str, **fields: Any) -> BulkStatus:
