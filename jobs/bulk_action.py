@@ -14,8 +14,9 @@ the truth of its state. The job:
    `batch_size` through the action's `apply(docs, params, F)`; an `update` or `delete` batch is
    one MERGE into the table carrying Delta's txn id (`bulk/<id>`, the batch's number across
    buckets: `jobs.spark.bulk.apply`), an `export` bucket one CSV part. After each bucket, a
-   status delta adds its ids to `processed` (counted once per bucket by the store) and the log
-   shows a progress line with rate and ETA.
+   status delta adds its ids to `processed` (counted once per bucket by the store), and the log
+   shows the progress line of the status the store returns (done, rate, ETA), the line
+   `streamcore bulk status` shows.
 3. **completion**: the last bucket's delta brings `processed` to the total, which makes the
    command COMPLETED; an export first joins its parts into one file sorted by id (zipped),
    whose path is the status result `url`. The full status lands in the Delta table
@@ -31,7 +32,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -149,12 +149,11 @@ class _Run:
 
     def buckets(self, found: Any) -> bool:
         """Process every bucket; True when an abort stopped the run."""
-        from jobs.spark.bulk.progress import Progress
         from streamcore.bulk import State
         from streamcore.bulk.model import now_ms
+        from streamcore.bulk.progress import progress_line
 
-        progress = Progress(found.total)
-        started, start_ms = time.monotonic(), now_ms()
+        start_ms = now_ms()
         size = self.command.bucket_size
         held = None  # an export's last delta waits for its file (see `finish`)
         for bucket in range(found.buckets):
@@ -168,20 +167,22 @@ class _Run:
                 processed=ids, processing_start_ms=start_ms, processing_end_ms=now_ms()
             )
             if self.action.kind == "export" and bucket == found.buckets - 1:
-                held = delta
+                held = delta  # sent with the file's path, below
             else:
-                self.service.update(self.command.id, delta, bucket=bucket)
-            done = min(found.total, (bucket + 1) * size)
-            logger.info(
-                "%s bucket %d/%d: %s",
-                self.command.action,
-                bucket + 1,
-                found.buckets,
-                progress.line(done, time.monotonic() - started),
-            )
+                status = self.service.update(self.command.id, delta, bucket=bucket)
+                logger.info(
+                    "%s bucket %d/%d: %s",
+                    self.command.action,
+                    bucket + 1,
+                    found.buckets,
+                    progress_line(status),
+                )
             self.ctx.fault_point("bulk.after_bucket")
         if held is not None:
-            self.service.update(self.command.id, self.finish(held), bucket=found.buckets - 1)
+            status = self.service.update(
+                self.command.id, self.finish(held), bucket=found.buckets - 1
+            )
+            logger.info("%s: %s", self.command.action, progress_line(status))
         return False
 
     def bucket(self, bucket: int) -> None:

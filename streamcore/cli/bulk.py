@@ -25,9 +25,9 @@ from streamcore.bulk import (
     State,
     UnknownActionError,
 )
-from streamcore.bulk.model import now_ms
+from streamcore.bulk.progress import progress, progress_line
 from streamcore.cli.context import Context, UsageError, global_options
-from streamcore.cli.table import human_duration, iso_time, render_table
+from streamcore.cli.table import iso_time, render_table
 
 _BAD_ARGUMENTS = (BulkParamsError, BulkQueryError, UnknownActionError, CommandNotFoundError)
 _TIMES = (
@@ -54,34 +54,6 @@ def _service(ctx: Context) -> Iterator[BulkService]:
         service.close()
 
 
-def progress(status: BulkStatus, now: int | None = None) -> dict[str, Any]:
-    """processed/total, percent, rate (documents per second since the processing started) and
-    the estimated time left, as far as the status tells them."""
-    done = (status.processed or 0) + (status.skipped or 0)
-    total = status.total
-    percent = round(100.0 * done / total, 1) if total else None
-    rate = None
-    if status.processing_start_ms is not None:
-        end = status.processing_end_ms if _terminal(status) else None
-        elapsed = (end or now or now_ms()) - status.processing_start_ms
-        rate = round(1000.0 * (status.processed or 0) / elapsed, 1) if elapsed > 0 else None
-    eta_ms = None
-    if rate and total and not _terminal(status):
-        eta_ms = int(1000 * max(total - done, 0) / rate)
-    return {
-        "processed": status.processed or 0,
-        "skipped": status.skipped or 0,
-        "total": total,
-        "percent": percent,
-        "rate_per_s": rate,
-        "eta_ms": eta_ms,
-    }
-
-
-def _terminal(status: BulkStatus) -> bool:
-    return status.state is not None and status.state.terminal
-
-
 def status_json(status: BulkStatus) -> dict[str, Any]:
     """The status as its Avro datum (Nuxeo's field names), with ISO times and the progress."""
     document = status.to_datum()
@@ -89,21 +61,6 @@ def status_json(status: BulkStatus) -> dict[str, Any]:
         document[label.replace(" ", "_") + "_time"] = iso_time(getattr(status, name))
     document["progress"] = progress(status)
     return document
-
-
-def progress_line(status: BulkStatus) -> str:
-    p = progress(status)
-    total = "?" if p["total"] is None else f"{p['total']:,}"
-    line = f"{p['processed']:,}/{total}"
-    if p["skipped"]:
-        line += f" (+{p['skipped']:,} skipped)"
-    if p["percent"] is not None:
-        line += f", {p['percent']:g}%"
-    if p["rate_per_s"] is not None:
-        line += f", {p['rate_per_s']:,.1f} docs/s"
-    if p["eta_ms"] is not None:
-        line += f", ETA {human_duration(p['eta_ms'])}"
-    return line
 
 
 def _show(ctx: Context, status: BulkStatus) -> None:
@@ -169,7 +126,7 @@ def run_wait(ctx: Context) -> int:
     _show(ctx, status)
     if status.state is State.COMPLETED:
         return 0
-    if not ctx.json and not _terminal(status):
+    if not ctx.json and not (status.state is not None and status.state.terminal):
         ctx.err(
             f"streamcore: command {status.command_id} not finished after {ctx.args.timeout:g} s"
         )

@@ -7,9 +7,8 @@
   by its Delta txn id.
 - `csv_export`: `write_csv_part` (one bucket's rows, sorted by id) and `finish_csv` (one file
   with a header, merged by id, zipped).
-- `progress`: `Progress`, the job log's progress line (pure Python).
 - `status_table`: `record_status`, a command's full status MERGEd into the Delta table
   `bulk_status`.
 
-Nothing is re-exported here, so importing `progress` does not load pyspark.
+Nothing is re-exported here, so importing `csv_export` does not load pyspark.
 """

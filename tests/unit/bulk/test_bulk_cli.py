@@ -14,7 +14,7 @@ import pytest
 from cli_support import Result, cli_runner
 
 from streamcore.bulk import BulkService, BulkStatus, State
-from streamcore.cli.bulk import progress, progress_line
+from streamcore.bulk.progress import progress, progress_line
 from streamcore.config import load_config
 
 

@@ -1,4 +1,4 @@
-"""The pure-Python helpers of jobs/spark/bulk, without Spark: the progress line, how values are
+"""The pure-Python helpers of jobs/spark/bulk, without Spark: how values are
 rendered in a CSV export, and the merge of CSV parts into one file (parts written by hand here;
 tests/integration/test_bulk_spark.py writes them from Spark)."""
 
@@ -13,30 +13,6 @@ from pathlib import Path
 import pytest
 
 from jobs.spark.bulk.csv_export import finish_csv, render
-from jobs.spark.bulk.progress import Progress, duration
-
-
-def test_progress_line() -> None:
-    assert Progress(100_000).line(30_000, 30_000 / 12_345) == (
-        "30,000 / 100,000 documents (30.0%), 12,345 documents/s, ETA 6 s"
-    )
-    assert Progress(10).line(0, 0.0) == "0 / 10 documents (0.0%), 0 documents/s, ETA unknown"
-    assert Progress(10).line(10, 2.0) == "10 / 10 documents (100.0%), 5 documents/s, ETA 0 s"
-    assert Progress(0).line(0, 1.0) == "0 / 0 documents (100.0%), 0 documents/s, ETA 0 s"
-    assert Progress(1_000_000).line(1_000, 10.0).endswith("100 documents/s, ETA 2 h 46 min")
-
-
-def test_duration() -> None:
-    assert [duration(s) for s in (0, 5.6, 59.4, 60, 125, 3599, 3600, 12_000)] == [
-        "0 s",
-        "6 s",
-        "59 s",
-        "1 min 0 s",
-        "2 min 5 s",
-        "59 min 59 s",
-        "1 h 0 min",
-        "3 h 20 min",
-    ]
 
 
 def test_render_is_deterministic() -> None:
