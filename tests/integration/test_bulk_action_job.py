@@ -2,7 +2,8 @@
 `BulkService` (SQLite command store, local logs), run by the job in process (or as a script
 for the crash), the table read back with delta-rs. Each built-in action once; a query matching
 nothing; the query limit; a SIGKILL after a bucket then a rerun (each bucket counted once); an
-abort between buckets (later buckets untouched); a rerun of a finished command."""
+abort during a run (later buckets untouched); a rerun of a finished command; the README's
+action as written."""
 
 from __future__ import annotations
 
@@ -165,19 +166,6 @@ def test_a_crash_after_a_bucket_then_a_rerun_counts_each_bucket_once(
     assert code == 0, summary
     assert (summary["state"], summary["processed"]) == ("COMPLETED", 10)
     assert {i for i, r in _rows(repository).items() if r["isTrashed"]} == _notes()
-
-
-def test_an_abort_between_buckets_leaves_later_buckets_untouched(
-    spark: Any, repository: Path
-) -> None:
-    command = _submit("trash", "type = 'Note'", bucket_size=4)
-    _crash_after_first_bucket(command)
-    with BulkService() as service:
-        assert service.abort(command).state is State.ABORTED
-    code, summary = _job(command)
-    assert code == 0 and summary["state"] == "ABORTED", summary
-    trashed = {i for i, r in _rows(repository).items() if r["isTrashed"]}
-    assert trashed == set(sorted(_notes())[:4])  # the first bucket only
 
 
 class AbortingTrash(BulkAction):
