@@ -7,20 +7,22 @@ validate task), checked there (action, params, query) and stored SCHEDULED in th
 the truth of its state. The job:
 
 1. **scroll** (SCROLLING_RUNNING): the ids matching the query, in id order, at most the query
-   limit, numbered into buckets and written once under `STREAMCORE_HOME/bulk/<id>/scroll`
-   (`jobs.spark.bulk.scroll`). None → COMPLETED at once; else RUNNING with the total.
+   limit, numbered into buckets and batches and written once under
+   `STREAMCORE_HOME/bulk/<id>/scroll` (`jobs.spark.bulk.scroll`). None → COMPLETED at once;
+   else RUNNING with the total.
 2. **buckets**, in order. Before each, the stored state: ABORTED (`streamcore bulk abort`)
    stops the run, so later buckets stay untouched. A bucket's current rows go by batches of
-   `batch_size` through the action's `apply(docs, params, F)`; an `update` or `delete` batch is
-   one MERGE into the table carrying Delta's txn id (`bulk/<id>`, the batch's number across
-   buckets: `jobs.spark.bulk.apply`), an `export` bucket one CSV part. After each bucket, a
+   `batch_size` (id ranges, which let Delta skip files) through the action's
+   `apply(docs, params, F)`; an `update` or `delete` batch is one MERGE into the table carrying
+   Delta's txn id (`bulk/<id>`, the batch's number across buckets: `jobs.spark.bulk.apply`),
+   an `export` bucket one CSV part. After each bucket, a
    status delta adds its ids to `processed` (counted once per bucket by the store), and the log
    shows the progress line of the status the store returns (done, rate, ETA), the line
    `streamcore bulk status` shows.
 3. **completion**: the last bucket's delta brings `processed` to the total, which makes the
    command COMPLETED; an export first joins its parts into one file sorted by id (zipped),
    whose path is the status result `url`. The full status lands in the Delta table
-   `bulk_status` when the scroll ends and when the run ends.
+   `bulk_status` when the run ends, and when the scroll ends unless the command has one bucket.
 
 A rerun (a retried task, a cleared run) is safe at any point: a finished command does nothing,
 a complete scroll is reused, Delta skips the batches that landed, CSV parts are rewritten the
@@ -123,6 +125,7 @@ class _Run:
                     self.table,
                     check_query(self.command.query),
                     bucket_size=self.command.bucket_size,
+                    batch_size=self.command.batch_size,
                     query_limit=self.command.query_limit,
                     out_path=path,
                 )
@@ -137,7 +140,10 @@ class _Run:
                 query_limit_reached=found.limit_reached,
             ),
         )
-        self.record(status)
+        # A one-bucket command ends within seconds, when the run records its final status: a
+        # MERGE into `bulk_status` costs about a second, a third of a small export's latency.
+        if found.buckets != 1:
+            self.record(status)
         if found.limit_reached:
             logger.warning(
                 "%s: the query matches more than the query limit; only the first %d documents "
@@ -186,38 +192,34 @@ class _Run:
         return False
 
     def bucket(self, bucket: int) -> None:
-        from pyspark.sql import Window
         from pyspark.sql import functions as F
 
         from jobs.spark.bulk.apply import apply_delete, apply_update
         from jobs.spark.bulk.csv_export import write_csv_part
-        from jobs.spark.bulk.scroll import bucket_docs
+        from jobs.spark.bulk.scroll import bucket_docs, id_ranges, whole_bucket
 
-        docs = bucket_docs(self.ctx.spark, str(self.folder / "scroll"), self.table, bucket)
+        scrolled = str(self.folder / "scroll")
+        parts = id_ranges(self.ctx.spark, scrolled, bucket)
         if self.action.kind == "export":
+            docs = bucket_docs(self.ctx.spark, scrolled, self.table, whole_bucket(parts))
             rows = self.action.apply(docs, self.params, F)
             self.columns = list(rows.columns)
             write_csv_part(rows, self.folder / "export", bucket)
             return
         write = apply_delete if self.action.kind == "delete" else apply_update
         per_bucket = -(-self.command.bucket_size // self.command.batch_size)
-        if per_bucket > 1:
-            row = F.row_number().over(Window.orderBy("id")) - 1
-            docs = docs.withColumn("_batch", F.floor(row / self.command.batch_size)).cache()
-        for batch in range(per_bucket):
-            part = docs.where(F.col("_batch") == batch).drop("_batch") if per_bucket > 1 else docs
-            rows = self.action.apply(part, self.params, F)
+        for part in parts:
+            docs = bucket_docs(self.ctx.spark, scrolled, self.table, part)
             version = write(
                 self.ctx.spark,
                 self.table,
-                rows,
+                self.action.apply(docs, self.params, F),
                 app_id=self.app_id,
-                version=bucket * per_bucket + batch,
+                version=bucket * per_bucket + part.batch,
+                within=(part.first, part.last),
             )
             if version is None:
-                logger.info("%s batch %d/%d landed before", self.app_id, bucket, batch)
-        if per_bucket > 1:
-            docs.unpersist()
+                logger.info("%s batch %d/%d landed before", self.app_id, bucket, part.batch)
 
     def finish(self, last: Any) -> Any:
         """An export's file from its parts; `last` (the last bucket's delta) with its path."""

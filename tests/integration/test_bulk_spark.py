@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import shutil
 import zipfile
 from pathlib import Path
@@ -51,14 +52,17 @@ def test_scroll_numbers_the_matching_ids_into_buckets(spark, repository, tmp_pat
 
     out = str(tmp_path / "scroll")
     assert load_scroll(spark, out) is None
-    found = scroll(spark, repository, "type = 'Note'", bucket_size=3, query_limit=0, out_path=out)
+    sizes = {"bucket_size": 3, "batch_size": 2, "query_limit": 0, "out_path": out}
+    found = scroll(spark, repository, "type = 'Note'", **sizes)
     assert found == Scroll(total=10, buckets=4, limit_reached=False)
     written = pq.read_table(out).sort_by("id").to_pylist()  # pyarrow skips _scroll too
     notes = [_id(i) for i in range(1, 20, 2)]
-    assert written == [{"id": n, "bucket": k // 3} for k, n in enumerate(notes)]
+    assert written == [
+        {"id": n, "bucket": k // 3, "batch": k % 3 // 2} for k, n in enumerate(notes)
+    ]
     assert load_scroll(spark, out) == found
     # A rerun rewrites the same scroll; a removed facts folder makes it incomplete.
-    assert scroll(spark, repository, "type = 'Note'", bucket_size=3, query_limit=0, out_path=out)
+    assert scroll(spark, repository, "type = 'Note'", **sizes)
     assert pq.read_table(out).sort_by("id").to_pylist() == written
     shutil.rmtree(Path(out) / "_scroll")
     assert load_scroll(spark, out) is None
@@ -88,18 +92,65 @@ def test_scroll_matching_nothing(spark, repository, tmp_path) -> None:
     assert found == Scroll(0, 0, False) == load_scroll(spark, out)
 
 
-def test_bucket_docs_are_the_current_rows_of_the_bucket(spark, repository, tmp_path) -> None:
-    from jobs.spark.bulk.scroll import bucket_docs, scroll
+def test_bucket_docs_are_the_current_rows_of_a_batch(spark, repository, tmp_path) -> None:
+    from jobs.spark.bulk.scroll import IdRange, bucket_docs, id_ranges, scroll, whole_bucket
 
     out = str(tmp_path / "scroll")
-    scroll(spark, repository, "id >= ''", bucket_size=8, query_limit=0, out_path=out)
+    scroll(spark, repository, "id >= ''", bucket_size=8, batch_size=3, query_limit=0, out_path=out)
     spark.sql(f"DELETE FROM delta.`{repository}` WHERE id = '{_id(9)}'")
     spark.sql(f"UPDATE delta.`{repository}` SET title = 'changed' WHERE id = '{_id(10)}'")
-    docs = {r["id"]: r for r in bucket_docs(spark, out, repository, 1).collect()}
-    assert sorted(docs) == [_id(i) for i in range(8, 16) if i != 9]
+    parts = id_ranges(spark, out, 1)
+    assert parts == [
+        IdRange(1, 0, _id(8), _id(10)),
+        IdRange(1, 1, _id(11), _id(13)),
+        IdRange(1, 2, _id(14), _id(15)),
+    ]
+    docs = {r["id"]: r for r in bucket_docs(spark, out, repository, parts[0]).collect()}
+    assert sorted(docs) == [_id(8), _id(10)]
     assert docs[_id(10)]["title"] == "changed"
-    assert bucket_docs(spark, out, repository, 2).count() == 4
-    assert bucket_docs(spark, out, repository, 3).count() == 0
+    bucket = whole_bucket(parts)
+    assert bucket == IdRange(1, None, _id(8), _id(15))
+    assert bucket_docs(spark, out, repository, bucket).count() == 7
+    assert [p.batch for p in id_ranges(spark, out, 2)] == [0, 1]
+    assert id_ranges(spark, out, 3) == []
+
+
+def test_batches_skip_the_files_outside_their_range(spark, catalog, tmp_path) -> None:
+    """On a table clustered by id (one append per five consecutive ids), a batch reads and
+    MERGEs only the files of its range: with the files of ids 0-4 moved away, a batch of ids
+    10-14 still lands, and only a MERGE without the range fails on them."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.sql import functions as F
+
+    from jobs.spark.bulk.apply import apply_update
+    from jobs.spark.bulk.scroll import bucket_docs, id_ranges, scroll
+
+    for start in range(0, 20, 5):
+        path = write_repository(spark, catalog, [_row(i) for i in range(start, start + 5)])
+    out = str(tmp_path / "scroll")
+    scroll(spark, path, "id >= ''", bucket_size=5, query_limit=0, out_path=out)
+    first_append = Path(path) / "_delta_log" / f"{delta_version(path) - 3:020d}.json"
+    files = [
+        Path(path) / json.loads(line)["add"]["path"]
+        for line in first_append.read_text().splitlines()
+        if '"add"' in line
+    ]
+    for file in files:
+        file.rename(tmp_path / file.name)
+    part = id_ranges(spark, out, 2)[0]
+
+    def rows() -> Any:
+        docs = bucket_docs(spark, out, path, part)
+        return docs.select("id", F.lit("archived").alias("lifecycleState"))
+
+    with pytest.raises(Py4JJavaError, match="FILE_NOT_EXIST"):
+        apply_update(spark, path, rows(), app_id="bulk/r", version=0)
+    within = (part.first, part.last)
+    assert apply_update(spark, path, rows(), app_id="bulk/r", version=1, within=within)
+    for file in files:
+        (tmp_path / file.name).rename(file)
+    states = {i: r["lifecycleState"] for i, r in _table(path).items()}
+    assert states == {_id(i): "archived" if 10 <= i < 15 else None for i in range(20)}
 
 
 # -- apply ----------------------------------------------------------------------------------------
@@ -172,7 +223,7 @@ def test_apply_delete_exactly_once(spark, repository) -> None:
 # -- CSV export -----------------------------------------------------------------------------------
 def test_csv_export_round_trips_through_the_csv_module(spark, repository, tmp_path) -> None:
     from jobs.spark.bulk.csv_export import finish_csv, write_csv_part
-    from jobs.spark.bulk.scroll import bucket_docs, scroll
+    from jobs.spark.bulk.scroll import bucket_docs, id_ranges, scroll, whole_bucket
 
     awkward = {
         _id(1): 'a, "quoted"\r\nline',
@@ -192,11 +243,16 @@ def test_csv_export_round_trips_through_the_csv_module(spark, repository, tmp_pa
     )
     columns = ["id", "title", "properties", "created", "isTrashed", "blobSize"]
     out = tmp_path / "export" / "cmd-9"
+
+    def docs(bucket: int) -> Any:
+        return bucket_docs(
+            spark, scrolled, repository, whole_bucket(id_ranges(spark, scrolled, bucket))
+        )
+
     for bucket in reversed(range(found.buckets)):  # any order: the merge sorts
-        docs = bucket_docs(spark, scrolled, repository, bucket)
-        assert write_csv_part(docs.select(*columns), out, bucket) == min(3, 10 - 3 * bucket)
+        assert write_csv_part(docs(bucket).select(*columns), out, bucket) == min(3, 10 - 3 * bucket)
     part = (out / "parts" / "part-000000.csv").read_bytes()
-    write_csv_part(bucket_docs(spark, scrolled, repository, 0).select(*columns), out, 0)
+    write_csv_part(docs(0).select(*columns), out, 0)
     assert (out / "parts" / "part-000000.csv").read_bytes() == part  # a rerun, the same bytes
     path = finish_csv(out, columns)
     assert path == out / "cmd-9.zip"

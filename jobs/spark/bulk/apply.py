@@ -11,6 +11,10 @@ recorded for the app id, so the versions of one app id must increase from batch 
 job numbers its batches across buckets): a rerun of a batch that landed is then skipped, and
 returns None, whatever happened to the job in between.
 
+`within=(first, last)`, the batch's id range (`scroll.IdRange`), joins the MERGE condition as a
+condition on the target alone, which Delta uses to skip the files whose id statistics lie outside
+it: on a table clustered by id a batch then reads and rewrites its own files only.
+
 Like every writer, the caller has the table ensured (`Catalog.ensure`) before: a creation or
 migration commit carrying the batch's txn id would make Delta skip the batch.
 """
@@ -21,7 +25,7 @@ import json
 import logging
 from collections.abc import Callable
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.spark.delta_sink import DeltaBatchSink
@@ -33,11 +37,18 @@ logger = logging.getLogger(__name__)
 
 
 def apply_update(
-    spark: SparkSession, table_path: str, rows: DataFrame, *, app_id: str, version: int
+    spark: SparkSession,
+    table_path: str,
+    rows: DataFrame,
+    *,
+    app_id: str,
+    version: int,
+    within: tuple[str, str] | None = None,
 ) -> int | None:
     """Set, in the rows of the Delta table at `table_path` whose ids `rows` has, the other
-    columns of `rows` (map, boolean and string columns alike; `rows` holds each id once). Returns
-    the new table version, or None when batch `version` of `app_id` had landed already."""
+    columns of `rows` (map, boolean and string columns alike; `rows` holds each id once); with
+    `within`, only rows whose ids lie in that inclusive range. Returns the new table version, or
+    None when batch `version` of `app_id` had landed already."""
     from delta.tables import DeltaTable
 
     target = DeltaTable.forPath(spark, table_path)
@@ -47,7 +58,7 @@ def apply_update(
     def merge() -> None:
         (
             target.alias("t")
-            .merge(rows.alias("s"), "t.id = s.id")
+            .merge(rows.alias("s"), _on_id(within))
             .whenMatchedUpdate(set=assignments)
             .execute()
         )
@@ -56,11 +67,18 @@ def apply_update(
 
 
 def apply_delete(
-    spark: SparkSession, table_path: str, rows: DataFrame, *, app_id: str, version: int
+    spark: SparkSession,
+    table_path: str,
+    rows: DataFrame,
+    *,
+    app_id: str,
+    version: int,
+    within: tuple[str, str] | None = None,
 ) -> int | None:
     """Delete the rows of the Delta table at `table_path` whose ids `rows` has (its other
-    columns are ignored). Returns the new table version, or None when batch `version` of
-    `app_id` had landed already."""
+    columns are ignored); with `within`, only rows whose ids lie in that inclusive range.
+    Returns the new table version, or None when batch `version` of `app_id` had landed
+    already."""
     from delta.tables import DeltaTable
 
     if "id" not in rows.columns:
@@ -72,9 +90,17 @@ def apply_delete(
 
     def merge() -> None:
         ids = rows.select("id")
-        target.alias("t").merge(ids.alias("s"), "t.id = s.id").whenMatchedDelete().execute()
+        target.alias("t").merge(ids.alias("s"), _on_id(within)).whenMatchedDelete().execute()
 
     return _exactly_once(spark, table_path, app_id, version, "delete", merge)
+
+
+def _on_id(within: tuple[str, str] | None) -> Column:
+    """The MERGE condition: the same id, and the target's id within the range if given."""
+    on = F.col("t.id") == F.col("s.id")
+    if within is not None:
+        on = on & F.col("t.id").between(F.lit(within[0]), F.lit(within[1]))
+    return on
 
 
 def _columns_to_set(table_path: str, rows: DataFrame, table_columns: list[str]) -> list[str]:

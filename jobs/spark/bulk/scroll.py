@@ -1,17 +1,27 @@
 """The scroll of a bulk command (Nuxeo's scroller on Spark): the ids of the `repository` rows
-matching the command's query, in id order, each with its bucket number, written once as Parquet.
+matching the command's query, in id order, each with its bucket and batch number, written once as
+Parquet.
 
     found = load_scroll(spark, out) or scroll(
-        spark, table, "type = 'Note'", bucket_size=1000, query_limit=0, out_path=out
+        spark, table, "type = 'Note'", bucket_size=1000, batch_size=500, query_limit=0,
+        out_path=out,
     )
     for bucket in range(found.buckets):
-        docs = bucket_docs(spark, out, table, bucket)
+        for part in id_ranges(spark, out, bucket):           # its batches
+            docs = bucket_docs(spark, out, table, part)
 
-Bucket `b` holds the ids numbered `[b * bucket_size, (b + 1) * bucket_size)` in id order, so the
-buckets are consecutive id ranges (`csv_export.finish_csv` relies on it to merge its parts
-cheaply). One task numbers the ids (a window over the sorted ids): the scroll holds ids alone,
-about 40 bytes each, and Spark's sort spills, so this stays within memory at any size; numbering
-them across tasks would need a second pass over the query.
+Bucket `b` holds the ids numbered `[b * bucket_size, (b + 1) * bucket_size)` in id order, and
+batch `k` of it the next `batch_size` of those, so buckets and batches are consecutive id ranges
+(`csv_export.finish_csv` relies on it to merge its parts cheaply). One task numbers the ids (a
+window over the sorted ids): the scroll holds ids alone, about 40 bytes each, and Spark's sort
+spills, so this stays within memory at any size; numbering them across tasks would need a second
+pass over the query.
+
+`bucket_docs` reads the table with the range's bounds as a filter, and the job gives the same
+bounds to the MERGE (`apply.apply_update(within=)`): Delta then skips the files whose id
+statistics lie outside the range. Ids are random UUIDs, so that only pays on a table clustered
+by id, which the retention DAG's maintenance leaves (`repository` is z-ordered by id); on an
+unclustered table every file spans almost every id and each batch reads the whole table.
 
 A scroll folder is complete when its facts (`_scroll/`, a one-row JSON: total, buckets,
 limit_reached) exist: they are written after the ids, and rewriting the ids deletes the folder
@@ -29,7 +39,15 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
 
-__all__ = ["Scroll", "bucket_docs", "load_scroll", "scroll"]
+__all__ = [
+    "IdRange",
+    "Scroll",
+    "bucket_docs",
+    "id_ranges",
+    "load_scroll",
+    "scroll",
+    "whole_bucket",
+]
 
 logger = logging.getLogger(__name__)
 _FACTS = "_scroll"
@@ -46,21 +64,38 @@ class Scroll:
     limit_reached: bool
 
 
+@dataclass(frozen=True)
+class IdRange:
+    """The scroll's ids of one batch of a bucket (`batch` None: the whole bucket), which lie in
+    `[first, last]`."""
+
+    bucket: int
+    batch: int | None
+    first: str
+    last: str
+
+
 def scroll(
     spark: SparkSession,
     table_path: str,
     predicate_sql: str,
     *,
     bucket_size: int,
+    batch_size: int | None = None,
     query_limit: int,
     out_path: str,
 ) -> Scroll:
     """Write the ids of the rows of the Delta table at `table_path` matching `predicate_sql` (a
     Spark SQL boolean expression the caller has checked), in id order, at most `query_limit` of
-    them (0 = all), with their bucket number (`row // bucket_size`), as Parquet at `out_path`
-    (replacing what is there). Returns the counts, also stored for `load_scroll`."""
-    if bucket_size < 1:
-        raise ValueError(f"bucket_size must be at least 1, got {bucket_size}")
+    them (0 = all), with their bucket (`row // bucket_size`) and their batch in it
+    (`row % bucket_size // batch_size`; one batch per bucket by default), as Parquet at
+    `out_path` (replacing what is there). Returns the counts, also stored for `load_scroll`."""
+    batch_size = bucket_size if batch_size is None else batch_size
+    if not 0 < batch_size <= bucket_size:
+        raise ValueError(
+            f"bucket_size {bucket_size} and batch_size {batch_size}: need bucket_size >= "
+            "batch_size >= 1"
+        )
     if query_limit < 0:
         raise ValueError(f"query_limit must be >= 0 (0 = no limit), got {query_limit}")
     ids = spark.read.format("delta").load(table_path).where(F.expr(predicate_sql)).select("id")
@@ -73,7 +108,8 @@ def scroll(
     if query_limit:
         rows = rows.where(F.col("_row") < query_limit)
     bucket = F.floor(F.col("_row") / bucket_size).cast("int").alias("bucket")
-    rows.select("id", bucket).write.mode("overwrite").parquet(out_path)
+    batch = F.floor(F.col("_row") % bucket_size / batch_size).cast("int").alias("batch")
+    rows.select("id", bucket, batch).write.mode("overwrite").parquet(out_path)
     matched = int(seen.get["rows"])
     total = min(matched, query_limit) if query_limit else matched
     buckets = (total + bucket_size - 1) // bucket_size
@@ -107,11 +143,33 @@ def load_scroll(spark: SparkSession, out_path: str) -> Scroll | None:
     return Scroll(int(row["total"]), int(row["buckets"]), bool(row["limit_reached"]))
 
 
-def bucket_docs(spark: SparkSession, scroll_path: str, table_path: str, bucket: int) -> DataFrame:
-    """The current rows of the Delta table at `table_path` whose ids are in bucket `bucket` of
-    the scroll at `scroll_path` (a document deleted since the scroll is absent). The bucket's ids
-    are broadcast; the table is scanned whole, its ids being random UUIDs that no file clusters,
-    so Spark jobs want buckets of thousands of ids, not Nuxeo's hundred."""
-    ids = spark.read.parquet(scroll_path).where(F.col("bucket") == bucket).select("id")
+def id_ranges(spark: SparkSession, scroll_path: str, bucket: int) -> list[IdRange]:
+    """The batches of bucket `bucket` of the scroll at `scroll_path`, in order (none past the
+    last bucket)."""
+    rows = (
+        spark.read.parquet(scroll_path)
+        .where(F.col("bucket") == bucket)
+        .groupBy("batch")
+        .agg(F.min("id").alias("first"), F.max("id").alias("last"))
+        .orderBy("batch")
+        .collect()
+    )
+    return [IdRange(bucket, int(r["batch"]), r["first"], r["last"]) for r in rows]
+
+
+def whole_bucket(parts: list[IdRange]) -> IdRange:
+    """The range of a whole bucket from the ranges of its batches (`id_ranges`)."""
+    return IdRange(parts[0].bucket, None, parts[0].first, parts[-1].last)
+
+
+def bucket_docs(spark: SparkSession, scroll_path: str, table_path: str, part: IdRange) -> DataFrame:
+    """The current rows of the Delta table at `table_path` whose ids are in `part` (a batch or a
+    whole bucket of the scroll at `scroll_path`; a document deleted since the scroll is absent).
+    The range's ids are broadcast, and the table is read within the range's bounds, which lets
+    Delta skip the files outside them (see the module's doc)."""
+    ids = spark.read.parquet(scroll_path).where(F.col("bucket") == part.bucket)
+    if part.batch is not None:
+        ids = ids.where(F.col("batch") == part.batch)
     table = spark.read.format("delta").load(table_path)
-    return table.join(F.broadcast(ids), "id", "left_semi")
+    table = table.where(F.col("id").between(F.lit(part.first), F.lit(part.last)))
+    return table.join(F.broadcast(ids.select("id")), "id", "left_semi")

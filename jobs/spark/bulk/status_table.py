@@ -4,8 +4,9 @@
 
 The command store (`streamcore.bulk`) is the truth of a command's state; this table keeps each
 command's latest full status for SQL over history (what ran, when, how much, with which result).
-The bulk job records a status when its scroll ends and when its run ends, so a row may lag the
-store by one bucket's progress, never by a state change the job made.
+The bulk job records a status when its run ends, and when its scroll ends if the command has
+more than one bucket (a one-bucket command ends seconds later), so a row may lag the store by the
+progress of the buckets, and a one-bucket command appears when it ends.
 """
 
 from __future__ import annotations
