@@ -55,6 +55,7 @@ bench: $(STAMP) $(JARS_STAMP)
 	$(BIN)/python bench/retention_bench.py
 	$(BIN)/python bench/compaction_bench.py
 	$(BIN)/python bench/importer_bench.py
+	$(BIN)/python bench/bulk_bench.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
