@@ -24,6 +24,7 @@ from streamcore.cli import (
     outbox,
     position,
     read,
+    recovery,
     run,
     tables,
 )
@@ -59,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     outbox.register(sub)
     tables.register(sub)
     bulk.register(sub)
+    recovery.register(sub)
     return parser
 
 

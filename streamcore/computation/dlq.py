@@ -7,7 +7,10 @@ any, is kept inside it, base64-encoded, and restored by `original_record`):
 
     {"dlq": 1, "computation": "enrich", "stream": "app/parsed", "partition": 0, "offset": 42,
      "error_type": "ValueError", "error": "bad price", "attempts": 4,
-     "failed_at": 1763800000000, "trace_context": null}
+     "first_failed_at": 1763799999000, "failed_at": 1763800000000, "trace_context": null}
+
+`first_failed_at` is the first attempt's failure, `failed_at` the last one's (records written
+before `first_failed_at` existed read it as `failed_at`).
 
 A record whose bytes could not be decoded at all is dead-lettered with the log key and the raw
 bytes as `data` (`"undecodable": true`): the bytes are kept, nothing is lost.
@@ -41,6 +44,7 @@ class DeadLetter:
     attempts: int
     failed_at: int
     undecodable: bool = False
+    first_failed_at: int = 0
 
     @classmethod
     def of(cls, record: Record) -> DeadLetter:
@@ -68,6 +72,7 @@ class DeadLetter:
                 int(meta["attempts"]),
                 int(meta["failed_at"]),
                 bool(meta.get("undecodable", False)),
+                int(meta.get("first_failed_at", meta["failed_at"])),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise StreamcoreError(
@@ -91,9 +96,11 @@ def dead_letter_record(
     failure: BaseException,
     attempts: int,
     failed_at: int,
+    first_failed_at: int | None = None,
     undecodable: bool = False,
 ) -> Record:
-    """The record to append to a dead-letter stream for `record` (see the module doc)."""
+    """The record to append to a dead-letter stream for `record` (see the module doc);
+    `first_failed_at` defaults to `failed_at` (one attempt)."""
     meta = {
         "dlq": _FORMAT,
         "computation": computation,
@@ -103,6 +110,7 @@ def dead_letter_record(
         "error_type": type(failure).__name__,
         "error": str(failure)[:4000],
         "attempts": attempts,
+        "first_failed_at": failed_at if first_failed_at is None else first_failed_at,
         "failed_at": failed_at,
         "trace_context": (
             base64.b64encode(record.trace_context).decode() if record.trace_context else None

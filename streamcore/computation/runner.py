@@ -393,6 +393,7 @@ class ComputationRunner(RebalanceListener):
         context = self.context
         policy = self.policy
         attempts = 1
+        first_failed_at = self.clock_ms()
         context._rollback(mark)
         context._signal = 0
         while attempts <= policy.max_retries:
@@ -425,7 +426,7 @@ class ComputationRunner(RebalanceListener):
                 failure = exc
                 context._rollback(mark)
                 context._signal = 0
-        return self._fallback(failure, attempts, rec, record, timer)
+        return self._fallback(failure, attempts, rec, record, timer, first_failed_at)
 
     def _fallback(
         self,
@@ -434,6 +435,7 @@ class ComputationRunner(RebalanceListener):
         rec: LogRecord[Any] | None,
         record: Record | None,
         timer: tuple[str, int] | None = None,
+        first_failed_at: int | None = None,
         undecodable: bool = False,
     ) -> bool:
         stats = self.stats
@@ -471,6 +473,7 @@ class ComputationRunner(RebalanceListener):
                             failure=failure,
                             attempts=attempts,
                             failed_at=now,
+                            first_failed_at=first_failed_at,
                             undecodable=undecodable,
                         ),
                     )

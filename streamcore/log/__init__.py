@@ -9,6 +9,7 @@ from __future__ import annotations
 from streamcore.config import StreamcoreConfig
 from streamcore.log.api import (
     Latency,
+    LiveMember,
     LogAppender,
     LogDescription,
     LogInfo,
@@ -39,6 +40,7 @@ def open_log_manager(
 __all__ = [
     "BackendConfig",
     "Latency",
+    "LiveMember",
     "LocalLogManager",
     "LogAppender",
     "LogConfig",

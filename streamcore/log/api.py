@@ -187,6 +187,17 @@ class LogInfo:
     end_offsets: Sequence[int] = field(default=())
 
 
+@dataclass(frozen=True, slots=True)
+class LiveMember:
+    """A live member of a consumer group, as `LogManager.group_members` reports it: its id, the
+    host it runs on (None when the backend does not know), and the URNs of the logs it consumes
+    as far as the backend knows (empty when it cannot tell)."""
+
+    member_id: str
+    host: str | None
+    logs: tuple[str, ...]
+
+
 class LogAppender(abc.ABC, Generic[M]):
     """Appends messages to a log. Thread-safe."""
 
@@ -513,6 +524,27 @@ class LogManager(abc.ABC):
         (in this and other processes) and move when members join or leave. Don't mix with
         `tailer()` for the same group."""
         raise NotImplementedError(f"{type(self).__name__} does not support subscribe yet")
+
+    @abc.abstractmethod
+    def group_members(self, group: str) -> list[LiveMember]:
+        """The live members of consumer group `group` (subscribed consumers with a live
+        session), sorted by member id; empty when none. Static-assignment tailers (`tailer(...)`)
+        are not members: they have no session, so a group read only that way has none.
+
+        A tool that must not move a group's positions under its consumers checks this first.
+        What "live" means per backend:
+
+        - local: members of every group state file of `group` (one per set of subscribed logs,
+          from any process sharing the log folder) whose last heartbeat is within their session
+          timeout, the same rule that expires members. Read only: nothing is written or tidied,
+          so a member that died but was not expired by the others yet is not listed. `logs` are
+          the logs of its subscription, `host` its host name.
+        - memory: the same over the states of this manager's subscriptions.
+        - kafka: the broker's view (`describe_consumer_groups`) of a group that is Stable or
+          rebalancing; an Empty, Dead or unknown group has none. A member stays listed until the
+          broker ends its session (`session.timeout.ms`) or it leaves (`close()`). `host` is the
+          client address as the broker sees it, `logs` the logs of its current assignment
+          (topics of this manager's prefix; empty during a rebalance)."""
 
     @abc.abstractmethod
     def end_offsets(self, name: str | Name) -> list[int]:

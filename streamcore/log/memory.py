@@ -21,6 +21,7 @@ from streamcore.errors import (
     LogNotFoundError,
 )
 from streamcore.log.api import (
+    LiveMember,
     LogAppender,
     LogDescription,
     LogManager,
@@ -38,6 +39,7 @@ from streamcore.log.subscription import (
     GroupMember,
     MemoryGroupStore,
     SubscribedTailer,
+    live_members,
 )
 from streamcore.log.tailer import CursorTailer
 from streamcore.names import Name
@@ -260,6 +262,16 @@ class MemoryLogManager(LogManager):
             )
             self._subscriptions.add(tailer)
         return tailer
+
+    def group_members(self, group: str) -> list[LiveMember]:
+        """Members of `group` whose heartbeat is within their session, over the group's states
+        in this manager (one per set of subscribed logs)."""
+        urn = Name.of(group).urn
+        with self._lock:
+            stores = [store for (g, _), store in self._group_stores.items() if g == urn]
+        now = time.time()
+        found = {m.member_id: m for store in stores for m in live_members(store.load(), now)}
+        return [found[mid] for mid in sorted(found)]
 
     def _closed_tailer(self, tailer: CursorTailer) -> None:
         with self._lock:

@@ -54,7 +54,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from streamcore.errors import ConfigError, LogError
-from streamcore.log.api import LogOffset, LogPartition, LogRecord, RebalanceListener
+from streamcore.log.api import LiveMember, LogOffset, LogPartition, LogRecord, RebalanceListener
 from streamcore.log.tailer import Cursor, CursorTailer, PositionStore
 
 logger = logging.getLogger(__name__)
@@ -140,6 +140,18 @@ def expired(state: dict[str, Any], now: float, keep: str | None = None) -> list[
         mid
         for mid, info in state["members"].items()
         if mid != keep and now - info["heartbeat"] > info["session_timeout"]
+    ]
+
+
+def live_members(state: dict[str, Any], now: float) -> list[LiveMember]:
+    """The members of `state` that `expired` would keep, as `LogManager.group_members` reports
+    them (the logs are those of the state: every member of it subscribed to all of them)."""
+    gone = set(expired(state, now))
+    logs = tuple(state.get("logs", ()))
+    return [
+        LiveMember(mid, info.get("host"), logs)
+        for mid, info in state["members"].items()
+        if mid not in gone
     ]
 
 

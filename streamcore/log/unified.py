@@ -14,7 +14,7 @@ runs). `list_logs` merges the backends calls can reach (the default and every ru
 One method answers which backend serves a log (for a group): `backend_for(name, group)`; tools
 reach backend-specific features through it (the local log's `info`, `purge`), `route()` says why,
 and `locations()` shows where each log lives. `describe` and `commit_position` are forwarded like
-any other call.
+any other call; `group_members`, which names no log, asks every backend calls can reach.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from streamcore.config import StreamcoreConfig, load_config
 from streamcore.errors import ConfigError, LogClosedError
 from streamcore.log.api import (
     Latency,
+    LiveMember,
     LogAppender,
     LogDescription,
     LogLag,
@@ -303,6 +304,16 @@ class UnifiedLogManager(LogManager):
 
     def latency(self, name: str | Name, group: str, codec: Any = None) -> Latency:
         return self._group_manager(Name.of(name), group).latency(name, group, codec)
+
+    def group_members(self, group: str) -> list[LiveMember]:
+        """The live members of `group` in every backend calls can reach (see `list_logs`): a
+        group's subscriptions may live in several, as its logs route. Each member once (by
+        id), sorted by member id."""
+        found: dict[str, LiveMember] = {}
+        for backend in self.log_config.used():
+            for member in self.backend_manager(backend.name).group_members(group):
+                found.setdefault(member.member_id, member)
+        return [found[mid] for mid in sorted(found)]
 
     # -- lifecycle -------------------------------------------------------------------------------
     def close(self) -> None:

@@ -141,3 +141,26 @@ def test_subscribed_tailer_positions_and_commits(kafka: KafkaLogManager) -> None
     assert [r.key for r in tailer] == ["b0", "b1", "b2"]
     tailer.close()
     assert kafka.committed("test/a", "g") == [5]
+
+
+def test_group_members_lists_the_subscribed_consumers_only_while_they_live(
+    kafka: KafkaLogManager,
+) -> None:
+    kafka.create("test/work", 2)
+    assert kafka.group_members("test/never_used") == []
+    tailer = kafka.subscribe("members", ["test/work"])
+    deadline = time.monotonic() + 20
+    while len(tailer.assignments) < 2:  # the group is joined inside read()
+        assert time.monotonic() < deadline, "the consumer was never assigned its partitions"
+        tailer.read(0.1)
+    [member] = kafka.group_members("members")
+    assert member.member_id == tailer._consumer.memberid()
+    assert member.logs == ("test/work",)
+    assert member.host  # the client address as the broker sees it
+    # A static-assignment tailer commits under a group but never joins it.
+    static = kafka.tailer("static", "test/work")
+    static.commit_offset(LogPartition.of("test/work", 0), 0)
+    assert kafka.group_members("static") == []
+    static.close()
+    tailer.close()  # leaves the group at once, without waiting for the session to end
+    assert kafka.group_members("members") == []

@@ -2,7 +2,9 @@
 
 The first part runs on every backend of the `manager` fixture (members are tailers of one manager,
 polled in turn from the test's thread). The second part covers what only the cursor backends
-(memory, local) have: the group state, its compare-and-swap, session expiry. Real processes are in
+(memory, local) have: the group state, its compare-and-swap, session expiry. The last part checks
+`group_members` on them and through the unified manager (Kafka's is in
+tests/integration/test_kafka_subscribe.py). Real processes are in
 tests/integration/test_local_groups.py."""
 
 from __future__ import annotations
@@ -10,8 +12,10 @@ from __future__ import annotations
 import gc
 import json
 import os
+import socket
 import threading
 import time
+import tomllib
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,11 +25,20 @@ import pytest
 
 from streamcore.config import LogDefaults, StreamcoreConfig
 from streamcore.errors import LogNotFoundError
-from streamcore.log.api import LogManager, LogPartition, LogRecord, LogTailer, RebalanceListener
+from streamcore.log.api import (
+    LiveMember,
+    LogManager,
+    LogPartition,
+    LogRecord,
+    LogTailer,
+    RebalanceListener,
+)
+from streamcore.log.config import LogConfig
 from streamcore.log.local.manager import LocalLogManager
 from streamcore.log.local.membership import FileGroupStore, state_stem
 from streamcore.log.memory import MemoryLogManager
 from streamcore.log.subscription import GroupMember, MemoryGroupStore, targets
+from streamcore.log.unified import UnifiedLogManager
 from streamcore.names import Name
 
 NewLog = Callable[..., str]
@@ -379,3 +392,120 @@ def test_a_writer_resuming_after_its_version_was_collected_loses_the_swap(tmp_pa
     paused["counter"] = -1
     assert store.swap(paused, 1) is False
     assert store.load()["counter"] == store.load()["version"] == 42
+
+
+# -- group_members: who is live in a group (cursor backends; Kafka in test_kafka_subscribe.py) ---
+def test_a_subscribed_tailer_is_the_one_live_member(cursor_manager: LogManager) -> None:
+    manager = cursor_manager
+    manager.create("test/live", 2)
+    assert manager.group_members(GROUP) == []
+    tailer = manager.subscribe(GROUP, ["test/live"])
+    assert manager.group_members(GROUP) == [
+        LiveMember(tailer.member.id, socket.gethostname(), ("test/live",))
+    ]
+    # A static-assignment tailer has no session: its group has no member.
+    static = manager.tailer("test/static", "test/live")
+    assert manager.group_members("test/static") == []
+    static.close()
+    tailer.close()
+
+
+def test_every_subscriber_of_every_log_set_is_a_member(cursor_manager: LogManager) -> None:
+    manager = cursor_manager
+    manager.create("test/one", 2)
+    manager.create("test/two", 1)
+    first = manager.subscribe(GROUP, ["test/one"])
+    second = manager.subscribe(GROUP, ["test/one"])
+    # The same group on another set of logs has its own state (another folder on the local log).
+    third = manager.subscribe(GROUP, ["test/two", "test/one"])
+    other = manager.subscribe("test/other", ["test/one"])
+    members = manager.group_members(GROUP)
+    assert [m.member_id for m in members] == sorted(t.member.id for t in (first, second, third))
+    logs = {m.member_id: m.logs for m in members}
+    assert logs[first.member.id] == logs[second.member.id] == ("test/one",)
+    assert logs[third.member.id] == ("test/one", "test/two")
+    assert [m.member_id for m in manager.group_members("test/other")] == [other.member.id]
+    for tailer in (first, second, third, other):
+        tailer.close()
+    assert manager.group_members(GROUP) == []
+    assert manager.group_members("test/other") == []
+
+
+def test_a_member_without_heartbeat_is_not_live_and_its_state_is_left_alone(
+    cursor_manager: LogManager,
+) -> None:
+    manager = cursor_manager
+    manager.create("test/stale", 1)
+    live = manager.subscribe(GROUP, ["test/stale"])
+    stalled = manager.subscribe(GROUP, ["test/stale"])
+    assert len(manager.group_members(GROUP)) == 2
+    stalled.member.stop()
+    live.member.stop()  # so that no member expires it from the state either
+    time.sleep(0.8 + 0.3)  # the fixture's session timeout, and some
+    assert manager.group_members(GROUP) == []
+    # Read only: the expired members are still registered; only the members themselves tidy.
+    assert set(stalled.member.store.load()["members"]) == {live.member.id, stalled.member.id}
+    live.member.refresh()  # one heartbeat: live again (and it expires the stalled one)
+    assert [m.member_id for m in manager.group_members(GROUP)] == [live.member.id]
+    live.close()
+    stalled.close()
+
+
+def test_local_members_seen_from_another_manager_and_old_heartbeats(tmp_path: Path) -> None:
+    """Another manager on the same folder (another process) sees the members; a state written
+    with an old heartbeat (a killed process nobody expired yet) has none; asking writes nothing."""
+    fresh = _local(tmp_path / "fresh")
+    assert fresh.group_members(GROUP) == []
+    assert not (fresh.root / "_subscriptions").exists()
+    fresh.close()
+    manager, observer = _local(tmp_path), _local(tmp_path)
+    manager.create("test/seen", 1)
+    member = Member(manager, ["test/seen"])
+    assert [m.member_id for m in observer.group_members(GROUP)] == [member.tailer.member.id]
+    assert observer.group_members(GROUP)[0].logs == ("test/seen",)
+    # A dead member in the state of another set of logs: a heartbeat a minute old.
+    store = FileGroupStore(manager.root, GROUP, [Name.of("test/dead")])
+    state = store.load()
+    now = time.time()
+    for mid, beat in (("dead", now - 60), ("recent", now - 0.2)):
+        state["members"][mid] = {
+            "seq": len(state["members"]) + 1,
+            "heartbeat": beat,
+            "session_timeout": 10.0,
+            "host": "elsewhere",
+            "pid": 1,
+        }
+    assert store.swap(state, state["version"])
+    folder = store.folder
+    files = sorted(p.name for p in folder.iterdir())
+    members = observer.group_members(GROUP)
+    assert {m.member_id: (m.host, m.logs) for m in members} == {
+        member.tailer.member.id: (socket.gethostname(), ("test/seen",)),
+        "recent": ("elsewhere", ("test/dead",)),
+    }
+    assert sorted(p.name for p in folder.iterdir()) == files
+    member.tailer.close()
+    assert [m.member_id for m in observer.group_members(GROUP)] == ["recent"]
+    manager.close()
+    observer.close()
+
+
+def test_unified_members_are_the_union_of_its_backends(tmp_path: Path) -> None:
+    text = '[log.configs.mem]\ntype = "memory"\n[[log.match]]\nnamespace = "fast"\nconfig = "mem"\n'
+    config = StreamcoreConfig(home=tmp_path, log=LogDefaults(), table=tomllib.loads(text))
+    unified = UnifiedLogManager(config, LogConfig.from_settings(config, environ={}))
+    unified.create("test/slow", 1)
+    unified.create("fast/quick", 1)
+    on_disk = unified.subscribe(GROUP, ["test/slow"])
+    in_memory = unified.subscribe(GROUP, ["fast/quick"])
+    assert isinstance(unified.backend_for("fast/quick"), MemoryLogManager)
+    host = socket.gethostname()
+    expected = [
+        LiveMember(on_disk.member.id, host, ("test/slow",)),
+        LiveMember(in_memory.member.id, host, ("fast/quick",)),
+    ]
+    assert unified.group_members(GROUP) == sorted(expected, key=lambda m: m.member_id)
+    on_disk.close()
+    in_memory.close()
+    assert unified.group_members(GROUP) == []
+    unified.close()

@@ -15,6 +15,7 @@ from typing import Any
 
 from confluent_kafka import (
     Consumer,
+    ConsumerGroupState,
     ConsumerGroupTopicPartitions,
     IsolationLevel,
     KafkaError,
@@ -35,6 +36,7 @@ from streamcore.errors import (
 )
 from streamcore.log.api import (
     AppendedOffsets,
+    LiveMember,
     LogAppender,
     LogInfo,
     LogManager,
@@ -389,6 +391,39 @@ class KafkaLogManager(LogManager):
             if group is not None:
                 out.append(group.urn)
         return sorted(out)
+
+    def group_members(self, group: str) -> list[LiveMember]:
+        """The members the group coordinator lists for the group while it is Stable or
+        rebalancing; none for an Empty, Dead (e.g. never used) or unknown group. `host` is the
+        client address as the broker sees it (`/10.0.0.7`); `logs` are the logs of the topics
+        assigned to the member that have this manager's prefix (empty while a rebalance has not
+        assigned anything yet, or for a member of another protocol whose assignment the broker
+        does not describe)."""
+        group_id = self.group_id(group)
+
+        def call() -> list[LiveMember]:
+            future = self._admin().describe_consumer_groups(
+                [group_id], request_timeout=self.timeout
+            )[group_id]
+            try:
+                found = future.result(timeout=self.timeout)
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                if isinstance(error, KafkaError) and error.code() == KafkaError.GROUP_ID_NOT_FOUND:
+                    return []  # what brokers with the consumer protocol (KIP-848) answer
+                raise
+            if found.state in (ConsumerGroupState.EMPTY, ConsumerGroupState.DEAD):
+                return []  # a Dead group is what a classic broker reports for an unknown id
+            out = []
+            for member in found.members:
+                assigned = member.assignment.topic_partitions if member.assignment else []
+                names = {self._name_of(tp.topic) for tp in assigned or []}
+                logs = tuple(sorted(n.urn for n in names if n is not None))
+                out.append(LiveMember(member.member_id, member.host or None, logs))
+            return out
+
+        members = self.clients.retry(f"cannot describe consumer group {group_id}", call)
+        return sorted(members, key=lambda m: m.member_id)
 
     # -- offsets --------------------------------------------------------------------------------
     def _list_offsets(self, partitions: list[TopicPartition], spec: Any) -> list[int]:

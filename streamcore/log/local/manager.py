@@ -40,6 +40,7 @@ from streamcore.errors import (
 )
 from streamcore.log.api import (
     AppendedOffsets,
+    LiveMember,
     LogAppender,
     LogInfo,
     LogManager,
@@ -57,7 +58,7 @@ from streamcore.log.local.compaction import (
     tombstone_test,
 )
 from streamcore.log.local.description import LocalLogDescription, partition_folder
-from streamcore.log.local.membership import FileGroupStore
+from streamcore.log.local.membership import FileGroupStore, group_states
 from streamcore.log.local.positions import PositionStore
 from streamcore.log.local.reader import PartitionCursor
 from streamcore.log.local.retention import (
@@ -77,6 +78,7 @@ from streamcore.log.subscription import (
     DEFAULT_SESSION_TIMEOUT,
     GroupMember,
     SubscribedTailer,
+    live_members,
 )
 from streamcore.log.tailer import BinaryKey, CursorTailer
 from streamcore.names import Name
@@ -497,6 +499,17 @@ class LocalLogManager(LogManager):
             )
             self._subscriptions.add(tailer)
         return tailer
+
+    def group_members(self, group: str) -> list[LiveMember]:
+        """Members of `group` whose heartbeat is within their session, from every state of the
+        group under this root (any process sharing the folder); read only."""
+        now = time.time()
+        found = {
+            m.member_id: m
+            for state in group_states(self.root, group)
+            for m in live_members(state, now)
+        }
+        return [found[mid] for mid in sorted(found)]
 
     def _tailer_closed(self, tailer: CursorTailer) -> None:
         with self._lock:

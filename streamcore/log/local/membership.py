@@ -73,6 +73,49 @@ def empty_state(group: str, names: list[Name]) -> dict[str, Any]:
     }
 
 
+def group_states(root: Path, group: str) -> list[dict[str, Any]]:
+    """The newest state of every folder of `group` under `root` (one per set of subscribed
+    logs), by folder name. Read only, unlike `FileGroupStore`: no folder is made, and a
+    state that is unreadable or deleted while being read is left out rather than rewritten."""
+    parent = Path(root) / FOLDER
+    prefix = f"{Name.of(group).id}@"  # temporary folders start with "." and never match
+    urn = Name.of(group).urn
+    try:
+        entries = sorted(e for e in os.listdir(parent) if e.startswith(prefix))
+    except FileNotFoundError:
+        return []
+    out = []
+    for entry in entries:
+        state = _newest_state(parent / entry)
+        # The state names its group: trust that over a folder name someone may have copied.
+        if state is not None and state.get("group") == urn:
+            out.append(state)
+    return out
+
+
+def _newest_state(folder: Path) -> dict[str, Any] | None:
+    for _ in range(10):  # a writer collects old versions as we list: look again
+        try:
+            names = os.listdir(folder)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        versions = [int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit()]
+        if not versions:
+            return None
+        try:
+            data = (folder / f"{max(versions)}.json").read_bytes()
+        except FileNotFoundError:
+            continue
+        try:
+            state = json.loads(data)
+        except ValueError:
+            return None
+        if isinstance(state, dict) and isinstance(state.get("members"), dict):
+            return state
+        return None
+    return None
+
+
 def _unique() -> str:
     return f"{os.getpid()}-{threading.get_ident()}-{os.urandom(4).hex()}"
 

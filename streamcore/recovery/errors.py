@@ -1,0 +1,19 @@
+"""Errors of the recovery tools: every one names the problem and the fix."""
+
+from __future__ import annotations
+
+from streamcore.errors import StreamcoreError
+
+__all__ = ["LiveMembersError", "RecoveryError", "SelectionError"]
+
+
+class RecoveryError(StreamcoreError):
+    """A recovery action refused before it changed anything."""
+
+
+class SelectionError(RecoveryError, ValueError):
+    """The selection (stream, offsets, filter, group, target position) does not fit the logs."""
+
+
+class LiveMembersError(RecoveryError):
+    """The group has live members, which would overwrite or race a moved position."""

@@ -1,0 +1,161 @@
+"""The redrive ledger: which dead letters were sent back, as an SQL table of the outbox database.
+
+`streamcore_recovery_redrives` has one row per redriven dead letter, keyed by where it lies
+(dead-letter stream, partition, offset). A redrive writes its rows `pending` with the end offsets
+of the target stream *before* appending, then appends, then marks them `done` with the offsets
+the records got. A rerun skips `done` rows. A `pending` row is a redrive that stopped between
+the two writes: the rerun looks for the record in the target stream from the recorded end
+offsets on; found, the row becomes `done`, otherwise the record is appended again. So a record
+is redriven once, whatever crashes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+__all__ = ["LedgerRow", "RedriveLedger"]
+
+REDRIVES = "streamcore_recovery_redrives"
+PENDING, DONE = "pending", "done"
+
+metadata = sa.MetaData()
+redrives = sa.Table(
+    REDRIVES,
+    metadata,
+    sa.Column("dlq", sa.String(300), primary_key=True),
+    sa.Column("dlq_partition", sa.Integer, primary_key=True),
+    sa.Column("dlq_offset", sa.BigInteger, primary_key=True),
+    sa.Column("target", sa.String(300), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("target_ends", sa.Text, nullable=False),
+    sa.Column("target_partition", sa.Integer),
+    sa.Column("target_offset", sa.BigInteger),
+    sa.Column("redriven_ms", sa.BigInteger, nullable=False),
+    sa.Column("principal", sa.String(200), nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerRow:
+    """A dead letter's redrive: to `target`, `pending` or `done`; `target_ends` are the target's
+    end offsets before the append; `target_partition` / `target_offset` where it landed."""
+
+    dlq: str
+    partition: int
+    offset: int
+    target: str
+    state: str
+    target_ends: tuple[int, ...]
+    target_partition: int | None
+    target_offset: int | None
+    redriven_ms: int
+    principal: str
+    reason: str
+
+
+class RedriveLedger:
+    """The ledger on `engine` (SQLite or PostgreSQL); the table is created on first use."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._created = False
+
+    def _ready(self) -> None:
+        if self._created:
+            return
+        with self.engine.begin() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:t))"), {"t": REDRIVES})
+            metadata.create_all(conn, checkfirst=True)
+        self._created = True
+
+    def rows(
+        self, dlq: str, positions: Iterable[tuple[int, int]]
+    ) -> dict[tuple[int, int], LedgerRow]:
+        """The ledger rows of these `(partition, offset)` of `dlq` that exist."""
+        self._ready()
+        wanted = set(positions)
+        if not wanted:
+            return {}
+        found: dict[tuple[int, int], LedgerRow] = {}
+        with self.engine.connect() as conn:
+            for part in {p for p, _ in wanted}:
+                offsets = sorted(o for p, o in wanted if p == part)
+                for chunk in range(0, len(offsets), 500):
+                    query = sa.select(redrives).where(
+                        redrives.c.dlq == dlq,
+                        redrives.c.dlq_partition == part,
+                        redrives.c.dlq_offset.in_(offsets[chunk : chunk + 500]),
+                    )
+                    for row in conn.execute(query):
+                        found[(row.dlq_partition, row.dlq_offset)] = _row(row)
+        return found
+
+    def begin(self, rows: Sequence[LedgerRow]) -> None:
+        """Store `rows` as `pending` (replacing pending rows of the same dead letters), in one
+        transaction, before their records are appended."""
+        self._ready()
+        with self.engine.begin() as conn:
+            for row in rows:
+                key = (
+                    (redrives.c.dlq == row.dlq)
+                    & (redrives.c.dlq_partition == row.partition)
+                    & (redrives.c.dlq_offset == row.offset)
+                )
+                conn.execute(redrives.delete().where(key & (redrives.c.state == PENDING)))
+                conn.execute(redrives.insert().values(**_values(row, PENDING)))
+
+    def finish(self, landed: Iterable[tuple[str, int, int, int, int]]) -> None:
+        """Mark `(dlq, partition, offset, target_partition, target_offset)` done."""
+        self._ready()
+        with self.engine.begin() as conn:
+            for dlq, part, offset, target_partition, target_offset in landed:
+                conn.execute(
+                    redrives.update()
+                    .where(
+                        (redrives.c.dlq == dlq)
+                        & (redrives.c.dlq_partition == part)
+                        & (redrives.c.dlq_offset == offset)
+                    )
+                    .values(
+                        state=DONE, target_partition=target_partition, target_offset=target_offset
+                    )
+                )
+
+
+def _values(row: LedgerRow, state: str) -> dict[str, object]:
+    return {
+        "dlq": row.dlq,
+        "dlq_partition": row.partition,
+        "dlq_offset": row.offset,
+        "target": row.target,
+        "state": state,
+        "target_ends": json.dumps(list(row.target_ends)),
+        "target_partition": row.target_partition,
+        "target_offset": row.target_offset,
+        "redriven_ms": row.redriven_ms,
+        "principal": row.principal,
+        "reason": row.reason,
+    }
+
+
+def _row(row: sa.Row) -> LedgerRow:
+    return LedgerRow(
+        row.dlq,
+        row.dlq_partition,
+        row.dlq_offset,
+        row.target,
+        row.state,
+        tuple(json.loads(row.target_ends)),
+        row.target_partition,
+        row.target_offset,
+        row.redriven_ms,
+        row.principal,
+        row.reason,
+    )
