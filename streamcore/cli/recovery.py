@@ -17,6 +17,7 @@ from typing import Any
 
 from streamcore.cli.context import Context, UsageError, global_options, group_name
 from streamcore.cli.position import parse_date_ms
+from streamcore.cli.progress import Progress
 from streamcore.cli.table import format_time, render_table
 from streamcore.recovery import (
     DeadLetterFilter,
@@ -77,9 +78,29 @@ def _short(text: str) -> str:
     return text if len(text) <= MESSAGE_WIDTH else text[: MESSAGE_WIDTH - 3] + "..."
 
 
+class _ScanProgress:
+    """Records read so far with their rate on stderr, once a scan takes over a second."""
+
+    def __init__(self, label: str) -> None:
+        self.progress = Progress(label)
+        self.read = 0
+
+    def __call__(self, read: int, total: int) -> None:
+        self.read = read
+        self.progress.total = total
+        self.progress.update(read)
+
+    def done(self) -> None:
+        if self.progress.elapsed >= self.progress.interval:
+            self.progress.done(self.read)
+
+
 def run_list(ctx: Context) -> int:
+    scanning = _ScanProgress("scan dead letters")
     with _recovery(ctx) as recovery:
-        entries = recovery.dead_letters(_selection(ctx), limit=ctx.args.limit or None)
+        selection = _selection(ctx)
+        entries = recovery.dead_letters(selection, limit=ctx.args.limit or None, progress=scanning)
+    scanning.done()
     counts = error_counts(entries)
     if ctx.json:
         ctx.emit_json(
@@ -166,10 +187,12 @@ def run_redrive(ctx: Context) -> int:
             "choose what to redrive: --offsets, a filter (--computation, --error, --since, "
             "--until), or --all"
         )
+    scanning = _ScanProgress("scan dead letters")
     with _recovery(ctx) as recovery:
         outcome = recovery.redrive(
-            selection, reason=args.reason, target=args.to, dry_run=args.dry_run
+            selection, reason=args.reason, target=args.to, dry_run=args.dry_run, progress=scanning
         )
+    scanning.done()
     return _show(ctx, outcome, "redriven")
 
 

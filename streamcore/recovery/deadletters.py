@@ -15,7 +15,7 @@ tailer of the tools' group, which never commits.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -163,13 +163,21 @@ def read_range(
             yield rec
 
 
+Progress = Callable[[int, int], None]
+
+
 def scan_dead_letters(
-    manager: LogManager, selection: DeadLetterFilter | None = None, *, codec: Any
+    manager: LogManager,
+    selection: DeadLetterFilter | None = None,
+    *,
+    codec: Any,
+    progress: Progress | None = None,
 ) -> Iterator[DeadLetterEntry]:
     """The dead letters matching `selection`, stream by stream, partition by partition, in
     offset order. `codec`: the Record codec the processor wrote the streams with
     (`get_codec(config.default_codec)` unless a topology set another). The streams and offsets
-    of the selection are checked before the first record is read."""
+    of the selection are checked before the first record is read. `progress(read, total)` is
+    called after each record read (a scan of a large stream takes a while)."""
     selection = selection or DeadLetterFilter()
     streams = _streams(manager, selection.streams)
     if selection.offsets and len(streams) != 1:
@@ -179,7 +187,7 @@ def scan_dead_letters(
     bounds = {name: (manager.start_offsets(name), manager.end_offsets(name)) for name in streams}
     for name, (starts, ends) in bounds.items():
         _check_offsets(name, starts, ends, selection.offsets)
-    return _scan(manager, bounds, selection, codec)
+    return _scan(manager, bounds, selection, codec, progress)
 
 
 def _scan(
@@ -187,7 +195,12 @@ def _scan(
     bounds: dict[Name, tuple[list[int], list[int]]],
     selection: DeadLetterFilter,
     codec: Any,
+    progress: Progress | None,
 ) -> Iterator[DeadLetterEntry]:
+    total = sum(
+        e - s for starts, ends in bounds.values() for s, e in zip(starts, ends, strict=True)
+    )
+    read = 0
     for name, (starts, ends) in bounds.items():
         for p, (start, end) in enumerate(zip(starts, ends, strict=True)):
             if start >= end:
@@ -195,6 +208,9 @@ def _scan(
             partition = LogPartition.of(name, p)
             with manager.tailer(TOOLS_GROUP, [partition], codec) as tailer:
                 for rec in read_range(tailer, partition, start, end):
+                    read += 1
+                    if progress is not None:
+                        progress(read, total)
                     entry = _entry(name, rec)
                     if selection.matches(entry):
                         yield entry

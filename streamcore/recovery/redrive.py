@@ -26,6 +26,7 @@ from streamcore.recovery.deadletters import (
     TOOLS_GROUP,
     DeadLetterEntry,
     DeadLetterFilter,
+    Progress,
     read_range,
     scan_dead_letters,
 )
@@ -71,10 +72,12 @@ def redrive(
     reason: str,
     target: str | None = None,
     dry_run: bool = False,
+    progress: Progress | None = None,
 ) -> RedriveResult:
     """Redrive the dead letters `selection` matches (see the module doc). Every selected letter
-    is checked (its stream, the target) before the first append."""
-    entries = list(scan_dead_letters(manager, selection, codec=codec))
+    is checked (its stream, the target) before the first append. `progress`: as for
+    `scan_dead_letters`."""
+    entries = list(scan_dead_letters(manager, selection, codec=codec, progress=progress))
     result = RedriveResult(dry_run=dry_run)
     letters = [e for e in entries if e.letter is not None]
     result.foreign = len(entries) - len(letters)

@@ -32,7 +32,12 @@ from streamcore.outbox.outbox import Outbox
 from streamcore.outbox.purge import purge as purge_jobs
 from streamcore.outbox.schema import default_url
 from streamcore.outbox.store import JobError
-from streamcore.recovery.deadletters import DeadLetterEntry, DeadLetterFilter, scan_dead_letters
+from streamcore.recovery.deadletters import (
+    DeadLetterEntry,
+    DeadLetterFilter,
+    Progress,
+    scan_dead_letters,
+)
 from streamcore.recovery.errors import SelectionError
 from streamcore.recovery.ledger import RedriveLedger
 from streamcore.recovery.positions import (
@@ -118,11 +123,17 @@ class Recovery:
 
     # -- dead letters -------------------------------------------------------------------------
     def dead_letters(
-        self, selection: DeadLetterFilter | None = None, *, limit: int | None = None
+        self,
+        selection: DeadLetterFilter | None = None,
+        *,
+        limit: int | None = None,
+        progress: Progress | None = None,
     ) -> list[DeadLetterEntry]:
-        """The dead letters `selection` matches (all by default), at most `limit`."""
+        """The dead letters `selection` matches (all by default), at most `limit`;
+        `progress(read, total)` after each record read."""
         found = []
-        for entry in scan_dead_letters(self.manager, selection, codec=self.codec):
+        scan = scan_dead_letters(self.manager, selection, codec=self.codec, progress=progress)
+        for entry in scan:
             if limit is not None and len(found) >= limit:
                 break
             found.append(entry)
@@ -135,6 +146,7 @@ class Recovery:
         reason: str,
         target: str | None = None,
         dry_run: bool = False,
+        progress: Progress | None = None,
     ) -> Outcome:
         """Send the selected dead letters back (see `streamcore.recovery.redrive`)."""
         _check_reason(reason, dry_run)
@@ -147,6 +159,7 @@ class Recovery:
             reason=reason,
             target=target,
             dry_run=dry_run,
+            progress=progress,
         )
         rows = [{"target": t, "records": n} for t, n in sorted(result.targets.items())]
         outcome = Outcome("redrive", dry_run, result.to_dict(), rows)

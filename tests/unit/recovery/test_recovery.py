@@ -119,6 +119,9 @@ def test_list_filter_and_redrive_once(manager: LogManager, recovery: Recovery) -
     assert (first.computation, first.attempts, first.error_type) == ("parse", 3, "ValueError")
     assert first.error == "cannot parse k1" and first.first_failed_at <= first.failed_at
     assert error_counts(letters) == [("ValueError", 2)]
+    reads: list[tuple[int, int]] = []
+    recovery.dead_letters(progress=lambda read, total: reads.append((read, total)))
+    assert reads == [(1, 2), (2, 2)]
     assert [e.offset for e in recovery.dead_letters(DeadLetterFilter(error="k3"))] == [1]
     assert recovery.dead_letters(DeadLetterFilter(computation="other")) == []
     assert len(recovery.dead_letters(DeadLetterFilter(since_ms=first.failed_at + 3_600_000))) == 0
