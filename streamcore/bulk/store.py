@@ -25,6 +25,7 @@ from sqlalchemy.engine import Engine
 
 from streamcore.bulk.errors import CommandNotFoundError, ExclusiveActionError
 from streamcore.bulk.model import BulkCommand, BulkStatus, State, iso_ms, now_ms
+from streamcore.outbox.schema import create_tables
 
 COMMANDS = "streamcore_bulk_commands"
 BUCKETS = "streamcore_bulk_buckets"
@@ -77,9 +78,7 @@ class CommandStore:
         if self._created:
             return
         with self.engine.begin() as conn:
-            if conn.dialect.name == "postgresql":
-                conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:t))"), {"t": COMMANDS})
-            metadata.create_all(conn, checkfirst=True)
+            create_tables(conn, metadata, COMMANDS)
         self._created = True
 
     def insert(

@@ -13,7 +13,8 @@ from streamcore.cli.context import (
     group_name,
 )
 from streamcore.cli.table import iso_time, render_table
-from streamcore.log.api import LogManager, LogPartition
+from streamcore.recovery.errors import SelectionError
+from streamcore.recovery.positions import ResetTarget, apply_plan, plan_reset
 
 _TO_OFFSET = re.compile(r"^\s*(?:(\d+)\s*:\s*\+?)?(\d+)\s*$")
 
@@ -51,68 +52,48 @@ def parse_date_ms(value: str) -> int:
     return int(when.timestamp() * 1000)
 
 
-def _after_date(manager: LogManager, partitions: list[LogPartition], ms: int) -> dict[int, int]:
-    ends = manager.end_offsets(partitions[0].name)
-    targets = {}
-    # Any group works for lookups; the tailer never commits.
-    with manager.tailer("admin/tools", partitions) as tailer:
-        for p in partitions:
-            found = tailer.offset_for_timestamp(p, ms)
-            targets[p.partition] = ends[p.partition] if found is None else found.offset
-    return targets
-
-
 def run_position(ctx: Context) -> int:
+    """The move is `streamcore.recovery`'s reset plan (one engine for both commands), without
+    its live-member refusal and audit entry: `streamcore recovery reset` adds those."""
     args = ctx.args
     name = ctx.log(args.log)
     group = group_name(args.group)
     manager = ctx.manager
-    size = manager.size(name)
-    if args.to_offset is not None:
-        part, offset = parse_to_offset(args.to_offset, args.partition)
-        partitions = ctx.partitions(name, part)
-    else:
-        partitions = ctx.partitions(name, args.partition)
-    starts = manager.start_offsets(name)
-    ends = manager.end_offsets(name)
-    before = manager.committed(name, group)
+    partitions = None if args.partition is None else [args.partition]
     if args.to_start or args.reset:
-        targets = {p.partition: starts[p.partition] for p in partitions}
-        action = "reset" if args.reset else "to-start"
+        target = ResetTarget(start=True)
     elif args.to_end:
-        targets = {p.partition: ends[p.partition] for p in partitions}
-        action = "to-end"
+        target = ResetTarget(end=True)
     elif args.to_offset is not None:
-        if not starts[part] <= offset <= ends[part]:
-            raise UsageError(
-                f"--to-offset {args.to_offset}: partition {part} of {name} holds offsets "
-                f"{starts[part]}..{ends[part]} (the end {ends[part]} means 'nothing left to read')"
-            )
-        targets = {part: offset}
-        action = "to-offset"
+        part, offset = parse_to_offset(args.to_offset, args.partition)
+        target, partitions = ResetTarget(offset=offset), [part]
     else:
-        date_ms = parse_date_ms(args.after_date)
-        targets = _after_date(manager, partitions, date_ms)
-        action = f"after-date {iso_time(date_ms)}"
-    for p in partitions:
-        manager.commit_position(p, group, targets[p.partition])
+        target = ResetTarget(timestamp_ms=parse_date_ms(args.after_date))
+    try:
+        plan = plan_reset(manager, name.urn, group, target, partitions=partitions, new_group=True)
+    except SelectionError as exc:
+        raise UsageError(str(exc)) from None
+    apply_plan(manager, plan)
+    action = "reset" if args.reset else target.label
+    if target.timestamp_ms is not None:
+        action = f"after-date {iso_time(target.timestamp_ms)}"
     lags = manager.lag_per_partition(name, group)
     parts = [
         {
-            "partition": p.partition,
-            "before": before[p.partition],
-            "after": targets[p.partition],
-            "end": ends[p.partition],
-            "lag": lags[p.partition].lag,
+            "partition": m.partition,
+            "before": m.before,
+            "after": m.after,
+            "end": m.end,
+            "lag": lags[m.partition].lag,
         }
-        for p in partitions
+        for m in plan.moves
     ]
     if ctx.json:
         ctx.emit_json({"log": name.urn, "group": group, "action": action, "partitions": parts})
         return 0
     rows = [[x["partition"], x["before"], x["after"], x["end"], x["lag"]] for x in parts]
     ctx.out(render_table(["partition", "before", "after", "end", "lag"], rows))
-    moved = f"{len(parts)} of {size} partition(s)"
+    moved = f"{len(parts)} of {manager.size(name)} partition(s)"
     ctx.out(f"moved group {group} on {name} ({action}), {moved}")
     return 0
 

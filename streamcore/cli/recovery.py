@@ -226,6 +226,8 @@ def run_reset(ctx: Context) -> int:
         target = ResetTarget(timestamp_ms=parse_date_ms(args.to_date))
     elif args.to_watermark is not None:
         target = ResetTarget(watermark=args.to_watermark)
+    elif args.to_start:
+        target = ResetTarget(start=True)
     else:
         target = ResetTarget(end=True)
     with _recovery(ctx) as recovery:
@@ -298,8 +300,16 @@ def register(sub: Any) -> None:
     )
     commands = top.add_subparsers(title="recovery commands", dest="recovery_command", required=True)
 
-    def add(name: str, help_text: str, description: str, func: Any, *, changes: bool) -> Any:
-        p = commands.add_parser(name, parents=common, help=help_text, description=description)
+    def add(
+        name: str,
+        help_text: str,
+        description: str,
+        func: Any,
+        *,
+        changes: bool,
+        under: Any = commands,
+    ) -> Any:
+        p = under.add_parser(name, parents=common, help=help_text, description=description)
         _shared(p, changes)
         p.set_defaults(func=func)
         return p
@@ -345,8 +355,8 @@ def register(sub: Any) -> None:
     p = add(
         "reset",
         "move a group's positions, with a preview",
-        "Set GROUP's positions on --stream to an offset, a date, a watermark or the end; the "
-        "table shows per partition what will be re-read or skipped.",
+        "Set GROUP's positions on --stream to an offset, a date, a watermark, the start or the "
+        "end; the table shows per partition what will be re-read or skipped.",
         run_reset,
         changes=True,
     )
@@ -359,6 +369,7 @@ def register(sub: Any) -> None:
     where.add_argument(
         "--to-watermark", type=int, metavar="W", help="first record with watermark >= W"
     )
+    where.add_argument("--to-start", action="store_true", help="the oldest retained record")
     where.add_argument("--to-end", action="store_true", help="after the last record")
     p.add_argument("--force", action="store_true", help="even while the group has live members")
 
@@ -366,38 +377,38 @@ def register(sub: Any) -> None:
         "outbox", help="outbox jobs in error", description="Outbox errors."
     )
     jobs = outbox.add_subparsers(title="outbox commands", dest="outbox_command", required=True)
-    p = jobs.add_parser(
+    p = add(
         "errors",
-        parents=common,
-        help="jobs in error",
-        description="Jobs of QUEUE in error, oldest first.",
+        "jobs in error",
+        "Jobs of QUEUE in error, oldest first.",
+        run_outbox_errors,
+        changes=False,
+        under=jobs,
     )
-    _shared(p, False)
     p.add_argument("queue", help="queue, e.g. audit/entries")
     p.add_argument("--limit", type=int, default=100, help="at most N (100)")
-    p.set_defaults(func=run_outbox_errors)
-    p = jobs.add_parser(
+    p = add(
         "retry",
-        parents=common,
-        help="send errors back to the workers",
-        description="Send the jobs of QUEUE in error (or --id) back to the workers.",
+        "send errors back to the workers",
+        "Send the jobs of QUEUE in error (or --id) back to the workers.",
+        run_outbox_retry,
+        changes=True,
+        under=jobs,
     )
-    _shared(p, True)
     p.add_argument("queue", help="queue")
     p.add_argument("--id", help="only this job")
-    p.set_defaults(func=run_outbox_retry)
-    p = jobs.add_parser(
+    p = add(
         "purge",
-        parents=common,
-        help="delete old done jobs",
-        description="Delete done jobs finished more than --older-than seconds ago.",
+        "delete old done jobs",
+        "Delete done jobs finished more than --older-than seconds ago.",
+        run_outbox_purge,
+        changes=True,
+        under=jobs,
     )
-    _shared(p, True)
     p.add_argument(
         "--older-than", type=float, required=True, metavar="SECONDS", help="age of the done jobs"
     )
     p.add_argument("--queue", help="only this queue")
-    p.set_defaults(func=run_outbox_purge)
 
 
 def _shared(p: Any, changes: bool) -> None:

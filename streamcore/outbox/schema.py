@@ -200,10 +200,18 @@ def create_schema(engine: Engine) -> None:
     """Create the jobs table and its indexes if missing (idempotent; safe from many processes:
     PostgreSQL serialises concurrent creators with an advisory lock)."""
     with engine.begin() as conn:
-        if conn.dialect.name == "postgresql":
-            conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:t))"), {"t": TABLE})
-        metadata.create_all(conn, checkfirst=True)
+        create_tables(conn, metadata, TABLE)
         _migrate(conn)
+
+
+def create_tables(conn: sa.Connection, tables: sa.MetaData, lock: str) -> None:
+    """Create the missing tables of `tables` in the transaction of `conn`. Many processes may
+    do it at once: on PostgreSQL they take turns on an advisory lock named `lock` (CREATE TABLE
+    IF NOT EXISTS alone races there); SQLite's write lock already serialises them. Used for every
+    table streamcore keeps in the outbox database."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:t))"), {"t": lock})
+    tables.create_all(conn, checkfirst=True)
 
 
 def _migrate(conn: sa.Connection) -> None:

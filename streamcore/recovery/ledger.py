@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from streamcore.outbox.schema import create_tables
+
 __all__ = ["LedgerRow", "RedriveLedger"]
 
 REDRIVES = "streamcore_recovery_redrives"
@@ -70,9 +72,7 @@ class RedriveLedger:
         if self._created:
             return
         with self.engine.begin() as conn:
-            if conn.dialect.name == "postgresql":
-                conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:t))"), {"t": REDRIVES})
-            metadata.create_all(conn, checkfirst=True)
+            create_tables(conn, metadata, REDRIVES)
         self._created = True
 
     def rows(

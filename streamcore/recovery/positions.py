@@ -95,11 +95,12 @@ class PositionPlan:
 class ResetTarget:
     """Where a reset goes, exactly one of: `offset` (with `partition`), `timestamp_ms` (the
     first record appended at or after it), `watermark` (the first record whose watermark is at
-    least it), `end` (past the last record)."""
+    least it), `start` (the oldest retained record), `end` (past the last record)."""
 
     offset: int | None = None
     timestamp_ms: int | None = None
     watermark: int | None = None
+    start: bool = False
     end: bool = False
 
     def __post_init__(self) -> None:
@@ -107,11 +108,13 @@ class ResetTarget:
             self.offset is not None,
             self.timestamp_ms is not None,
             self.watermark is not None,
+            self.start,
             self.end,
         ]
         if sum(given) != 1:
             raise SelectionError(
-                "a reset goes to exactly one of: an offset, a timestamp, a watermark, the end"
+                "a reset goes to exactly one of: an offset, a timestamp, a watermark, the start, "
+                "the end"
             )
 
     @property
@@ -122,17 +125,19 @@ class ResetTarget:
             return f"to-timestamp {self.timestamp_ms}"
         if self.watermark is not None:
             return f"to-watermark {self.watermark}"
-        return "to-end"
+        return "to-start" if self.start else "to-end"
 
 
 def _bounds(
-    manager: LogManager, stream: str, group: str
+    manager: LogManager, stream: str, group: str, new_group: bool = False
 ) -> tuple[Name, list[int], list[int], list[int | None]]:
     name = Name.of(stream)
     if not manager.exists(name):
-        raise SelectionError(f"stream {name.urn} does not exist; list streams with `streamcore ls`")
+        raise SelectionError(
+            f"stream {name.urn} does not exist; list streams with `streamcore logs`"
+        )
     groups = manager.list_groups(name)
-    if group not in groups:
+    if not new_group and group not in groups:
         known = ", ".join(groups) or "none"
         raise SelectionError(
             f"group {group!r} has no position on {name.urn} (its groups: {known}); check the "
@@ -183,10 +188,13 @@ def plan_reset(
     *,
     partitions: Sequence[int] | None = None,
     codec: Any = None,
+    new_group: bool = False,
 ) -> PositionPlan:
     """Move `group` on `partitions` (default: all) to `target`. A watermark target reads the
-    records (with `codec`, the stream's Record codec) to find the first one at or above it."""
-    name, starts, ends, committed = _bounds(manager, stream, group)
+    records (with `codec`, the stream's Record codec) to find the first one at or above it.
+    A group with no position on the stream is refused unless `new_group` (to place a group
+    before its first consumer starts)."""
+    name, starts, ends, committed = _bounds(manager, stream, group, new_group)
     chosen = list(range(len(ends))) if partitions is None else list(partitions)
     for p in chosen:
         _check_partition(name, p, len(ends))
@@ -206,6 +214,8 @@ def _target_offset(
 ) -> int:
     if target.end:
         return end
+    if target.start:
+        return start
     if target.offset is not None:
         if target.offset < start:
             raise SelectionError(

@@ -174,7 +174,7 @@ def test_bad_to_offset_is_exit_2(cli: Callable[..., Result], open_manager) -> No
     assert "expected PARTITION:OFFSET" in res.err
     res = cli("position", "-l", "test/a", "-g", "g/x", "--to-offset", "0:99")
     assert res.rc == 2
-    assert "partition 0 of test/a holds offsets 0..5" in res.err
+    assert "test/a partition 0 ends at 5; offset 99 does not exist yet" in res.err
     res = cli("position", "-l", "test/a", "-g", "g/x", "--to-offset", "7:0")
     assert res.rc == 2
     assert "partitions 0..1" in res.err

@@ -91,6 +91,8 @@ def test_positions_refuse_bad_input_with_exit_2(cli: Callable[..., Result]) -> N
         "recovery", "reset", "-l", "app/in", "-g", "parse", "--to-offset", "0:0", "--dry-run"
     )
     assert preview.rc == 0 and "reread" in preview.out and "dry run" in preview.out
+    start = cli("recovery", "reset", "-l", "app/in", "-g", "parse", "--to-start", "--dry-run")
+    assert start.rc == 0 and "reset to-start" in start.out
     moved = cli("recovery", "reset", "-l", "app/in", "-g", "parse", "--to-end", "--reason", "skip")
     assert moved.rc == 0 and "moved" in moved.out and "audit event" in moved.out
 
