@@ -12,7 +12,7 @@ is redriven once, whatever crashes.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -97,36 +97,54 @@ class RedriveLedger:
                         found[(row.dlq_partition, row.dlq_offset)] = _row(row)
         return found
 
-    def begin(self, rows: Sequence[LedgerRow]) -> None:
-        """Store `rows` as `pending` (replacing pending rows of the same dead letters), in one
-        transaction, before their records are appended."""
+    def begin(
+        self, rows: Sequence[LedgerRow], replacing: Collection[tuple[str, int, int]] = ()
+    ) -> None:
+        """Store `rows` as `pending`, in one transaction, before their records are appended;
+        `replacing`: the `(dlq, partition, offset)` among them whose pending row exists (a
+        redrive that stopped before its append), replaced."""
         self._ready()
+        if not rows:
+            return
+        # One statement each, many parameter sets: a million rows in seconds, not minutes.
         with self.engine.begin() as conn:
-            for row in rows:
-                key = (
-                    (redrives.c.dlq == row.dlq)
-                    & (redrives.c.dlq_partition == row.partition)
-                    & (redrives.c.dlq_offset == row.offset)
+            if replacing:
+                keys = [{"k_dlq": d, "k_partition": p, "k_offset": o} for d, p, o in replacing]
+                conn.execute(
+                    redrives.delete().where(
+                        (redrives.c.dlq == sa.bindparam("k_dlq"))
+                        & (redrives.c.dlq_partition == sa.bindparam("k_partition"))
+                        & (redrives.c.dlq_offset == sa.bindparam("k_offset"))
+                        & (redrives.c.state == PENDING)
+                    ),
+                    keys,
                 )
-                conn.execute(redrives.delete().where(key & (redrives.c.state == PENDING)))
-                conn.execute(redrives.insert().values(**_values(row, PENDING)))
+            conn.execute(redrives.insert(), [_values(row, PENDING) for row in rows])
 
     def finish(self, landed: Iterable[tuple[str, int, int, int, int]]) -> None:
         """Mark `(dlq, partition, offset, target_partition, target_offset)` done."""
         self._ready()
+        params = [
+            {"k_dlq": d, "k_partition": p, "k_offset": o, "t_partition": tp, "t_offset": to}
+            for d, p, o, tp, to in landed
+        ]
+        if not params:
+            return
         with self.engine.begin() as conn:
-            for dlq, part, offset, target_partition, target_offset in landed:
-                conn.execute(
-                    redrives.update()
-                    .where(
-                        (redrives.c.dlq == dlq)
-                        & (redrives.c.dlq_partition == part)
-                        & (redrives.c.dlq_offset == offset)
-                    )
-                    .values(
-                        state=DONE, target_partition=target_partition, target_offset=target_offset
-                    )
+            conn.execute(
+                redrives.update()
+                .where(
+                    (redrives.c.dlq == sa.bindparam("k_dlq"))
+                    & (redrives.c.dlq_partition == sa.bindparam("k_partition"))
+                    & (redrives.c.dlq_offset == sa.bindparam("k_offset"))
                 )
+                .values(
+                    state=DONE,
+                    target_partition=sa.bindparam("t_partition"),
+                    target_offset=sa.bindparam("t_offset"),
+                ),
+                params,
+            )
 
 
 def _values(row: LedgerRow, state: str) -> dict[str, object]:

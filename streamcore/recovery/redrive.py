@@ -82,8 +82,10 @@ def redrive(
     letters = [e for e in entries if e.letter is not None]
     result.foreign = len(entries) - len(letters)
     result.selected = len(letters)
-    targets = {_position(e): _target(manager, e, target) for e in letters}
+    checked: dict[str, Name] = {}
+    targets = {_position(e): _target(manager, e, target, checked) for e in letters}
     todo: list[DeadLetterEntry] = []
+    replacing: list[tuple[str, int, int]] = []
     by_dlq: dict[str, list[DeadLetterEntry]] = defaultdict(list)
     for entry in letters:
         by_dlq[entry.dlq].append(entry)
@@ -103,7 +105,9 @@ def redrive(
         if landed and not dry_run:
             ledger.finish(landed)
         done = {(d, p, o) for d, p, o, _, _ in landed}
-        todo += [e for e, _ in pending if (e.dlq, e.partition, e.offset) not in done]
+        again = [e for e, _ in pending if (e.dlq, e.partition, e.offset) not in done]
+        todo += again
+        replacing += [_position(e) for e in again]
     for entry in todo:
         result.targets[targets[_position(entry)].urn] += 1
     if dry_run:
@@ -131,7 +135,8 @@ def redrive(
                 reason,
             )
             for e in todo
-        ]
+        ],
+        replacing,
     )
     ledger.finish(_append(manager, todo, targets, codec))
     result.redriven = len(todo)
@@ -142,7 +147,10 @@ def _position(entry: DeadLetterEntry) -> tuple[str, int, int]:
     return (entry.dlq, entry.partition, entry.offset)
 
 
-def _target(manager: LogManager, entry: DeadLetterEntry, target: str | None) -> Name:
+def _target(
+    manager: LogManager, entry: DeadLetterEntry, target: str | None, checked: dict[str, Name]
+) -> Name:
+    """Where `entry` goes; `checked` holds the targets known to exist."""
     letter = entry.letter
     assert letter is not None
     if target is None and not letter.stream:
@@ -151,12 +159,16 @@ def _target(manager: LogManager, entry: DeadLetterEntry, target: str | None) -> 
             "or process_failure output of computation "
             f"{letter.computation}); redrive it to a named stream with --to"
         )
-    name = Name.of(target or letter.stream)
+    wanted = target or letter.stream
+    if wanted in checked:
+        return checked[wanted]
+    name = Name.of(wanted)
     if not manager.exists(name):
         raise SelectionError(
             f"cannot redrive {entry.dlq} {entry.partition}:{entry.offset} to {name.urn}: the "
             "stream does not exist; create it, or redrive to an existing stream with --to"
         )
+    checked[wanted] = name
     return name
 
 
