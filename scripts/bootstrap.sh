@@ -21,6 +21,10 @@ echo "bootstrap: installing streamcore and its dependencies into .venv (about a 
 start=$SECONDS
 .venv/bin/uv pip install --quiet --python .venv/bin/python -e . --group dev
 .venv/bin/python -m pip check
+# pyspark ships only as a source archive, and each fresh environment builds it into a new 1.4 GB
+# revision of uv's shared cache; without pruning, repeated clean-clone runs filled a 90 GB disk.
+# Pruning keeps the newest revision of every package, so the next install still hits the cache.
+.venv/bin/uv cache prune --quiet
 rm -f .venv/.installed-*
 touch "$stamp"
 echo "bootstrap: environment ready in $((SECONDS - start)) s"
