@@ -20,7 +20,6 @@ from streamcore.log.api import LogManager, LogPartition
 from streamcore.names import Name
 
 RAW = "raw"
-TOOLS_GROUP = "admin/tools"  # Nuxeo's default group for tools; tools never commit with it
 
 
 class UsageError(StreamcoreError):

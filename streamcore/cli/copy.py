@@ -8,7 +8,6 @@ from collections import defaultdict
 from typing import Any
 
 from streamcore.cli.context import (
-    TOOLS_GROUP,
     Context,
     UsageError,
     backend_feature,
@@ -19,6 +18,7 @@ from streamcore.cli.context import (
 from streamcore.cli.progress import Progress
 from streamcore.cli.table import human_bytes, rate
 from streamcore.log.api import LogAppender, LogRecord
+from streamcore.log.config import TOOLS_GROUP
 from streamcore.names import Name
 
 

@@ -19,25 +19,29 @@ from streamcore.recovery.positions import ResetTarget, apply_plan, plan_reset
 _TO_OFFSET = re.compile(r"^\s*(?:(\d+)\s*:\s*\+?)?(\d+)\s*$")
 
 
-def parse_to_offset(value: str, partition: int | None) -> tuple[int, int]:
-    """`P:O` (also `P:+O`), or `O` with `-p P` → (partition, offset)."""
+def parse_to_offset(
+    value: str, partition: int | None, option: str = "--to-offset"
+) -> tuple[int, int]:
+    """`P:O` (also `P:+O`), or `O` with `-p P` → (partition, offset); `option` names the
+    option in errors."""
     match = _TO_OFFSET.match(value)
     if not match:
         raise UsageError(
-            f"--to-offset {value!r}: expected PARTITION:OFFSET such as 0:42 (or OFFSET with -p)"
+            f"{option} {value!r}: expected PARTITION:OFFSET such as 0:42 (or OFFSET with -p)"
         )
     part, offset = match.groups()
     if part is None:
         if partition is None:
-            raise UsageError(f"--to-offset {value}: give PARTITION:OFFSET, or -p PARTITION")
+            raise UsageError(f"{option} {value}: give PARTITION:OFFSET, or -p PARTITION")
         return partition, int(offset)
     if partition is not None and int(part) != partition:
-        raise UsageError(f"--to-offset {value} names partition {part} but -p is {partition}")
+        raise UsageError(f"{option} {value} names partition {part} but -p is {partition}")
     return int(part), int(offset)
 
 
-def parse_date_ms(value: str) -> int:
-    """ISO 8601 date or date-time → epoch ms; no zone means UTC."""
+def parse_date_ms(value: str, option: str = "--after-date") -> int:
+    """ISO 8601 date or date-time → epoch ms; no zone means UTC; `option` names the option in
+    errors."""
     text = value.strip()
     if text.endswith(("Z", "z")):
         text = text[:-1] + "+00:00"
@@ -45,7 +49,7 @@ def parse_date_ms(value: str) -> int:
         when = datetime.fromisoformat(text)
     except ValueError:
         raise UsageError(
-            f"--after-date {value!r}: not an ISO 8601 date, e.g. 2024-05-01T10:00:00Z or 2024-05-01"
+            f"{option} {value!r}: not an ISO 8601 date, e.g. 2024-05-01T10:00:00Z or 2024-05-01"
         ) from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)

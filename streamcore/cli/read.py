@@ -11,7 +11,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from streamcore.cli.context import (
-    TOOLS_GROUP,
     Context,
     UsageError,
     codec_label,
@@ -29,6 +28,7 @@ from streamcore.cli.render import (
     render_line,
 )
 from streamcore.log.api import LogOffset
+from streamcore.log.config import TOOLS_GROUP
 
 
 def _show(ctx: Context, items: Iterable[ShownRecord]) -> int:

@@ -10,13 +10,12 @@ offset out of range, a reset into purged data) exits with 2 before anything chan
 from __future__ import annotations
 
 import getpass
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from streamcore.cli.context import Context, UsageError, global_options, group_name
-from streamcore.cli.position import parse_date_ms
+from streamcore.cli.position import parse_date_ms, parse_to_offset
 from streamcore.cli.progress import Progress
 from streamcore.cli.table import format_time, render_table
 from streamcore.recovery import (
@@ -29,7 +28,6 @@ from streamcore.recovery import (
 )
 
 MESSAGE_WIDTH = 50
-_POSITION = re.compile(r"^\s*(\d+)\s*:\s*(\d+)\s*$")
 
 
 @contextmanager
@@ -49,17 +47,10 @@ def _recovery(ctx: Context) -> Iterator[Recovery]:
         recovery.close()
 
 
-def parse_position(value: str, option: str) -> tuple[int, int]:
-    match = _POSITION.match(value)
-    if not match:
-        raise UsageError(f"{option} {value!r}: expected PARTITION:OFFSET such as 0:42")
-    return int(match.group(1)), int(match.group(2))
-
-
 def _selection(ctx: Context) -> DeadLetterFilter:
     args = ctx.args
     offsets = frozenset(
-        parse_position(item, "--offsets")
+        parse_to_offset(item, None, "--offsets")
         for item in (args.offsets or "").split(",")
         if item.strip()
     )
@@ -67,8 +58,8 @@ def _selection(ctx: Context) -> DeadLetterFilter:
         streams=tuple(args.stream or ()),
         computation=args.computation,
         error=args.error,
-        since_ms=parse_date_ms(args.since) if args.since else None,
-        until_ms=parse_date_ms(args.until) if args.until else None,
+        since_ms=parse_date_ms(args.since, "--since") if args.since else None,
+        until_ms=parse_date_ms(args.until, "--until") if args.until else None,
         offsets=offsets,
     )
 
@@ -198,7 +189,7 @@ def run_redrive(ctx: Context) -> int:
 
 def run_skip(ctx: Context) -> int:
     args = ctx.args
-    partition, offset = parse_position(args.offset, "--offset")
+    partition, offset = parse_to_offset(args.offset, None, "--offset")
     with _recovery(ctx) as recovery:
         outcome = recovery.skip(
             ctx.log(args.stream).urn,
@@ -216,14 +207,10 @@ def run_reset(ctx: Context) -> int:
     args = ctx.args
     partitions = None if args.partition is None else [args.partition]
     if args.to_offset is not None:
-        partition, offset = parse_position(args.to_offset, "--to-offset")
-        if args.partition is not None and args.partition != partition:
-            raise UsageError(
-                f"--to-offset {args.to_offset} names partition {partition}, -p {args.partition}"
-            )
+        partition, offset = parse_to_offset(args.to_offset, args.partition)
         target, partitions = ResetTarget(offset=offset), [partition]
     elif args.to_date is not None:
-        target = ResetTarget(timestamp_ms=parse_date_ms(args.to_date))
+        target = ResetTarget(timestamp_ms=parse_date_ms(args.to_date, "--to-date"))
     elif args.to_watermark is not None:
         target = ResetTarget(watermark=args.to_watermark)
     elif args.to_start:

@@ -144,6 +144,8 @@ _RULE_KEYS = ("namespace", "group", "config", "archive", "compact")
 # The consumer group of the retention job's archive step: on a log `LogConfig.archived`, purges
 # wait for it (streamcore.log.local.retention).
 ARCHIVER = "retention/archiver"
+# Nuxeo's default group for tools (streamcore's CLI, recovery): read with it, never commit.
+TOOLS_GROUP = "admin/tools"
 # A run of "$" before "{": each "$$" is a literal "$"; an odd run ends with a reference "${".
 _DOLLARS_BRACE = re.compile(r"(\$+)\{")
 _VARIABLE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?::-(.*))?", re.DOTALL)

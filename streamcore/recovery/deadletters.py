@@ -22,12 +22,12 @@ from typing import Any
 from streamcore.computation.dlq import DeadLetter
 from streamcore.errors import StreamcoreError
 from streamcore.log.api import LogManager, LogOffset, LogPartition, LogTailer
+from streamcore.log.config import TOOLS_GROUP
 from streamcore.names import Name
 from streamcore.recovery.errors import SelectionError
 
 __all__ = [
     "DLQ_PREFIX",
-    "TOOLS_GROUP",
     "DeadLetterEntry",
     "DeadLetterFilter",
     "dlq_streams",
@@ -37,7 +37,6 @@ __all__ = [
 ]
 
 DLQ_PREFIX = "dlq-"
-TOOLS_GROUP = "admin/tools"  # Nuxeo's tools group: never commits
 
 
 @dataclass(frozen=True, slots=True)

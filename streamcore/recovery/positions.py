@@ -3,7 +3,7 @@
     plan = plan_skip(manager, "app/orders", "enrich", partition=0, offset=42)
     plan = plan_reset(manager, "app/orders", "enrich", ResetTarget(timestamp_ms=...))
     print(plan.rows())          # per partition: before, after, end, re-read, skipped
-    apply_plan(manager, plan)   # after check_no_live_members(manager, plan.group)
+    apply_plan(manager, plan)   # after check_no_live_members(group, members)
 
 A plan is computed from the committed positions and the partitions' bounds, and checked against
 them (an unknown group, an offset out of range, a reset into purged data are refused with what the
@@ -17,9 +17,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from streamcore.log.api import LogManager, LogPartition
+from streamcore.log.api import LiveMember, LogManager, LogPartition
+from streamcore.log.config import TOOLS_GROUP
 from streamcore.names import Name
-from streamcore.recovery.deadletters import TOOLS_GROUP, read_range
+from streamcore.recovery.deadletters import read_range
 from streamcore.recovery.errors import LiveMembersError, SelectionError
 
 __all__ = [
@@ -241,9 +242,9 @@ def _target_offset(
     return end
 
 
-def check_no_live_members(manager: LogManager, group: str) -> None:
-    """Refuse while `group` has live members: they would commit over a moved position."""
-    members = manager.group_members(group)
+def check_no_live_members(group: str, members: Sequence[LiveMember]) -> None:
+    """Refuse while `group` has live members (`manager.group_members(group)`): they would
+    commit over a moved position."""
     if members:
         shown = ", ".join(m.member_id + (f" on {m.host}" if m.host else "") for m in members)
         raise LiveMembersError(

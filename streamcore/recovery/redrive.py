@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streamcore.log.api import LogManager, LogPartition
+from streamcore.log.config import TOOLS_GROUP
 from streamcore.names import Name
 from streamcore.recovery.deadletters import (
-    TOOLS_GROUP,
     DeadLetterEntry,
     DeadLetterFilter,
     Progress,
@@ -31,7 +31,7 @@ from streamcore.recovery.deadletters import (
     scan_dead_letters,
 )
 from streamcore.recovery.errors import SelectionError
-from streamcore.recovery.ledger import DONE, LedgerRow, RedriveLedger
+from streamcore.recovery.ledger import DONE, PENDING, LedgerRow, RedriveLedger
 
 __all__ = ["RedriveResult", "redrive"]
 
@@ -126,7 +126,7 @@ def redrive(
                 e.partition,
                 e.offset,
                 targets[_position(e)].urn,
-                "pending",
+                PENDING,
                 ends[targets[_position(e)]],
                 None,
                 None,

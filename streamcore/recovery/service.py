@@ -206,7 +206,8 @@ class Recovery:
     def _move(
         self, action: str, plan: PositionPlan, reason: str, dry_run: bool, force: bool
     ) -> Outcome:
-        live = [m.member_id for m in self.manager.group_members(plan.group)]
+        members = self.manager.group_members(plan.group)
+        live = [m.member_id for m in members]
         summary = {
             "stream": plan.stream,
             "group": plan.group,
@@ -219,7 +220,7 @@ class Recovery:
         if dry_run:
             return outcome
         if not force:
-            check_no_live_members(self.manager, plan.group)
+            check_no_live_members(plan.group, members)
         apply_plan(self.manager, plan)
         details = {**summary, "forced": force, "partitions": plan.rows()}
         outcome.audit_event_id = self._audit(action, reason, details)
@@ -246,7 +247,9 @@ class Recovery:
                 )
             return count
 
-        return self._outbox_change("outbox-retry", summary, "retried", change, reason, dry_run)
+        return self._outbox_change(
+            "outbox-retry", summary, "retried", change, reason, dry_run, wake=True
+        )
 
     def outbox_purge(
         self, *, older_than_s: float, reason: str, queue: str | None = None, dry_run: bool = False
@@ -268,7 +271,10 @@ class Recovery:
         change: Any,
         reason: str,
         dry_run: bool,
+        *,
+        wake: bool = False,
     ) -> Outcome:
+        """Run `change(conn)` and its audit entry in one transaction; `wake` the workers after."""
         # A dry run makes the very change and rolls it back: its count is the real one.
         with self.outbox.engine.connect() as conn:
             transaction = conn.begin()
@@ -277,10 +283,7 @@ class Recovery:
                 outcome = Outcome(action, dry_run, summary)
                 if not dry_run and summary[counted]:
                     # In the change's transaction: the entry exists if and only if it happened.
-                    entry = audit_entry(
-                        action, principal=self.principal, reason=reason, details=summary
-                    )
-                    outcome.audit_event_id = publish(conn, entry)
+                    outcome.audit_event_id = self._publish(conn, action, reason, summary)
                 if dry_run:
                     transaction.rollback()
                 else:
@@ -288,14 +291,17 @@ class Recovery:
             except BaseException:
                 transaction.rollback()
                 raise
-        if not dry_run and summary[counted] and action == "outbox-retry":
+        if wake and not dry_run and summary[counted]:
             self.outbox.wake()
         return outcome
 
     def _audit(self, action: str, reason: str, details: dict[str, Any]) -> str:
-        entry = audit_entry(action, principal=self.principal, reason=reason, details=details)
         with self.outbox.engine.begin() as conn:
-            return publish(conn, entry)
+            return self._publish(conn, action, reason, details)
+
+    def _publish(self, conn: Any, action: str, reason: str, details: dict[str, Any]) -> str:
+        entry = audit_entry(action, principal=self.principal, reason=reason, details=details)
+        return publish(conn, entry)
 
 
 def _check_reason(reason: str, dry_run: bool) -> None:

@@ -96,24 +96,35 @@ def group_states(root: Path, group: str) -> list[dict[str, Any]]:
 def _newest_state(folder: Path) -> dict[str, Any] | None:
     for _ in range(10):  # a writer collects old versions as we list: look again
         try:
-            names = os.listdir(folder)
-        except (FileNotFoundError, NotADirectoryError):
+            versions = state_versions(folder)
+        except NotADirectoryError:
             return None
-        versions = [int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit()]
         if not versions:
             return None
         try:
-            data = (folder / f"{max(versions)}.json").read_bytes()
+            return read_state(folder, max(versions))
         except FileNotFoundError:
             continue
-        try:
-            state = json.loads(data)
-        except ValueError:
-            return None
-        if isinstance(state, dict) and isinstance(state.get("members"), dict):
-            return state
-        return None
     return None
+
+
+def state_versions(folder: Path) -> list[int]:
+    """The version numbers of the states in `folder` (none if it does not exist)."""
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return []
+    return [int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit()]
+
+
+def read_state(folder: Path, version: int) -> dict[str, Any] | None:
+    """The state of `version`; None if it is unreadable (only after a machine crash)."""
+    data = (folder / f"{version}.json").read_bytes()
+    try:
+        state = json.loads(data)
+    except ValueError:
+        return None
+    return state if isinstance(state, dict) and isinstance(state.get("members"), dict) else None
 
 
 def _unique() -> str:
@@ -141,20 +152,10 @@ class FileGroupStore:
         self._history = history
 
     def _versions(self) -> list[int]:
-        try:
-            names = os.listdir(self.folder)
-        except FileNotFoundError:
-            return []
-        return [int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit()]
+        return state_versions(self.folder)
 
     def _read(self, version: int) -> dict[str, Any] | None:
-        """The state of `version`; None if it is unreadable (only after a machine crash)."""
-        data = (self.folder / f"{version}.json").read_bytes()
-        try:
-            state = json.loads(data)
-        except ValueError:
-            return None
-        return state if isinstance(state, dict) and isinstance(state.get("members"), dict) else None
+        return read_state(self.folder, version)
 
     def load(self) -> dict[str, Any]:
         """The newest state; an empty one (version 0) if none was written. An unreadable newest
