@@ -87,3 +87,28 @@ def delta_version(path: str | Path) -> int:
     from deltalake import DeltaTable
 
     return DeltaTable(str(path)).version()
+
+
+def spark_submit(
+    job: str, *args: str, home: Path, timeout: float = 600, env: dict[str, str] | None = None
+) -> tuple[int, Any, str]:
+    """`spark-submit jobs/<job>.py args` on local[2] with STREAMCORE_HOME `home` and `env`
+    added to the environment; (exit code, summary or None, stderr)."""
+    from jobs.spark.submit import submit_config
+
+    config = submit_config()
+    confs = [arg for k, v in config["conf"].items() for arg in ("--conf", f"{k}={v}")]
+    command = [
+        str(ROOT / ".venv" / "bin" / "spark-submit"),
+        *("--master", "local[2]", "--jars", config["jars"]),
+        *confs,
+        *("--conf", "spark.ui.enabled=false", "--conf", "spark.ui.showConsoleProgress=false"),
+        str(ROOT / "jobs" / f"{job}.py"),
+        *args,
+    ]
+    environment = {**os.environ, **config["env_vars"], "STREAMCORE_HOME": str(home), **(env or {})}
+    done = subprocess.run(
+        command, env=environment, cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith('{"job"')]
+    return done.returncode, json.loads(lines[-1]) if lines else None, done.stderr

@@ -113,14 +113,22 @@ def encode_payload(columns: list[Column], schema: ParsedSchema) -> Column:
     )
 
 
-def encode_record(key: Column, data: Column, watermark: Column, flags: int = 1) -> Column:
+def encode_record(
+    key: Column,
+    data: Column,
+    watermark: Column,
+    flags: int | Column = 1,
+    trace_context: Column | None = None,
+) -> Column:
     """A streamcore Record envelope (Record.avsc, single-object) around `data` bytes."""
     record: Any = F.struct(
         watermark.cast("long").alias("watermark"),
         key.alias("key"),
         data.alias("data"),
-        F.lit(flags).alias("flagsAsByte"),
-        F.lit(None).cast("binary").alias("traceContext"),
+        (F.lit(flags) if isinstance(flags, int) else flags.cast("int")).alias("flagsAsByte"),
+        (F.lit(None) if trace_context is None else trace_context)
+        .cast("binary")
+        .alias("traceContext"),
     )
     return F.concat(
         F.lit(single_object_header(RECORD_FINGERPRINT)), to_avro(record, json.dumps(RECORD_SCHEMA))

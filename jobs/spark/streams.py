@@ -5,7 +5,8 @@ log config routes it) and unwraps the Record envelope into columns
 
 `data` is the payload (usually Avro single-object bytes, see `jobs.spark.avro`). A value that is
 not a Record envelope is kept, not dropped: its `data` is the raw value and `record_error` says
-why, so jobs can quarantine it.
+why, so jobs can quarantine it. `with_trace=True` adds the Record's `trace_context` (bytes),
+which dead-letter streams use for their failure metadata.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def _check_retained(manager: LogManager, log: KafkaLogDescription, ranges: Range
             )
 
 
-def unwrap_records(raw: DataFrame) -> DataFrame:
+def unwrap_records(raw: DataFrame, *, with_trace: bool = False) -> DataFrame:
     """Raw log records → Record columns (see the module docstring), in the JVM (spark-avro)."""
     value = F.col("value")
     is_record = F.substring(value, 1, len(_RECORD_HEADER)) == F.lit(_RECORD_HEADER)
@@ -104,6 +105,7 @@ def unwrap_records(raw: DataFrame) -> DataFrame:
         .when(~is_record, F.lit("not a Record envelope (no Avro single-object Record header)"))
         .otherwise(F.lit("Record envelope does not decode with include/schemas/Record.avsc"))
         .alias("record_error"),
+        *([F.col("_record.traceContext").alias("trace_context")] if with_trace else []),
     )
 
 
@@ -114,6 +116,8 @@ def read_stream(
     ranges: Ranges,
     *,
     split_records: int = SPLIT_RECORDS,
+    with_trace: bool = False,
 ) -> DataFrame:
     """Records of `[start, end)` per partition of log `name`, envelope unwrapped."""
-    return unwrap_records(read_raw(spark, manager, name, ranges, split_records=split_records))
+    raw = read_raw(spark, manager, name, ranges, split_records=split_records)
+    return unwrap_records(raw, with_trace=with_trace)

@@ -34,6 +34,7 @@ __all__ = [
     "error_counts",
     "read_range",
     "scan_dead_letters",
+    "selection_bounds",
 ]
 
 DLQ_PREFIX = "dlq-"
@@ -178,6 +179,15 @@ def scan_dead_letters(
     of the selection are checked before the first record is read. `progress(read, total)` is
     called after each record read (a scan of a large stream takes a while)."""
     selection = selection or DeadLetterFilter()
+    return _scan(manager, selection_bounds(manager, selection), selection, codec, progress)
+
+
+Bounds = dict[Name, tuple[list[int], list[int]]]
+
+
+def selection_bounds(manager: LogManager, selection: DeadLetterFilter) -> Bounds:
+    """{dead-letter stream: (start offsets, end offsets)} that `selection` reads, after checking
+    its streams and offsets (`SelectionError` names what is wrong)."""
     streams = _streams(manager, selection.streams)
     if selection.offsets and len(streams) != 1:
         raise SelectionError(
@@ -186,12 +196,12 @@ def scan_dead_letters(
     bounds = {name: (manager.start_offsets(name), manager.end_offsets(name)) for name in streams}
     for name, (starts, ends) in bounds.items():
         _check_offsets(name, starts, ends, selection.offsets)
-    return _scan(manager, bounds, selection, codec, progress)
+    return bounds
 
 
 def _scan(
     manager: LogManager,
-    bounds: dict[Name, tuple[list[int], list[int]]],
+    bounds: Bounds,
     selection: DeadLetterFilter,
     codec: Any,
     progress: Progress | None,

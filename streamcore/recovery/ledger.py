@@ -76,10 +76,15 @@ class RedriveLedger:
         self._created = True
 
     def rows(
-        self, dlq: str, positions: Iterable[tuple[int, int]]
+        self, dlq: str, positions: Iterable[tuple[int, int]] | None = None
     ) -> dict[tuple[int, int], LedgerRow]:
-        """The ledger rows of these `(partition, offset)` of `dlq` that exist."""
+        """The ledger rows of these `(partition, offset)` of `dlq` that exist (all of `dlq`'s
+        rows when `positions` is None: one query, for selections of millions)."""
         self._ready()
+        if positions is None:
+            with self.engine.connect() as conn:
+                query = sa.select(redrives).where(redrives.c.dlq == dlq)
+                return {(r.dlq_partition, r.dlq_offset): _row(r) for r in conn.execute(query)}
         wanted = set(positions)
         if not wanted:
             return {}
@@ -121,8 +126,9 @@ class RedriveLedger:
                 )
             conn.execute(redrives.insert(), [_values(row, PENDING) for row in rows])
 
-    def finish(self, landed: Iterable[tuple[str, int, int, int, int]]) -> None:
-        """Mark `(dlq, partition, offset, target_partition, target_offset)` done."""
+    def finish(self, landed: Iterable[tuple[str, int, int, int | None, int | None]]) -> None:
+        """Mark `(dlq, partition, offset, target_partition, target_offset)` done; the target
+        position is None when the writer does not learn it (a Spark redrive)."""
         self._ready()
         params = [
             {"k_dlq": d, "k_partition": p, "k_offset": o, "t_partition": tp, "t_offset": to}

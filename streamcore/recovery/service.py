@@ -164,8 +164,8 @@ class Recovery:
         rows = [{"target": t, "records": n} for t, n in sorted(result.targets.items())]
         outcome = Outcome("redrive", dry_run, result.to_dict(), rows)
         if not dry_run and (result.redriven or result.completed):
-            details = {"selection": _selection(selection), **result.to_dict()}
-            outcome.audit_event_id = self._audit("redrive", reason, details)
+            details = {"selection": selection_details(selection), **result.to_dict()}
+            outcome.audit_event_id = self.audit("redrive", reason, details)
         return outcome
 
     # -- positions ----------------------------------------------------------------------------
@@ -223,7 +223,7 @@ class Recovery:
             check_no_live_members(plan.group, members)
         apply_plan(self.manager, plan)
         details = {**summary, "forced": force, "partitions": plan.rows()}
-        outcome.audit_event_id = self._audit(action, reason, details)
+        outcome.audit_event_id = self.audit(action, reason, details)
         return outcome
 
     # -- outbox -------------------------------------------------------------------------------
@@ -295,7 +295,9 @@ class Recovery:
             self.outbox.wake()
         return outcome
 
-    def _audit(self, action: str, reason: str, details: dict[str, Any]) -> str:
+    def audit(self, action: str, reason: str, details: dict[str, Any]) -> str:
+        """Write the audit entry of a change made outside this class (the Spark redrive of
+        jobs/recovery.py); its event id."""
         with self.outbox.engine.begin() as conn:
             return self._publish(conn, action, reason, details)
 
@@ -311,7 +313,8 @@ def _check_reason(reason: str, dry_run: bool) -> None:
         raise SelectionError("a recovery action that changes something needs a reason (--reason)")
 
 
-def _selection(selection: DeadLetterFilter) -> dict[str, Any]:
+def selection_details(selection: DeadLetterFilter) -> dict[str, Any]:
+    """`selection` as the audit entry's details keep it."""
     return {
         "streams": list(selection.streams),
         "computation": selection.computation,

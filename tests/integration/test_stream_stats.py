@@ -4,41 +4,15 @@ appended at known times: the counts per partition are those of the interval, edg
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
-from spark_session import ROOT
+from spark_session import spark_submit
 from timed_records import DAY, EXPECTED, append_timed_records
-
-from jobs.spark.submit import submit_config
 
 pytestmark = pytest.mark.spark
 
 STREAM = "test/stats"
-
-
-def spark_submit(job: str, *args: str, home: Path, timeout: float = 600) -> tuple[int, Any, str]:
-    """`spark-submit jobs/<job>.py args` on local[2]; (exit code, summary or None, stderr)."""
-    config = submit_config()
-    confs = [arg for k, v in config["conf"].items() for arg in ("--conf", f"{k}={v}")]
-    command = [
-        str(ROOT / ".venv" / "bin" / "spark-submit"),
-        *("--master", "local[2]", "--jars", config["jars"]),
-        *confs,
-        *("--conf", "spark.ui.enabled=false", "--conf", "spark.ui.showConsoleProgress=false"),
-        str(ROOT / "jobs" / f"{job}.py"),
-        *args,
-    ]
-    env = {**os.environ, **config["env_vars"], "STREAMCORE_HOME": str(home)}
-    done = subprocess.run(
-        command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout
-    )
-    lines = [line for line in done.stdout.splitlines() if line.startswith('{"job"')]
-    return done.returncode, json.loads(lines[-1]) if lines else None, done.stderr
 
 
 @pytest.mark.timeout(900)
