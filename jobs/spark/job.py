@@ -56,6 +56,7 @@ __all__ = [
     "JobError",
     "add_interval",
     "argument_errors",
+    "execute_job",
     "instant",
     "interval_ms",
     "job_parser",
@@ -227,6 +228,15 @@ def argument_errors(job: Job, argv: list[str]) -> str | None:
 
 def run_job(job: Job | ModuleType, argv: list[str] | None = None) -> int:
     """Run a job module end to end (see the module docstring); returns the exit code."""
+    summary, code = execute_job(job, argv)
+    print(json.dumps(summary, separators=(",", ":"), default=str), flush=True)
+    return code
+
+
+def execute_job(job: Job | ModuleType, argv: list[str] | None = None) -> tuple[dict[str, Any], int]:
+    """`run_job` without the summary line: (summary, exit code). How a DAG task runs a job in its
+    own process when the job needs no Spark for that run (`streamcore_recovery`'s small
+    selections)."""
     name = _job_name(job)
     parser = job.build_parser()
     args = parser.parse_args(argv)
@@ -255,8 +265,7 @@ def run_job(job: Job | ModuleType, argv: list[str] | None = None) -> int:
         summary.setdefault("phases", ctx.phases.seconds)
     summary = {**base, **summary, "seconds": round(time.monotonic() - started, 3)}
     summary.setdefault("status", "ok")
-    print(json.dumps(summary, separators=(",", ":"), default=str), flush=True)
-    return code
+    return summary, code
 
 
 def _job_name(job: Job | ModuleType) -> str:

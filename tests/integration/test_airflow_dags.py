@@ -4,11 +4,20 @@ the validate task's cross-parameter checks); the audit DAG's schedule from the c
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from airflow_harness import DAGS, ROOT, AirflowEnv, make_airflow_env, run_python
+from airflow_harness import DAGS, ROOT, AirflowEnv, dag_test, make_airflow_env, run_python
+from recovery_support import DLQ, SOURCE, source_records, write_dead_letters
+
+from streamcore.codecs import get_codec
+from streamcore.config import load_config
+from streamcore.log import open_log_manager
+from streamcore.log.api import LogPartition
+from streamcore.names import Name
+from streamcore.record import Record
 
 pytestmark = pytest.mark.airflow
 
@@ -646,8 +655,118 @@ def test_audit_schedule_comes_from_the_configuration(af: AirflowEnv, tmp_path: P
         "streamcore_bulk_action",
         "streamcore_bulk_trash_old_notes",
         "streamcore_importer",
+        "streamcore_recovery",
         "streamcore_retention",
         "streamcore_stream_stats",
     ]
     error = bad["errors"]["streamcore_audit.py"]
     assert "audit.schedule is '*/7 * * * *'" in error and "4 to 7 minutes apart" in error
+
+
+def test_recovery_dag_checks_before_anything_changes_then_repairs(af: AirflowEnv) -> None:
+    """streamcore_recovery: plan() refuses bad input with the reason before anything changes
+    and chooses the engine by the selection's size; run_in_task() lists, redrives (once), and
+    moves a group with a before / after preview; then one dag.test() redrives the rest through
+    spark-submit jobs/recovery.py, with its summary table and audit entry."""
+    config = load_config(home=af.streamcore_home)
+    write_dead_letters(config)
+    with open_log_manager(config) as manager:
+        manager.create("app/orders", 1)
+        with manager.appender("app/orders", get_codec("avro")) as appender:
+            for n in range(3):
+                appender.append(f"o{n}", Record(f"o{n}", b"x", n))
+        manager.commit_position(LogPartition.of(Name.of("app/orders"), 0), "enrich", 1)
+    result = run_python(
+        af,
+        f"""
+        import streamcore_recovery as m
+        from airflow.sdk.exceptions import AirflowFailException
+        defaults = {{k: p.value for k, p in m.PARAMS.items()}}
+        def plan(params):
+            try:
+                return m.plan({{**defaults, **params}}, "manual__r1", "ops")
+            except AirflowFailException as exc:
+                return str(exc)
+        def run(params):
+            p = {{**defaults, **params}}
+            try:
+                planned = m.plan(p, "manual__r1", "ops")
+                out = m.run_in_task(p, planned, "ops")
+            except AirflowFailException as exc:
+                return str(exc)
+            return {{"out": out, "report": m.render_summary(p, planned, out)}}
+        fixed = {{"action": "redrive", "error": "ValueError", "dry_run": False, "reason": "fixed"}}
+        orders = {{"action": "reset", "stream": "app/orders", "group": "enrich"}}
+        out = {{
+            "list": run({{"action": "list"}}),
+            "list_spark": plan({{"action": "list", "spark_threshold": 0}}),
+            "dry": run({{"action": "redrive", "redrive_all": True}}),
+            "no_reason": plan({{"action": "redrive", "redrive_all": True, "dry_run": False}}),
+            "no_selection": plan({{"action": "redrive", "dry_run": False, "reason": "r"}}),
+            "unknown_stream": plan({{"action": "list", "stream": "app/dlq-nope"}}),
+            "out_of_range": plan({{"action": "redrive", "stream": {DLQ!r}, "offsets": "0:999"}}),
+            "redrive": run(fixed),
+            "again": run(fixed),
+            "unknown_group": plan({{**orders, "action": "skip", "group": "nobody",
+                                   "offsets": "0:1"}}),
+            "no_value": plan({{**orders, "reset_to": "offset"}}),
+            "preview": run({{**orders, "reset_to": "start"}}),
+            "reset": run({{**orders, "reset_to": "start", "dry_run": False, "reason": "replay"}}),
+            "purge": run({{"action": "outbox-purge", "older_than_s": 0}}),
+        }}
+        print(json.dumps(out, default=str))
+        """,
+    )
+    listed = result["list"]["out"]
+    assert (listed["engine"], listed["selected"]) == ("process", 8)
+    assert listed["output"].endswith("recovery/listings/manual__r1")
+    assert "error class" in result["list"]["report"] and "ValueError" in result["list"]["report"]
+    spark = result["list_spark"]
+    assert isinstance(spark, dict), spark
+    assert spark["engine"] == "spark" and spark["records"] == 8
+    assert "--engine" not in result["list_spark"]["argv"]
+    assert result["dry"]["out"]["redriven"] == 7 and result["dry"]["out"]["dry_run"] is True
+    assert "needs a reason" in result["no_reason"]
+    assert "selects explicitly" in result["no_selection"]
+    assert "app/dlq-nope does not exist" in result["unknown_stream"]
+    assert "not 999" in result["out_of_range"]
+    assert result["redrive"]["out"]["redriven"] == 4, result["redrive"]
+    assert (result["again"]["out"]["redriven"], result["again"]["out"]["already"]) == (0, 4)
+    assert "nobody" in result["unknown_group"]
+    assert "reset_value" in result["no_value"]
+    preview = result["preview"]
+    assert preview["out"]["rows"][0]["before"] == 1 and preview["out"]["rows"][0]["after"] == 0
+    assert "partition  before  after" in preview["report"], preview["report"]
+    assert result["reset"]["out"]["audit_event_id"], result["reset"]
+    assert "none (nothing changed)" in result["purge"]["report"]
+    with open_log_manager(config) as manager:
+        assert manager.committed("app/orders", "enrich") == [0]
+    assert len(source_records(config)[1]) == 4
+
+    run = dag_test(
+        af,
+        "streamcore_recovery",
+        {
+            "action": "redrive",
+            "redrive_all": True,
+            "dry_run": False,
+            "reason": "the rest",
+            "spark_threshold": 0,
+        },
+    )
+    assert run["state"] == "success", run
+    assert run["tasks"] == {
+        "validate": "success",
+        "route": "success",
+        "spark": "success",
+        "in_task": "skipped",
+        "summary": "success",
+    }
+    records = list((af.streamcore_home / "runs" / "recovery").glob("*.json"))
+    record = next(json.loads(r.read_text()) for r in records if run["run_id"] in r.read_text())
+    redriven = record["result"]
+    assert (redriven["job"], redriven["engine"]) == ("recovery", "spark")
+    assert (redriven["redriven"], redriven["already"], redriven["foreign"]) == (3, 4, 1)
+    assert redriven["audit_event_id"]
+    assert "target" in record["report"] and SOURCE in record["report"]
+    assert len(source_records(config)[1]) == 7

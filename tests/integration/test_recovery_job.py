@@ -19,25 +19,19 @@ import pyarrow.parquet as pq
 import pytest
 import sqlalchemy as sa
 from kafka_broker import scratch_prefix
+from recovery_support import DLQ, SOURCE, source_records, write_dead_letters
 from spark_session import spark_submit
 
 from streamcore.audit import QUEUE as AUDIT_QUEUE
 from streamcore.audit import decode_entry
 from streamcore.codecs import get_codec
-from streamcore.computation.dlq import dead_letter_record
 from streamcore.config import load_config
-from streamcore.log import open_log_manager
-from streamcore.log.api import LogPartition
-from streamcore.names import Name
 from streamcore.outbox.schema import jobs
-from streamcore.record import Record
 from streamcore.recovery import Recovery
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(1200)]
 
 CODEC = get_codec("avro")
-DLQ, SOURCE = "app/dlq-parse", "app/in"
-FAILED_AT = 1_763_800_000_000
 
 
 def _run(*args: str) -> tuple[int, dict[str, Any]]:
@@ -47,55 +41,6 @@ def _run(*args: str) -> tuple[int, dict[str, Any]]:
     with contextlib.redirect_stdout(out):
         code = recovery.main(list(args))
     return code, json.loads(out.getvalue().strip().splitlines()[-1])
-
-
-def _letter(key: str, data: bytes, n: int, error: Exception, **extra: Any) -> Record:
-    failed = Record(key, data, 100 + n, 1, extra.pop("trace", None))
-    return dead_letter_record(
-        failed,
-        computation=extra.pop("computation", "parse"),
-        stream=SOURCE,
-        partition=0,
-        offset=n,
-        failure=error,
-        attempts=3,
-        failed_at=FAILED_AT + n,
-        **extra,
-    )
-
-
-def _write_dead_letters() -> None:
-    """Seven dead letters of two computations and three error classes (one undecodable, one
-    with a trace context) and one foreign record, in a two-partition dead-letter stream."""
-    with open_log_manager(load_config()) as manager:
-        manager.create(SOURCE, 2)
-        manager.create(DLQ, 2)
-        letters = [_letter(f"k{n}", f"v{n}".encode(), n, ValueError(f"bad {n}")) for n in range(4)]
-        letters += [
-            _letter("k4", b"v4", 4, TimeoutError("slow"), computation="enrich"),
-            _letter("k5", b"v5", 5, TimeoutError("slow"), computation="enrich", trace=b"t-5"),
-            _letter("u6", b"\xff\xferaw", 6, KeyError("codec"), undecodable=True),
-        ]
-        with manager.appender(DLQ, CODEC) as appender:
-            appender.append_batch([(r.key, r) for r in letters])
-            appender.append("f7", Record("f7", b"not a dead letter", 7))
-
-
-def _source_records() -> tuple[list[Any], list[bytes]]:
-    """(records of SOURCE decoded, raw values of SOURCE), in partition and offset order."""
-    with open_log_manager(load_config()) as manager:
-        ends = manager.end_offsets(SOURCE)
-        decoded, raw = [], []
-        for p, end in enumerate(ends):
-            partition = LogPartition.of(Name.of(SOURCE), p)
-            with manager.tailer("test/reader", [partition], None) as tailer:
-                for _ in range(end):
-                    rec = tailer.read(5.0)
-                    assert rec is not None
-                    raw.append(rec.message)
-                    with contextlib.suppress(Exception):
-                        decoded.append(CODEC.decode(rec.message))
-        return decoded, raw
 
 
 def _audit_comments() -> list[tuple[str, str]]:
@@ -125,7 +70,7 @@ def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_list_and_redrive_with_spark(spark, backend: str, tmp_path: Path) -> None:
-    _write_dead_letters()
+    write_dead_letters(load_config())
 
     # The listing: Spark and the in-process engine agree, summary and Parquet rows.
     listed = {}
@@ -170,12 +115,12 @@ def test_list_and_redrive_with_spark(spark, backend: str, tmp_path: Path) -> Non
     assert code == 1 and "not 999" in bad["error"]
     code, bad = _run("--action", "redrive", "--all", "--to", "app/missing", "--reason", "r")
     assert code == 1 and "does not exist" in bad["error"]
-    assert _source_records() == ([], [])
+    assert source_records(load_config()) == ([], [])
 
     code, dry = _run("--action", "redrive", "--all", "--dry-run")
     assert code == 0, dry
     assert (dry["redriven"], dry["foreign"], dry["audit_event_id"]) == (7, 1, None)
-    assert _source_records() == ([], [])
+    assert source_records(load_config()) == ([], [])
 
     # One through the in-process engine first: the ledger is shared.
     with Recovery(load_config()) as recovery:
@@ -196,7 +141,7 @@ def test_list_and_redrive_with_spark(spark, backend: str, tmp_path: Path) -> Non
     code, again = _run("--action", "redrive", "--all", "--reason", "once more")
     assert code == 0 and (again["redriven"], again["audit_event_id"]) == (0, None)
 
-    decoded, raw = _source_records()
+    decoded, raw = source_records(load_config())
     assert len(raw) == 7
     assert sorted((r.key, r.data, r.watermark, r.flags, r.trace_context) for r in decoded) == [
         (f"k{n}", f"v{n}".encode(), 100 + n, 1, b"t-5" if n == 5 else None) for n in range(6)
@@ -212,17 +157,17 @@ def test_list_and_redrive_with_spark(spark, backend: str, tmp_path: Path) -> Non
 def test_a_job_killed_before_its_ledger_update_is_completed_not_repeated(
     spark, tmp_path: Path
 ) -> None:
-    _write_dead_letters()
+    write_dead_letters(load_config())
     home = Path(os.environ["STREAMCORE_HOME"])
     code, summary, stderr = spark_submit(
         "recovery", "--action", "redrive", "--all", "--reason", "crash",
         home=home, env={"STREAMCORE_FAULT": "recovery.before_ledger_done"},
     )  # fmt: skip
     assert code in (-9, 137) and summary is None, stderr[-4000:]  # 137: the shell's SIGKILL
-    assert len(_source_records()[1]) == 7  # appended, but the ledger still says pending
+    assert len(source_records(load_config())[1]) == 7  # appended, but the ledger still says pending
 
     code, resumed = _run("--action", "redrive", "--all", "--reason", "after the crash")
     assert code == 0, resumed
     assert (resumed["completed"], resumed["redriven"], resumed["already"]) == (7, 0, 0)
-    assert len(_source_records()[1]) == 7
+    assert len(source_records(load_config())[1]) == 7
     assert _audit_comments() == [("recoveryRedrive", "after the crash")]
