@@ -56,7 +56,7 @@ bench: $(STAMP) $(JARS_STAMP)
 	$(BIN)/python bench/compaction_bench.py
 	$(BIN)/python bench/importer_bench.py
 	$(BIN)/python bench/bulk_bench.py
-	$(BIN)/python bench/recovery_bench.py
+	$(BIN)/python bench/recovery_bench.py --spark
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

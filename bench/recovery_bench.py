@@ -13,10 +13,18 @@ metadata as the processor writes it), and an empty target stream `bench/in`.
 * `redrive`: the scan, the ledger lookups, the pending rows written, the records appended to the
   target, the rows marked done (SQLite ledger in `STREAMCORE_HOME/outbox.db`).
 
+With `--spark` (what `make bench` runs), the same list and redrive through jobs/recovery.py's
+Spark engine, on a warm local session (`local[*]`; the session's start-up is not timed, a
+spark-submit adds it):
+
+* `spark list`: every record read by Spark, its metadata parsed, counts per error class;
+* `spark redrive`: the same selection redriven to a second empty target with a second ledger
+  (the in-process redrive filled the first).
+
 Prints records/s and the ratio to the baseline. The figures decide which redrives the recovery
 DAG runs in its task and which it sends to Spark (docs/recovery.md).
 
-    python bench/recovery_bench.py [--records 1000000] [--json]
+    python bench/recovery_bench.py [--records 1000000] [--spark] [--json]
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from streamcore.cli.table import Column, render_table  # noqa: E402
 
-DLQ, TARGET = "bench/dlq-x", "bench/in"
+DLQ, TARGET, SPARK_TARGET = "bench/dlq-x", "bench/in", "bench/in-spark"
 APPEND_BATCH = 10_000
 
 
@@ -46,6 +54,7 @@ def build(manager: Any, codec: Any, records: int) -> None:
 
     manager.create(DLQ, 1)
     manager.create(TARGET, 1)
+    manager.create(SPARK_TARGET, 1)
     failure = ValueError("cannot parse the price")
     with manager.appender(DLQ, codec) as appender:
         for first in range(0, records, APPEND_BATCH):
@@ -75,7 +84,23 @@ def timed(step: str, records: int, call: Any) -> float:
     return seconds
 
 
-def run(records: int) -> dict[str, Any]:
+def spark_job(*args: str) -> dict[str, Any]:
+    """jobs/recovery.py's `main` in this process, on the warm session; its summary."""
+    import contextlib
+    import io
+
+    from jobs import recovery
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = recovery.main(list(args))
+    summary = json.loads(out.getvalue().strip().splitlines()[-1])
+    if code != 0:
+        raise SystemExit(f"jobs/recovery.py {' '.join(args)} failed: {summary}")
+    return summary
+
+
+def run(records: int, spark: bool) -> dict[str, Any]:
     from streamcore.codecs import get_codec
     from streamcore.config import load_config
     from streamcore.log import open_log_manager
@@ -123,6 +148,10 @@ def run(records: int) -> dict[str, Any]:
                 seconds["redrive"] = timed("redrive", records, redrive)
             if manager.end_offsets(TARGET) != [records]:
                 raise SystemExit(f"the target holds {manager.end_offsets(TARGET)} records")
+            if spark:
+                seconds |= run_spark(records, home)
+                if manager.end_offsets(SPARK_TARGET) != [records]:
+                    raise SystemExit(f"Spark's target holds {manager.end_offsets(SPARK_TARGET)}")
     finally:
         shutil.rmtree(home, ignore_errors=True)
     base = seconds["read"]
@@ -139,22 +168,52 @@ def run(records: int) -> dict[str, Any]:
     }
 
 
+def run_spark(records: int, home: Path) -> dict[str, float]:
+    from jobs.spark.session import build_session
+
+    build_session("recovery-bench", "local[*]", conf={"spark.ui.enabled": "false"})
+    spark_job("--action", "list", "--error", "warm-up", "--sample", "0")  # JIT, data source
+    seconds = {}
+
+    def listing() -> None:
+        summary = spark_job("--action", "list", "--sample", "0")
+        if summary["selected"] != records:
+            raise SystemExit(f"Spark listed {summary}")
+
+    seconds["spark_list"] = timed("spark list", records, listing)
+    url = f"sqlite:///{home / 'spark-ledger.db'}"
+
+    def redrive() -> None:
+        summary = spark_job(
+            "--action", "redrive", "--all", "--to", SPARK_TARGET, "--url", url,
+            "--reason", "bench",
+        )  # fmt: skip
+        if summary["redriven"] != records:
+            raise SystemExit(f"Spark redrove {summary}")
+
+    seconds["spark_redrive"] = timed("spark redrive", records, redrive)
+    return seconds
+
+
 LABELS = {
     "read": "read (Record codec): baseline",
     "scan": "scan (list, nothing matches)",
     "dry_run": "redrive, dry run (scan + ledger lookups)",
     "redrive": "redrive (scan + ledger + append)",
+    "spark_list": "Spark list (warm session)",
+    "spark_redrive": "Spark redrive (warm session)",
 }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000, help="dead letters (1M)")
+    parser.add_argument("--spark", action="store_true", help="also the Spark engine")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
     if args.records < 1:
         parser.error("--records must be positive")
-    result = run(args.records)
+    result = run(args.records, args.spark)
     if args.json:
         print(json.dumps(result))
         return 0
