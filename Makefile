@@ -21,6 +21,7 @@ help:
 	@echo "make kafka  - start the local single-node Kafka broker on 127.0.0.1:9092 (kafka-stop, kafka-status)"
 	@echo "make postgres - start the local PostgreSQL server on 127.0.0.1:55432 for the outbox (postgres-stop, postgres-status)"
 	@echo "make airflow - start Airflow (standalone) on 127.0.0.1:8080 with the DAGs of dags/ (airflow-stop, airflow-status)"
+	@echo "make cluster - the whole stack in cluster mode: PostgreSQL, Kafka, Spark master + worker, Airflow (cluster-stop, cluster-status)"
 
 $(STAMP): pyproject.toml
 	PYTHON=$(PYTHON) scripts/bootstrap.sh $(STAMP)
@@ -34,9 +35,15 @@ $(JARS_STAMP): $(STAMP) include/jvm/spark-jars.pom.xml include/jvm/kafka-broker.
 jars: $(JARS_STAMP)
 
 # The importer DAG end to end on the embedded local log (DEMO_COUNT documents, default 20000);
-# the log-only demo of the core library is `.venv/bin/streamcore demo`.
+# the log-only demo of the core library is `.venv/bin/streamcore demo`. STREAMCORE_PROFILE=cluster:
+# the same on the cluster of `make cluster` (started first when it is not running).
 demo: $(STAMP) $(JARS_STAMP)
+ifeq ($(STREAMCORE_PROFILE),cluster)
+	@scripts/cluster.sh start
+	@eval "$$(scripts/cluster.sh env)" && scripts/airflow.sh demo $(DEMO_COUNT)
+else
 	@scripts/airflow.sh demo $(DEMO_COUNT)
+endif
 
 test: $(STAMP) $(JARS_STAMP)
 	$(BIN)/pytest $(PYTEST_ARGS)
@@ -100,6 +107,19 @@ airflow-stop:
 
 airflow-status:
 	@scripts/airflow.sh status || true
+
+# The whole stack in cluster mode on loopback (scripts/cluster.sh, include/cluster.env): PostgreSQL,
+# Kafka, a Spark standalone master and worker, Airflow on PostgreSQL with the LocalExecutor.
+# cluster-stop stops only what `make cluster` started.
+.PHONY: cluster cluster-stop cluster-status
+cluster: $(STAMP) $(JARS_STAMP)
+	@scripts/cluster.sh start
+
+cluster-stop:
+	@scripts/cluster.sh stop
+
+cluster-status:
+	@scripts/cluster.sh status || true
 
 clean:
 	rm -rf $(VENV) .cache data .pytest_cache .ruff_cache

@@ -18,7 +18,8 @@
 # Environment: AIRFLOW_HOME (default .cache/airflow), STREAMCORE_AIRFLOW_PORT (8080),
 # STREAMCORE_SPARK_MASTER (the master of `spark_default`: local[*], or spark://host:7077),
 # STREAMCORE_AIRFLOW_PASSWORD (the admin password; default: generated once, kept in AIRFLOW_HOME),
-# STREAMCORE_HOME (default ./data), STREAMCORE_AIRFLOW_START_TIMEOUT (seconds, default 180).
+# STREAMCORE_HOME (default ./data), STREAMCORE_AIRFLOW_START_TIMEOUT (seconds, default 180),
+# STREAMCORE_AIRFLOW_DB_URL (the metadata database; default SQLite in AIRFLOW_HOME).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
@@ -79,6 +80,14 @@ secret() { grep "^$1=" "$secrets" | cut -d= -f2-; }
 
 admin_password() { echo "${STREAMCORE_AIRFLOW_PASSWORD:-$(secret password)}"; }
 
+# Airflow also opens the metadata database asynchronously; its default async driver for a
+# postgresql URL is asyncpg, which is not installed: psycopg 3 (installed) has an async dialect.
+async_db_line() {
+  local url="${STREAMCORE_AIRFLOW_DB_URL:-}"
+  [[ "$url" == postgresql+psycopg://* ]] || return 0
+  echo "sql_alchemy_conn_async = postgresql+psycopg_async://${url#postgresql+psycopg://}"
+}
+
 write_config() {
   mkdir -p "$AIRFLOW_HOME/logs"
   ensure_secrets
@@ -101,10 +110,12 @@ simple_auth_manager_passwords_file = $passwords
 execution_api_server_url = $url/execution/
 
 [database]
+# STREAMCORE_AIRFLOW_DB_URL (the cluster profile: PostgreSQL) replaces the SQLite default.
 # timeout: how long a connection waits for SQLite's write lock (default 5 s). The scheduler, the
 # API server, task processes and the CLI share one file; on a loaded machine 5 s was not always
 # enough for a backfill created from the CLI beside a running scheduler.
-sql_alchemy_conn = sqlite:///$AIRFLOW_HOME/airflow.db?timeout=60
+sql_alchemy_conn = ${STREAMCORE_AIRFLOW_DB_URL:-sqlite:///$AIRFLOW_HOME/airflow.db?timeout=60}
+$(async_db_line)
 
 [logging]
 base_log_folder = $AIRFLOW_HOME/logs
@@ -149,7 +160,7 @@ EOF
 init() {
   compile_venv
   write_config
-  say "migrating $AIRFLOW_HOME/airflow.db"
+  say "migrating the metadata database (${STREAMCORE_AIRFLOW_DB_URL:-$AIRFLOW_HOME/airflow.db})"
   "$venv_bin/airflow" db migrate >"$AIRFLOW_HOME/logs/migrate.log" 2>&1 \
     || { tail -n 30 "$AIRFLOW_HOME/logs/migrate.log" >&2; fail "airflow db migrate failed (above)"; }
   register_connection
@@ -193,7 +204,7 @@ airflow: UI and REST API on $url   (log in as admin / $(admin_password))
 airflow: DAG streamcore_importer: unpause it, then Trigger (with parameters) in the UI, or
          eval "\$(scripts/airflow.sh env)"; airflow dags trigger streamcore_importer -c '{"count": 10000}'
 airflow: REST: TOKEN=\$(scripts/airflow.sh token); curl -H "Authorization: Bearer \$TOKEN" $url/api/v2/dags
-airflow: stop with \`make airflow-stop\`; logs in $log_file
+airflow: stop with \`make airflow-stop\` (the cluster's: \`make cluster-stop\`); logs in $log_file
 EOF
 }
 

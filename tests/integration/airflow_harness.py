@@ -240,18 +240,27 @@ def latest_delta_version(table: Path) -> int:
     return max(int(p.stem) for p in (table / "_delta_log").glob("*.json"))
 
 
-def log_documents(streamcore_home: Path, stream: str = "import/docs") -> list[dict[str, Any]]:
-    """Every Document in `stream`, decoded by streamcore's own codecs (Record envelope, then the
-    Avro single-object payload): what the producer wrote, independently of Spark."""
-    from streamcore.codecs import get_codec
+def _manager(streamcore_home: Path, config: Any) -> Any:
+    """The log manager of `config`, else of the local log under `streamcore_home`."""
     from streamcore.config import LogDefaults, StreamcoreConfig
-    from streamcore.log.api import LogPartition
-    from streamcore.log.local.manager import LocalLogManager
+    from streamcore.log import open_log_manager
 
-    config = StreamcoreConfig(home=streamcore_home, log=LogDefaults())
+    config = config or StreamcoreConfig(home=streamcore_home, log=LogDefaults())
+    return open_log_manager(config), config
+
+
+def log_documents(
+    streamcore_home: Path, stream: str = "import/docs", config: Any = None
+) -> list[dict[str, Any]]:
+    """Every Document in `stream`, decoded by streamcore's own codecs (Record envelope, then the
+    Avro single-object payload): what the producer wrote, independently of Spark. `config`: the
+    configuration whose logs to read (default: the local log under `streamcore_home`)."""
+    from streamcore.codecs import get_codec
+    from streamcore.log.api import LogPartition
+
+    manager, config = _manager(streamcore_home, config)
     envelope = get_codec("avro", config=config)
     document = get_codec("avro", "org.streamcore.importer.Document", config=config)
-    manager = LocalLogManager(config=config)
     docs = []
     try:
         for partition, end in enumerate(manager.end_offsets(stream)):
@@ -267,22 +276,22 @@ def log_documents(streamcore_home: Path, stream: str = "import/docs") -> list[di
     return docs
 
 
-def group_positions(streamcore_home: Path, group: str, stream: str = "import/docs") -> list[Any]:
-    from streamcore.config import LogDefaults, StreamcoreConfig
-    from streamcore.log.local.manager import LocalLogManager
-
-    manager = LocalLogManager(config=StreamcoreConfig(home=streamcore_home, log=LogDefaults()))
+def group_positions(
+    streamcore_home: Path, group: str, stream: str = "import/docs", config: Any = None
+) -> list[Any]:
+    manager, _ = _manager(streamcore_home, config)
     try:
         return [manager.committed(stream, group), manager.end_offsets(stream)]
     finally:
         manager.close()
 
 
-def assert_imported(streamcore_home: Path, consumed: dict[str, Any]) -> None:
+def assert_imported(streamcore_home: Path, consumed: dict[str, Any], config: Any = None) -> None:
     """The Delta `repository` table, read without Spark, holds exactly the documents of the log
     (ids and titles), once each; the quarantine has the rest; the group's positions reached the
-    end; the summary's counts and version are the table's."""
-    docs = log_documents(streamcore_home)
+    end; the summary's counts and version are the table's. `config`: whose logs (default: the
+    local log under `streamcore_home`)."""
+    docs = log_documents(streamcore_home, config=config)
     assert docs, "the producer wrote nothing"
     table = read_delta(streamcore_home / "delta" / "repository", ["id", "title"])
     ids = table.column("id").to_pylist()
@@ -299,5 +308,5 @@ def assert_imported(streamcore_home: Path, consumed: dict[str, Any]) -> None:
     assert consumed["delta_version"] == latest_delta_version(
         streamcore_home / "delta" / "repository"
     )
-    committed, end = group_positions(streamcore_home, "import/repository")
+    committed, end = group_positions(streamcore_home, "import/repository", config=config)
     assert committed == end, f"positions {committed} did not reach the end {end}"

@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# A Spark standalone cluster on 127.0.0.1 from the pyspark package alone (its `spark-class`; the
+# wheel has no sbin/): one master and one worker, each a detached JVM. State and logs live in
+# .cache/spark-cluster/ (git-ignored).
+#
+#   scripts/spark-cluster.sh start    start the master, then the worker (no-op for what runs);
+#                                     wait until the master lists the worker as ALIVE
+#   scripts/spark-cluster.sh stop     stop the worker, then the master (TERM, then KILL after 20 s)
+#   scripts/spark-cluster.sh status   running (pids, master URL, workers) or stopped; exit code
+#                                     0 = both run, 3 = stopped
+#   scripts/spark-cluster.sh url      the master URL (spark://127.0.0.1:PORT)
+#
+# Environment: STREAMCORE_SPARK_MASTER_PORT (default 7077), STREAMCORE_SPARK_MASTER_UI_PORT (8089),
+# STREAMCORE_SPARK_WORKER_UI_PORT (8090), STREAMCORE_SPARK_WORKER_CORES (default: all cores),
+# STREAMCORE_SPARK_WORKER_MEMORY (4g), STREAMCORE_SPARK_CLUSTER_HOME (.cache/spark-cluster),
+# STREAMCORE_SPARK_START_TIMEOUT (seconds, default 60).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root="$PWD"
+
+port="${STREAMCORE_SPARK_MASTER_PORT:-7077}"
+ui_port="${STREAMCORE_SPARK_MASTER_UI_PORT:-8089}"
+worker_ui_port="${STREAMCORE_SPARK_WORKER_UI_PORT:-8090}"
+cores="${STREAMCORE_SPARK_WORKER_CORES:-$(nproc)}"
+memory="${STREAMCORE_SPARK_WORKER_MEMORY:-4g}"
+home="${STREAMCORE_SPARK_CLUSTER_HOME:-$root/.cache/spark-cluster}"
+start_timeout="${STREAMCORE_SPARK_START_TIMEOUT:-60}"
+venv_bin="$root/.venv/bin"
+master_url="spark://127.0.0.1:$port"
+
+say() { echo "spark-cluster: $*"; }
+fail() { echo "spark-cluster: $*" >&2; exit 1; }
+
+[[ -x "$venv_bin/spark-class" ]] || fail "no spark-class in $venv_bin; run \`make venv\` first"
+# spark-class finds the jars from SPARK_HOME: the pyspark package folder.
+SPARK_HOME="$("$venv_bin/python" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')"
+export SPARK_HOME
+# Executors run Python workers with PYSPARK_PYTHON: the venv's, which has streamcore's packages.
+export PYSPARK_PYTHON="$venv_bin/python"
+export SPARK_LOCAL_IP=127.0.0.1
+
+# The pid of `role` (master or worker) if it runs: its pid file names a live JVM of that class.
+running_pid() {
+  local role="$1" class pid
+  class="org.apache.spark.deploy.$role.${role^}"
+  [[ -f "$home/$role.pid" ]] || return 1
+  pid="$(cat "$home/$role.pid" 2>/dev/null || true)"
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  [[ -r "/proc/$pid/cmdline" ]] || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "$class" || return 1
+  echo "$pid"
+}
+
+# The master's view as JSON (its web UI serves /json): workers and their states.
+master_json() {
+  "$venv_bin/python" - "$ui_port" <<'EOF'
+import json, sys, urllib.request
+try:
+    with urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/json/", timeout=3) as response:
+        print(json.dumps(json.load(response)))
+except Exception:
+    sys.exit(1)
+EOF
+}
+
+alive_workers() {
+  local view
+  view="$(master_json)" || { echo 0; return; }
+  "$venv_bin/python" -c '
+import json, sys
+print(sum(1 for w in json.loads(sys.argv[1]).get("workers", []) if w.get("state") == "ALIVE"))' "$view"
+}
+
+port_busy() {
+  "$venv_bin/python" -c '
+import socket, sys
+try:
+    socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=0.5).close()
+except OSError:
+    sys.exit(1)' "$1"
+}
+
+launch() {
+  local role="$1"
+  shift
+  mkdir -p "$home/logs" "$home/work"
+  echo "=== start $(date -Is) ===" >>"$home/logs/$role.log"
+  # setsid: the JVM outlives the shell (make, pytest) that started it; exec keeps the pid.
+  setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$home/$role.pid" \
+    "$venv_bin/spark-class" "$@" </dev/null >>"$home/logs/$role.log" 2>&1 9>&- &
+}
+
+start() {
+  if ! running_pid master >/dev/null; then
+    port_busy "$port" && fail "port $port is used by another process; stop it or set STREAMCORE_SPARK_MASTER_PORT"
+    port_busy "$ui_port" && fail "port $ui_port is used by another process; stop it or set STREAMCORE_SPARK_MASTER_UI_PORT"
+    say "starting the master on $master_url (UI http://127.0.0.1:$ui_port, log $home/logs/master.log)"
+    launch master org.apache.spark.deploy.master.Master \
+      --host 127.0.0.1 --port "$port" --webui-port "$ui_port"
+  fi
+  if ! running_pid worker >/dev/null; then
+    port_busy "$worker_ui_port" && fail "port $worker_ui_port is used by another process; stop it or set STREAMCORE_SPARK_WORKER_UI_PORT"
+    say "starting a worker ($cores cores, $memory; log $home/logs/worker.log)"
+    launch worker org.apache.spark.deploy.worker.Worker \
+      --host 127.0.0.1 --cores "$cores" --memory "$memory" --webui-port "$worker_ui_port" \
+      --work-dir "$home/work" "$master_url"
+  fi
+  local deadline=$((SECONDS + start_timeout))
+  while ((SECONDS < deadline)); do
+    for role in master worker; do
+      if ! running_pid "$role" >/dev/null; then
+        sleep 1
+        running_pid "$role" >/dev/null || {
+          tail -n 30 "$home/logs/$role.log" >&2
+          fail "the $role exited during start-up (log above)"
+        }
+      fi
+    done
+    if (($(alive_workers) >= 1)); then
+      say "ready: $master_url with $(alive_workers) worker(s) ($((SECONDS - deadline + start_timeout)) s)"
+      return 0
+    fi
+    sleep 1
+  done
+  tail -n 30 "$home/logs/worker.log" >&2
+  fail "no ALIVE worker on $master_url within $start_timeout s (worker log above)"
+}
+
+stop_role() {
+  local role="$1" pid
+  if ! pid="$(running_pid "$role")"; then
+    rm -f "$home/$role.pid"
+    return 0
+  fi
+  say "stopping the $role (pid $pid)"
+  kill -TERM "$pid" 2>/dev/null || true
+  local deadline=$((SECONDS + 20))
+  while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
+  if kill -0 "$pid" 2>/dev/null; then
+    say "the $role still runs after 20 s: KILL"
+    kill -KILL "$pid" 2>/dev/null || true
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+  fi
+  rm -f "$home/$role.pid"
+}
+
+stop() {
+  stop_role worker
+  stop_role master
+  say "stopped"
+}
+
+status() {
+  local master worker
+  master="$(running_pid master || true)"
+  worker="$(running_pid worker || true)"
+  if [[ -n "$master" && -n "$worker" ]]; then
+    say "running: master pid $master on $master_url, worker pid $worker; $(alive_workers) ALIVE worker(s)"
+    return 0
+  fi
+  say "stopped (master: ${master:-not running}, worker: ${worker:-not running})"
+  return 3
+}
+
+case "${1:-}" in
+  start)
+    mkdir -p "$home"
+    exec 9>"$home/.lock"
+    flock -w 60 9 || fail "another start holds $home/.lock"
+    start
+    ;;
+  stop) stop ;;
+  status) status ;;
+  url) echo "$master_url" ;;
+  *)
+    echo "usage: $0 start|stop|status|url" >&2
+    exit 2
+    ;;
+esac
