@@ -34,21 +34,15 @@ data="$home/data"
 
 say() { echo "kafka: $*"; }
 fail() { echo "kafka: $*" >&2; exit 1; }
+# shellcheck source=scripts/lib.sh
+source "$root/scripts/lib.sh"
 
 python_bin() {
   if [[ -x "$root/.venv/bin/python" ]]; then echo "$root/.venv/bin/python"; else echo python3; fi
 }
 
 # The pid of our broker if it runs: the pid file names a live java process started on our config.
-running_pid() {
-  [[ -f "$pid_file" ]] || return 1
-  local pid
-  pid="$(cat "$pid_file" 2>/dev/null || true)"
-  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-  [[ -r "/proc/$pid/cmdline" ]] || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "kafka.Kafka $config" || return 1
-  echo "$pid"
-}
+running_pid() { pid_from "$pid_file" "kafka.Kafka $config"; }
 
 # Exit 0 once the broker at $address answers a metadata request listing at least one broker.
 probe() {
@@ -71,16 +65,6 @@ try:
 except Exception:
     sys.exit(1)
 sys.exit(0 if md.brokers else 1)
-EOF
-}
-
-port_busy() {
-  "$(python_bin)" - "$1" <<'EOF'
-import socket, sys
-try:
-    socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=0.5).close()
-except OSError:
-    sys.exit(1)
 EOF
 }
 
@@ -235,15 +219,7 @@ stop() {
     rm -f "$pid_file"
     return 0
   fi
-  say "stopping pid $pid"
-  kill -TERM "$pid" 2>/dev/null || true
-  local deadline=$((SECONDS + 20))
-  while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
-  if kill -0 "$pid" 2>/dev/null; then
-    say "still running after 20 s: KILL"
-    kill -KILL "$pid" 2>/dev/null || true
-    while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
-  fi
+  stop_pid "$pid" "the broker"
   rm -f "$pid_file"
   say "stopped"
 }

@@ -30,6 +30,8 @@ master_url="spark://127.0.0.1:$port"
 
 say() { echo "spark-cluster: $*"; }
 fail() { echo "spark-cluster: $*" >&2; exit 1; }
+# shellcheck source=scripts/lib.sh
+source "$root/scripts/lib.sh"
 
 [[ -x "$venv_bin/spark-class" ]] || fail "no spark-class in $venv_bin; run \`make venv\` first"
 # spark-class finds the jars from SPARK_HOME: the pyspark package folder.
@@ -40,16 +42,7 @@ export PYSPARK_PYTHON="$venv_bin/python"
 export SPARK_LOCAL_IP=127.0.0.1
 
 # The pid of `role` (master or worker) if it runs: its pid file names a live JVM of that class.
-running_pid() {
-  local role="$1" class pid
-  class="org.apache.spark.deploy.$role.${role^}"
-  [[ -f "$home/$role.pid" ]] || return 1
-  pid="$(cat "$home/$role.pid" 2>/dev/null || true)"
-  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-  [[ -r "/proc/$pid/cmdline" ]] || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "$class" || return 1
-  echo "$pid"
-}
+running_pid() { pid_from "$home/$1.pid" "org.apache.spark.deploy.$1.${1^}"; }
 
 # The master's view as JSON (its web UI serves /json): workers and their states.
 master_json() {
@@ -69,15 +62,6 @@ alive_workers() {
   "$venv_bin/python" -c '
 import json, sys
 print(sum(1 for w in json.loads(sys.argv[1]).get("workers", []) if w.get("state") == "ALIVE"))' "$view"
-}
-
-port_busy() {
-  "$venv_bin/python" -c '
-import socket, sys
-try:
-    socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=0.5).close()
-except OSError:
-    sys.exit(1)' "$1"
 }
 
 launch() {
@@ -128,19 +112,7 @@ start() {
 
 stop_role() {
   local role="$1" pid
-  if ! pid="$(running_pid "$role")"; then
-    rm -f "$home/$role.pid"
-    return 0
-  fi
-  say "stopping the $role (pid $pid)"
-  kill -TERM "$pid" 2>/dev/null || true
-  local deadline=$((SECONDS + 20))
-  while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
-  if kill -0 "$pid" 2>/dev/null; then
-    say "the $role still runs after 20 s: KILL"
-    kill -KILL "$pid" 2>/dev/null || true
-    while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
-  fi
+  if pid="$(running_pid "$role")"; then stop_pid "$pid" "the $role"; fi
   rm -f "$home/$role.pid"
 }
 

@@ -1,0 +1,37 @@
+# Shell functions the service scripts share (sourced, not run): finding the process a pid file
+# names, stopping it, and whether a loopback port is taken. Each script defines say() first.
+
+# The pid in `file` if it names a live process whose command line contains `pattern`.
+pid_from() {
+  local file="$1" pattern="$2" pid
+  [[ -f "$file" ]] || return 1
+  pid="$(cat "$file" 2>/dev/null || true)"
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  [[ -r "/proc/$pid/cmdline" ]] || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "$pattern" || return 1
+  echo "$pid"
+}
+
+# TERM `pid` (`label` in messages), then KILL it if it still runs after `grace` seconds (20).
+stop_pid() {
+  local pid="$1" label="$2" grace="${3:-20}"
+  say "stopping $label (pid $pid)"
+  kill -TERM "$pid" 2>/dev/null || true
+  local deadline=$((SECONDS + grace))
+  while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.2; done
+  if kill -0 "$pid" 2>/dev/null; then
+    say "$label still runs after $grace s: KILL"
+    kill -KILL "$pid" 2>/dev/null || true
+    while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+  fi
+}
+
+# Exit 0 if something accepts connections on 127.0.0.1:`port`.
+port_busy() {
+  python3 -c '
+import socket, sys
+try:
+    socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=0.5).close()
+except OSError:
+    sys.exit(1)' "$1"
+}
