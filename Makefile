@@ -22,6 +22,7 @@ help:
 	@echo "make postgres - start the local PostgreSQL server on 127.0.0.1:55432 for the outbox (postgres-stop, postgres-status)"
 	@echo "make airflow - start Airflow (standalone) on 127.0.0.1:8080 with the DAGs of dags/ (airflow-stop, airflow-status)"
 	@echo "make cluster - the whole stack in cluster mode: PostgreSQL, Kafka, Spark master + worker, Airflow (cluster-stop, cluster-status)"
+	@echo "make spark-connect - start a Spark Connect server on 127.0.0.1:15002 for warm job runs (spark-connect-stop, spark-connect-status)"
 
 $(STAMP): pyproject.toml
 	PYTHON=$(PYTHON) scripts/bootstrap.sh $(STAMP)
@@ -46,7 +47,8 @@ else
 endif
 
 test: $(STAMP) $(JARS_STAMP)
-	$(BIN)/pytest $(PYTEST_ARGS)
+	@scripts/browser.sh  # chromium and the offline Data Docs assets of tests/browser
+	@scripts/test.sh $(PYTEST_ARGS)
 
 test-unit: $(STAMP)
 	$(BIN)/pytest tests/unit -m "not kafka and not slow" $(PYTEST_ARGS)
@@ -64,6 +66,7 @@ bench: $(STAMP) $(JARS_STAMP)
 	$(BIN)/python bench/importer_bench.py
 	$(BIN)/python bench/bulk_bench.py
 	$(BIN)/python bench/recovery_bench.py --spark
+	$(BIN)/python bench/dag_latency_bench.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -120,6 +123,18 @@ cluster-stop:
 
 cluster-status:
 	@scripts/cluster.sh status || true
+
+# A Spark Connect server on 127.0.0.1 (scripts/spark-connect.sh, docs/spark-connect.md): jobs run
+# as its clients when `spark_default`'s host is sc://127.0.0.1:15002.
+.PHONY: spark-connect spark-connect-stop spark-connect-status
+spark-connect: $(STAMP) $(JARS_STAMP)
+	@scripts/spark-connect.sh start
+
+spark-connect-stop:
+	@scripts/spark-connect.sh stop
+
+spark-connect-status:
+	@scripts/spark-connect.sh status || true
 
 clean:
 	rm -rf $(VENV) .cache data .pytest_cache .ruff_cache

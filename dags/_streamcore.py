@@ -1,6 +1,10 @@
 """What every streamcore DAG shares: where the project and its jobs are, a SparkSubmitOperator that
 returns the job's JSON summary, and the checks a run does before any Spark job starts.
 
+When the connection `spark_default` names a Spark Connect server (host `sc://HOST:PORT`, started
+by `make spark-connect`), the job tasks run their job in the task's own process as a thin client
+of that server instead of spark-submit: no JVM start per task (docs/spark-connect.md).
+
 Imported by DAG files at parse time, so it imports no pyspark, no great_expectations and nothing
 of `jobs.spark` at module level (DAG files must parse in well under a second).
 """
@@ -13,6 +17,7 @@ import logging
 import os
 import re
 import shutil
+import socket
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -20,14 +25,15 @@ from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 logger = logging.getLogger("streamcore.dags")
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 JOBS_DIR = PROJECT_ROOT / "jobs"
 SPARK_CONN_ID = "spark_default"
-_MASTER = re.compile(r"^(local(\[(\*|\d+)(,\d+)?\])?|spark://\S+|yarn|k8s://\S+)$")
+_MASTER = re.compile(r"^(local(\[(\*|\d+)(,\d+)?\])?|spark://\S+|yarn|k8s://\S+|sc://\S+)$")
+CONNECT_PORT = 15002  # Spark Connect's default port, when the connection gives none
 
 
 def default_args(retries: int = 1, retry_delay_s: int = 30) -> dict[str, Any]:
@@ -92,6 +98,9 @@ class StreamcoreSparkSubmitOperator(SparkSubmitOperator):
         from jobs.spark.submit import submit_config
         from streamcore.errors import StreamcoreError
 
+        remote = connect_url(self._conn_id)
+        if remote is not None:
+            return self._execute_on_connect(remote)
         try:
             config = submit_config()
         except StreamcoreError as exc:
@@ -114,20 +123,47 @@ class StreamcoreSparkSubmitOperator(SparkSubmitOperator):
         self.log.info("%s summary: %s", self.job, json.dumps(summary, sort_keys=True))
         return summary
 
+    def _execute_on_connect(self, url: str) -> dict[str, Any]:
+        """The job in this process, on a Spark Connect session of `url` (`execute_job`: the
+        same job code, summary and exit codes as under spark-submit). A failed job fails the
+        task with its error (retried as a failed spark-submit is); refused arguments fail it
+        for good."""
+        from jobs.spark.job import execute_job
+        from jobs.spark.session import REMOTE_ENV
+
+        module = importlib.import_module(f"jobs.{self.job}")
+        argv = [str(a) for a in self.application_args or []]
+        self.log.info("running jobs/%s.py %s on Spark Connect %s", self.job, " ".join(argv), url)
+        saved = {k: os.environ.get(k) for k in (REMOTE_ENV, *(self.env_vars or {}))}
+        os.environ.update({**(self.env_vars or {}), REMOTE_ENV: url})
+        try:
+            summary, code = execute_job(module, argv)
+            summary["spark_connect"] = url  # where it ran, in the run record
+        except SystemExit as exc:  # argparse refused the arguments (its message is logged)
+            raise AirflowFailException(
+                f"jobs/{self.job}.py rejects `{' '.join(argv)}` (exit {exc.code}); see above"
+            ) from None
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+        self.log.info("%s summary: %s", self.job, json.dumps(summary, sort_keys=True, default=str))
+        if code != 0:
+            raise AirflowException(f"jobs/{self.job}.py failed on {url}: {summary.get('error')}")
+        return summary
+
     def _get_hook(self) -> SparkSubmitHook:
         hook = super()._get_hook()
         hook.__class__ = _SummaryHook  # same state, plus the summary watcher of its log reader
         return hook
 
 
-def check_spark_ready(conn_id: str = SPARK_CONN_ID) -> str:
-    """The Spark master of `conn_id`, after checking that a job can be submitted at all:
-    the connection exists with a master URL we know, spark-submit is on PATH, the jars exist.
-    Raises AirflowFailException naming the problem and the fix."""
+def connection_master(conn_id: str = SPARK_CONN_ID) -> str:
+    """The master URL of the Airflow connection `conn_id` (its host; an `sc://` host without a
+    port takes the connection's port, else 15002). AirflowFailException if it is missing."""
     from airflow.sdk import BaseHook
-
-    from jobs.spark.submit import submit_config
-    from streamcore.errors import StreamcoreError
 
     try:
         conn = BaseHook.get_connection(conn_id)
@@ -137,11 +173,36 @@ def check_spark_ready(conn_id: str = SPARK_CONN_ID) -> str:
             "(or add a connection of type spark with the master URL as host)"
         ) from exc
     master = conn.host or ""
+    parts = re.match(r"^sc://([^/:;]+)(:\d+)?(.*)$", master)
+    if parts is not None and parts.group(2) is None:
+        master = f"sc://{parts.group(1)}:{conn.port or CONNECT_PORT}{parts.group(3)}"
+    return master
+
+
+def connect_url(conn_id: str = SPARK_CONN_ID) -> str | None:
+    """The Spark Connect URL of `conn_id` if its host is one (`sc://HOST:PORT`), else None."""
+    master = connection_master(conn_id)
+    return master if master.startswith("sc://") else None
+
+
+def check_spark_ready(conn_id: str = SPARK_CONN_ID) -> str:
+    """The Spark master of `conn_id`, after checking that a job can be submitted at all:
+    the connection exists with a master URL we know, spark-submit is on PATH, the jars exist;
+    for a Spark Connect URL, that its server answers. Raises AirflowFailException naming the
+    problem and the fix."""
+    from jobs.spark.submit import submit_config
+    from streamcore.errors import StreamcoreError
+
+    master = connection_master(conn_id)
     if not _MASTER.match(master):
         raise AirflowFailException(
-            f"connection {conn_id!r} has master {master!r}; set its host to local[*] or "
-            "spark://HOST:7077 (STREAMCORE_SPARK_MASTER=... scripts/airflow.sh init)"
+            f"connection {conn_id!r} has master {master!r}; set its host to local[*], "
+            "spark://HOST:7077 or sc://HOST:15002 (STREAMCORE_SPARK_MASTER=... "
+            "scripts/airflow.sh init)"
         )
+    if master.startswith("sc://"):
+        _check_connect_server(conn_id, master)
+        return master
     if shutil.which("spark-submit") is None:
         raise AirflowFailException(
             "spark-submit is not on PATH of the Airflow worker; put the project's .venv/bin first "
@@ -152,6 +213,25 @@ def check_spark_ready(conn_id: str = SPARK_CONN_ID) -> str:
     except StreamcoreError as exc:
         raise AirflowFailException(str(exc)) from exc
     return master
+
+
+def _check_connect_server(conn_id: str, url: str) -> None:
+    """AirflowFailException unless the Spark Connect server of `url` accepts connections."""
+    found = re.match(r"^sc://([^:/]+):(\d+)", url)
+    if found is None:
+        raise AirflowFailException(
+            f"connection {conn_id!r} has the Spark Connect URL {url!r}; give it as "
+            "sc://HOST:PORT, e.g. sc://127.0.0.1:15002"
+        )
+    host, port = found.group(1), int(found.group(2))
+    try:
+        socket.create_connection((host, port), timeout=3).close()
+    except OSError as exc:
+        raise AirflowFailException(
+            f"no Spark Connect server answers at {url} (connection {conn_id!r}: {exc}); start it "
+            "with `make spark-connect` (scripts/spark-connect.sh start), or point the connection "
+            "at local[*] to use spark-submit"
+        ) from None
 
 
 def check_job_arguments(job: str, argv: list[str]) -> None:

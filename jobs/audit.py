@@ -319,12 +319,11 @@ class _AuditLanding:
 def _merge_entries(spark: Any, path: str, rows: Any) -> Any:
     """The insert-only MERGE of entry rows into the audit table at `path` (not executed): an
     event id the table has is a repeat of the same entry, left as it is."""
-    from delta.tables import DeltaTable
+    from jobs.spark.delta_sql import Merge
 
     # Same event id, same entry, same day: the day prunes the partitions the MERGE joins.
     condition = "t.event_day = s.event_day AND t.event_id = s.event_id"
-    target = DeltaTable.forPath(spark, path).alias("t")
-    return target.merge(rows.alias("s"), condition).whenNotMatchedInsertAll()
+    return Merge(spark, path, rows, condition, "WHEN NOT MATCHED THEN INSERT *")
 
 
 def _inserted(spark: Any, path: str, version: int) -> dict[str, int]:

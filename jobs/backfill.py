@@ -244,7 +244,8 @@ def _land_table(
     from jobs.importer import DocumentLanding
     from jobs.spark.catalog import Catalog
     from jobs.spark.checked import CheckedBatch
-    from jobs.spark.delta_sink import commit_metrics, delta_snapshot
+    from jobs.spark.delta_sink import commit_metrics
+    from jobs.spark.delta_sql import latest_version
     from jobs.spark.repository import merge_documents
     from jobs.spark.validation import preload
 
@@ -273,7 +274,7 @@ def _land_table(
         merge_documents(
             catalog, table, good, landing.fields, start_ms, unique_ids=unique_ids, newer_only=True
         ).execute()
-        return int(delta_snapshot(ctx.spark, path).version())
+        return latest_version(ctx.spark, path)
 
     interval = f"{start_ms}-{end_ms}"
     batch = CheckedBatch(

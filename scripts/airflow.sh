@@ -14,6 +14,13 @@
 #                               test`, N random documents, default 20000) and its summary
 #   scripts/airflow.sh env      print `export` lines for running the airflow CLI against this home:
 #                               eval "$(scripts/airflow.sh env)"; airflow dags list
+#   scripts/airflow.sh run COMPONENT [--print]
+#                               one component in the foreground, a container's command
+#                               (docker-compose.yml): `run init` creates the metadata database
+#                               if missing, then does what init does; `run api-server`,
+#                               `scheduler`, `dag-processor`, `triggerer` exec that component on
+#                               the airflow.cfg init wrote; --print writes airflow.cfg and prints
+#                               the command instead of running it
 #
 # Environment: AIRFLOW_HOME (default .cache/airflow), STREAMCORE_AIRFLOW_PORT (8080),
 # STREAMCORE_SPARK_MASTER (the master of `spark_default`: local[*], or spark://host:7077),
@@ -99,6 +106,8 @@ write_config() {
 # Written by scripts/airflow.sh init; edit the script, not this file.
 [core]
 dags_folder = $root/dags
+# plugins/: the streamcore plugin (run summaries and Great Expectations Data Docs behind the UI's login).
+plugins_folder = $root/plugins
 executor = LocalExecutor
 load_examples = False
 parallelism = 4
@@ -342,7 +351,62 @@ export STREAMCORE_HOME='$STREAMCORE_HOME'
 EOF
 }
 
+# PostgreSQL's image creates one database; Airflow's (STREAMCORE_AIRFLOW_DB_URL) is created here,
+# as scripts/cluster.sh does in cluster mode.
+ensure_database() {
+  [[ "${STREAMCORE_AIRFLOW_DB_URL:-}" == postgresql* ]] || return 0
+  "$venv_bin/python" - "$STREAMCORE_AIRFLOW_DB_URL" <<'EOF'
+import sys
+import psycopg
+from sqlalchemy.engine import make_url
+
+url = make_url(sys.argv[1])
+try:
+    conn = psycopg.connect(host=url.host, port=url.port, user=url.username,
+                           password=url.password, dbname="postgres", autocommit=True)
+except psycopg.OperationalError as exc:
+    sys.exit(f"airflow: cannot reach PostgreSQL at {url.host}:{url.port} ({exc}); "
+             "is the server up, and STREAMCORE_AIRFLOW_DB_URL right?")
+with conn:
+    if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (url.database,)).fetchone():
+        conn.execute(f'CREATE DATABASE "{url.database}"')
+        print(f"airflow: created database {url.database} for Airflow's metadata")
+EOF
+}
+
+run_component() {
+  local component="$1" option="$2" command
+  case "$component" in
+    init) command=("$venv_bin/airflow" db migrate) ;;
+    api-server | scheduler | dag-processor | triggerer) command=("$venv_bin/airflow" "$component") ;;
+    *) fail "run: unknown component '$component'; one of init, api-server, scheduler, dag-processor, triggerer" ;;
+  esac
+  if [[ "$option" == --print ]]; then
+    write_config
+    echo "${command[*]}"
+    return 0
+  fi
+  [[ -z "$option" ]] || fail "run: unknown option '$option' (only --print)"
+  if [[ "$component" == init ]]; then
+    ensure_database
+    init
+    return 0
+  fi
+  [[ -f "$AIRFLOW_HOME/airflow.cfg" ]] \
+    || fail "no $AIRFLOW_HOME/airflow.cfg; run \`$0 run init\` first (compose: the airflow-init service)"
+  say "running $component in the foreground (AIRFLOW_HOME $AIRFLOW_HOME)"
+  exec "${command[@]}"
+}
+
 case "${1:-}" in
+  run)
+    mkdir -p "$AIRFLOW_HOME"
+    if [[ "${2:-}" == init ]]; then
+      exec 9>"$AIRFLOW_HOME/.lock"
+      flock -w 120 9 || fail "another init/start holds $AIRFLOW_HOME/.lock"
+    fi
+    run_component "${2:-}" "${3:-}"
+    ;;
   init | start)
     mkdir -p "$AIRFLOW_HOME"
     exec 9>"$AIRFLOW_HOME/.lock"
@@ -360,7 +424,7 @@ case "${1:-}" in
     demo "${2:-}"
     ;;
   *)
-    echo "usage: $0 init|start|stop|status|token|env|demo [N]" >&2
+    echo "usage: $0 init|start|stop|status|token|env|demo [N]|run COMPONENT [--print]" >&2
     exit 2
     ;;
 esac

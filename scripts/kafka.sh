@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # A single-node Kafka 4.x broker (KRaft, combined broker + controller) on 127.0.0.1, run from the
 # jars `make jars` put in .cache/jars/kafka-broker/. Config, data and logs live in .cache/kafka/.
+# In a container (docker-compose.yml) `run` keeps it in the foreground, bound to
+# STREAMCORE_KAFKA_HOST and advertised as STREAMCORE_KAFKA_ADVERTISED_HOST.
 #
 # Two client listeners: PLAINTEXT on $STREAMCORE_KAFKA_PORT and SASL_PLAINTEXT (mechanism PLAIN) on
 # $STREAMCORE_KAFKA_SASL_PORT, whose users (streamcore / streamcore-secret, admin / admin-secret)
@@ -10,11 +12,17 @@
 #                             restarted when it runs with an older one), wait until it answers
 #   scripts/kafka.sh stop     stop the broker this script started (TERM, then KILL after 20 s)
 #   scripts/kafka.sh status   running (pid, address) or stopped; exit code 0 = running, 3 = stopped
+#   scripts/kafka.sh run      format the storage if new, then exec the broker in the foreground,
+#                             logging to stdout (a container's command)
+#   scripts/kafka.sh run --print   print the server.properties `run` would write, start nothing
 #
 # Environment: STREAMCORE_KAFKA_PORT (default 9092), STREAMCORE_KAFKA_CONTROLLER_PORT (9093),
 # STREAMCORE_KAFKA_SASL_PORT (9094),
 # STREAMCORE_KAFKA_HOME (default .cache/kafka), STREAMCORE_JARS (default .cache/jars),
-# STREAMCORE_KAFKA_HEAP (default 512m), STREAMCORE_KAFKA_START_TIMEOUT (seconds, default 30).
+# STREAMCORE_KAFKA_HEAP (default 512m), STREAMCORE_KAFKA_START_TIMEOUT (seconds, default 30),
+# STREAMCORE_KAFKA_HOST (the listeners' bind address, default 127.0.0.1; 0.0.0.0 in a container),
+# STREAMCORE_KAFKA_ADVERTISED_HOST (the host name clients and the controller quorum are given,
+# default 127.0.0.1; the service name in a container).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
@@ -26,6 +34,8 @@ home="${STREAMCORE_KAFKA_HOME:-$root/.cache/kafka}"
 jars="${STREAMCORE_JARS:-$root/.cache/jars}/kafka-broker"
 heap="${STREAMCORE_KAFKA_HEAP:-512m}"
 start_timeout="${STREAMCORE_KAFKA_START_TIMEOUT:-30}"
+host="${STREAMCORE_KAFKA_HOST:-127.0.0.1}"
+advertised="${STREAMCORE_KAFKA_ADVERTISED_HOST:-127.0.0.1}"
 address="127.0.0.1:$port"
 pid_file="$home/kafka.pid"
 config="$home/server.properties"
@@ -74,9 +84,9 @@ render_config() {
 # Written by scripts/kafka.sh on each start; edit the script, not this file.
 process.roles=broker,controller
 node.id=1
-controller.quorum.voters=1@127.0.0.1:$controller_port
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$controller_port,SASL_PLAINTEXT://127.0.0.1:$sasl_port
-advertised.listeners=PLAINTEXT://127.0.0.1:$port,SASL_PLAINTEXT://127.0.0.1:$sasl_port
+controller.quorum.voters=1@$advertised:$controller_port
+listeners=PLAINTEXT://$host:$port,CONTROLLER://$host:$controller_port,SASL_PLAINTEXT://$host:$sasl_port
+advertised.listeners=PLAINTEXT://$advertised:$port,SASL_PLAINTEXT://$advertised:$sasl_port
 inter.broker.listener.name=PLAINTEXT
 controller.listener.names=CONTROLLER
 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT
@@ -138,6 +148,32 @@ stale_config() {
   [[ "$(render_config)" != "$(cat "$config" 2>/dev/null)" ]]
 }
 
+check_prerequisites() {
+  command -v java >/dev/null || fail "java is not on PATH; install a JDK 17+ (e.g. apt-get install openjdk-17-jre-headless)"
+  compgen -G "$jars/kafka_2.13-*.jar" >/dev/null \
+    || fail "no Kafka broker jars in $jars; run \`make jars\` first"
+}
+
+# KRaft needs its storage formatted once, with a cluster id, before the first start.
+format_storage() {
+  [[ -f "$data/meta.properties" ]] && return 0
+  local cluster_id
+  # Kafka's own Uuid.randomUuid() never starts with '-' (it would read as an option): same here.
+  cluster_id="$("$(python_bin)" -c '
+import base64, uuid
+while (u := base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")).startswith("-"):
+    pass
+print(u)')"
+  say "formatting storage in $data (cluster id $cluster_id)"
+  java -Xmx256m -Dlog4j2.configurationFile="$home/log4j2.properties" -cp "$jars/*" \
+    kafka.tools.StorageTool format -t "$cluster_id" -c "$config" >"$home/logs/format.log" 2>&1 \
+    || { cat "$home/logs/format.log" >&2; fail "storage format failed (see above)"; }
+}
+
+broker_command=(java -Xms128m -Xmx"$heap" -XX:+UseG1GC -XX:MaxGCPauseMillis=20
+  -Djava.awt.headless=true -Dlog4j2.configurationFile="$home/log4j2.properties" -cp "$jars/*"
+  kafka.Kafka "$config")
+
 start() {
   local pid
   if pid="$(running_pid)" && stale_config; then
@@ -154,9 +190,7 @@ start() {
     echo "$address"
     return 0
   fi
-  command -v java >/dev/null || fail "java is not on PATH; install a JDK 17+ (e.g. apt-get install openjdk-17-jre-headless)"
-  compgen -G "$jars/kafka_2.13-*.jar" >/dev/null \
-    || fail "no Kafka broker jars in $jars; run \`make jars\` first"
+  check_prerequisites
   if port_busy "$port"; then
     fail "port $port on 127.0.0.1 is used by another process (not the broker of $home); stop it or set STREAMCORE_KAFKA_PORT"
   fi
@@ -167,27 +201,12 @@ start() {
     fail "SASL port $sasl_port is used by another process; stop it or set STREAMCORE_KAFKA_SASL_PORT"
   fi
   write_config
-  local cp="$jars/*"
-  if [[ ! -f "$data/meta.properties" ]]; then
-    local cluster_id
-    # Kafka's own Uuid.randomUuid() never starts with '-' (it would read as an option): same here.
-    cluster_id="$("$(python_bin)" -c '
-import base64, uuid
-while (u := base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")).startswith("-"):
-    pass
-print(u)')"
-    say "formatting storage in $data (cluster id $cluster_id)"
-    java -Xmx256m -Dlog4j2.configurationFile="$home/log4j2.properties" -cp "$cp" \
-      kafka.tools.StorageTool format -t "$cluster_id" -c "$config" >"$home/logs/format.log" 2>&1 \
-      || { cat "$home/logs/format.log" >&2; fail "storage format failed (see above)"; }
-  fi
+  format_storage
   say "starting on $address (log: $log_file)"
   echo "=== start $(date -Is) ===" >>"$log_file"
   # setsid: own session, so the broker survives the shell (and make, and pytest) that started it.
   # The inner bash writes its own pid, then becomes java with exec: the pid file names the broker.
-  setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$pid_file" \
-    java -Xms128m -Xmx"$heap" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -Djava.awt.headless=true \
-    -Dlog4j2.configurationFile="$home/log4j2.properties" -cp "$cp" kafka.Kafka "$config" \
+  setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$pid_file" "${broker_command[@]}" \
     </dev/null >>"$log_file" 2>&1 9>&- &
   local waited=0 deadline=$((SECONDS + start_timeout))
   while ((SECONDS < deadline)); do
@@ -224,6 +243,21 @@ stop() {
   say "stopped"
 }
 
+# The broker in the foreground, as a container's command: no pid file, no probe; the engine
+# restarts it and collects its stdout.
+run() {
+  if [[ "$1" == --print ]]; then
+    render_config
+    return 0
+  fi
+  [[ -z "$1" ]] || fail "run: unknown option '$1' (only --print)"
+  check_prerequisites
+  write_config
+  format_storage
+  say "running in the foreground: listeners on $host, advertised as $advertised:$port"
+  exec "${broker_command[@]}"
+}
+
 status() {
   local pid
   if pid="$(running_pid)"; then
@@ -250,8 +284,9 @@ case "${1:-}" in
     ;;
   stop) stop ;;
   status) status ;;
+  run) run "${2:-}" ;;
   *)
-    echo "usage: $0 start|stop|status" >&2
+    echo "usage: $0 start|stop|status|run [--print]" >&2
     exit 2
     ;;
 esac

@@ -9,11 +9,16 @@
 #   scripts/spark-cluster.sh status   running (pids, master URL, workers) or stopped; exit code
 #                                     0 = both run, 3 = stopped
 #   scripts/spark-cluster.sh url      the master URL (spark://127.0.0.1:PORT)
+#   scripts/spark-cluster.sh run master|worker [--print]
+#                                     exec that one JVM in the foreground, logging to stdout (a
+#                                     container's command); --print: print its command line only
 #
 # Environment: STREAMCORE_SPARK_MASTER_PORT (default 7077), STREAMCORE_SPARK_MASTER_UI_PORT (8089),
 # STREAMCORE_SPARK_WORKER_UI_PORT (8090), STREAMCORE_SPARK_WORKER_CORES (default: all cores),
 # STREAMCORE_SPARK_WORKER_MEMORY (4g), STREAMCORE_SPARK_CLUSTER_HOME (.cache/spark-cluster),
-# STREAMCORE_SPARK_START_TIMEOUT (seconds, default 60).
+# STREAMCORE_SPARK_START_TIMEOUT (seconds, default 60), STREAMCORE_SPARK_HOST (the address this
+# node's master, worker and executors bind and advertise: default 127.0.0.1; the service name in a
+# container), STREAMCORE_SPARK_MASTER_HOST (the master's host name: default STREAMCORE_SPARK_HOST).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
@@ -26,7 +31,8 @@ memory="${STREAMCORE_SPARK_WORKER_MEMORY:-4g}"
 home="${STREAMCORE_SPARK_CLUSTER_HOME:-$root/.cache/spark-cluster}"
 start_timeout="${STREAMCORE_SPARK_START_TIMEOUT:-60}"
 venv_bin="$root/.venv/bin"
-master_url="spark://127.0.0.1:$port"
+host="${STREAMCORE_SPARK_HOST:-127.0.0.1}"
+master_url="spark://${STREAMCORE_SPARK_MASTER_HOST:-$host}:$port"
 
 say() { echo "spark-cluster: $*"; }
 fail() { echo "spark-cluster: $*" >&2; exit 1; }
@@ -39,7 +45,7 @@ SPARK_HOME="$("$venv_bin/python" -c 'import os, pyspark; print(os.path.dirname(p
 export SPARK_HOME
 # Executors run Python workers with PYSPARK_PYTHON: the venv's, which has streamcore's packages.
 export PYSPARK_PYTHON="$venv_bin/python"
-export SPARK_LOCAL_IP=127.0.0.1
+export SPARK_LOCAL_IP="$host"
 
 # The pid of `role` (master or worker) if it runs: its pid file names a live JVM of that class.
 running_pid() { pid_from "$home/$1.pid" "org.apache.spark.deploy.$1.${1^}"; }
@@ -64,6 +70,12 @@ import json, sys
 print(sum(1 for w in json.loads(sys.argv[1]).get("workers", []) if w.get("state") == "ALIVE"))' "$view"
 }
 
+# What spark-class runs for each role, in the background (start) or the foreground (run).
+master_args=(org.apache.spark.deploy.master.Master --host "$host" --port "$port"
+  --webui-port "$ui_port")
+worker_args=(org.apache.spark.deploy.worker.Worker --host "$host" --cores "$cores"
+  --memory "$memory" --webui-port "$worker_ui_port" --work-dir "$home/work" "$master_url")
+
 launch() {
   local role="$1"
   shift
@@ -79,15 +91,12 @@ start() {
     port_busy "$port" && fail "port $port is used by another process; stop it or set STREAMCORE_SPARK_MASTER_PORT"
     port_busy "$ui_port" && fail "port $ui_port is used by another process; stop it or set STREAMCORE_SPARK_MASTER_UI_PORT"
     say "starting the master on $master_url (UI http://127.0.0.1:$ui_port, log $home/logs/master.log)"
-    launch master org.apache.spark.deploy.master.Master \
-      --host 127.0.0.1 --port "$port" --webui-port "$ui_port"
+    launch master "${master_args[@]}"
   fi
   if ! running_pid worker >/dev/null; then
     port_busy "$worker_ui_port" && fail "port $worker_ui_port is used by another process; stop it or set STREAMCORE_SPARK_WORKER_UI_PORT"
     say "starting a worker ($cores cores, $memory; log $home/logs/worker.log)"
-    launch worker org.apache.spark.deploy.worker.Worker \
-      --host 127.0.0.1 --cores "$cores" --memory "$memory" --webui-port "$worker_ui_port" \
-      --work-dir "$home/work" "$master_url"
+    launch worker "${worker_args[@]}"
   fi
   local deadline=$((SECONDS + start_timeout))
   while ((SECONDS < deadline)); do
@@ -122,6 +131,26 @@ stop() {
   say "stopped"
 }
 
+# One role in the foreground, as a container's command: the engine restarts it and collects its
+# stdout, so there is no pid file and no wait for the worker.
+run() {
+  local role="$1" option="$2" command
+  case "$role" in
+    master) command=("$venv_bin/spark-class" "${master_args[@]}") ;;
+    worker) command=("$venv_bin/spark-class" "${worker_args[@]}") ;;
+    *) fail "run: which role? \`$0 run master\` or \`$0 run worker\` (got '$role')" ;;
+  esac
+  if [[ "$option" == --print ]]; then
+    printf '%q ' "${command[@]}"
+    echo
+    return 0
+  fi
+  [[ -z "$option" ]] || fail "run: unknown option '$option' (only --print)"
+  mkdir -p "$home/work"
+  say "running the $role in the foreground on $host ($master_url)"
+  exec "${command[@]}"
+}
+
 status() {
   local master worker
   master="$(running_pid master || true)"
@@ -144,8 +173,9 @@ case "${1:-}" in
   stop) stop ;;
   status) status ;;
   url) echo "$master_url" ;;
+  run) run "${2:-}" "${3:-}" ;;
   *)
-    echo "usage: $0 start|stop|status|url" >&2
+    echo "usage: $0 start|stop|status|url|run master|worker [--print]" >&2
     exit 2
     ;;
 esac

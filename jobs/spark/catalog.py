@@ -43,9 +43,16 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from jobs.spark import delta_sql
 from streamcore.config import StreamcoreConfig
 from streamcore.errors import IncompatibleTableError, TableError
-from streamcore.tables import DELTA_MIN_RETENTION_HOURS, Column, TableSpec, table_spec
+from streamcore.tables import (
+    DELTA_MIN_RETENTION_HOURS,
+    Column,
+    TableSpec,
+    local_path,
+    table_spec,
+)
 
 __all__ = ["Catalog", "spark_type", "table_schema"]
 
@@ -97,14 +104,45 @@ def _properties(spec: TableSpec) -> dict[str, str]:
     return {_DELETED_FILE_RETENTION: f"interval {hours} hours", **spec.properties}
 
 
-def _quoted(identifier: str) -> str:
-    """A Spark SQL identifier (a column name, a table path) in backquotes."""
-    return "`" + identifier.replace("`", "``") + "`"
+_quoted, _literal = delta_sql.quoted, delta_sql.sql_string
 
 
-def _literal(text: str) -> str:
-    """A Spark SQL string literal."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+def _create_statement(spec: TableSpec) -> str:
+    """CREATE TABLE IF NOT EXISTS of `spec` at its location: columns (types, NOT NULL,
+    comments), partitioning, description and properties."""
+    columns = ", ".join(
+        f"{_quoted(f.name)} {f.dataType.simpleString()}"
+        + ("" if f.nullable else " NOT NULL")
+        + (f" COMMENT {_literal(f.metadata['comment'])}" if f.metadata.get("comment") else "")
+        for f in table_schema(spec).fields
+    )
+    partitioned = (
+        f" PARTITIONED BY ({', '.join(_quoted(c) for c in spec.partition_by)})"
+        if spec.partition_by
+        else ""
+    )
+    comment = f" COMMENT {_literal(spec.description)}" if spec.description else ""
+    properties = ", ".join(f"{_literal(k)} = {_literal(v)}" for k, v in _properties(spec).items())
+    return (
+        f"CREATE TABLE IF NOT EXISTS {delta_sql.table_ref(spec.location)} ({columns}) USING delta"
+        f"{partitioned}{comment} TBLPROPERTIES ({properties})"
+    )
+
+
+def _local_stored_size(location: str) -> tuple[int, int]:
+    """`Catalog._stored_size` by walking the table's local folder."""
+    root = local_path(location)
+    if root is None:
+        raise TableError(
+            f"the Delta table at {location} is remote: over Spark Connect the client measures "
+            "the files stored under a table's folder itself (Hadoop's file system is in the "
+            "server's JVM), which needs a local folder; run compaction or retention with "
+            "spark-submit (a local[*] or spark:// master) for remote tables"
+        )
+    files = [
+        p for p in root.rglob("*") if p.is_file() and p.relative_to(root).parts[0] != "_delta_log"
+    ]
+    return len(files), sum(p.stat().st_size for p in files)
 
 
 @contextmanager
@@ -143,9 +181,7 @@ class Catalog:
         return self.spec(table).location
 
     def exists(self, table: str) -> bool:
-        from delta.tables import DeltaTable
-
-        return bool(DeltaTable.isDeltaTable(self.spark, self.path(table)))
+        return delta_sql.is_delta_table(self.spark, self.path(table))
 
     def ensure(self, table: str) -> str:
         """Create `table` if missing (columns, partitioning, properties); check it otherwise.
@@ -153,20 +189,8 @@ class Catalog:
         spec = self.spec(table)
         if table in self._ensured:
             return spec.location
-        from delta.tables import DeltaTable
-
         if not self.exists(table):
-            builder = (
-                DeltaTable.createIfNotExists(self.spark)
-                .location(spec.location)
-                .addColumns(table_schema(spec))
-                .comment(spec.description)
-            )
-            if spec.partition_by:
-                builder = builder.partitionedBy(*spec.partition_by)
-            for key, value in _properties(spec).items():
-                builder = builder.property(key, value)
-            builder.execute()
+            self.spark.sql(_create_statement(spec))
             logger.info("created Delta table %s at %s", table, spec.location)
         # Checked after creating too: another job may have created it first, in its own shape.
         missing = self._check(spec)
@@ -178,12 +202,8 @@ class Catalog:
     def _check(self, spec: TableSpec) -> list[Column]:
         """The declared nullable columns the table lacks (to add), if that is its only
         difference from `spec`; raises IncompatibleTableError on any other."""
-        from delta.tables import DeltaTable
-
-        from jobs.spark.delta_sink import delta_snapshot
-
-        table = DeltaTable.forPath(self.spark, spec.location)
-        found = {f.name: f.dataType for f in table.toDF().schema.fields}
+        table = self.spark.read.format("delta").load(spec.location)
+        found = {f.name: f.dataType for f in table.schema.fields}
         problems, missing = [], []
         for column in spec.columns:
             want = spark_type(column.type).simpleString()
@@ -194,8 +214,7 @@ class Catalog:
                     missing.append(column)
             elif have.simpleString() != want:
                 problems.append(f"column {column.name} is {have.simpleString()}, not {want}")
-        columns = delta_snapshot(self.spark, spec.location).metadata().partitionColumns()
-        partitions = tuple(columns.apply(i) for i in range(columns.size()))
+        partitions = tuple(delta_sql.detail(self.spark, spec.location)["partitionColumns"])
         if partitions != spec.partition_by:
             problems.append(f"partitioned by {list(partitions)}, not {list(spec.partition_by)}")
         if len(problems) > len(missing):
@@ -238,16 +257,14 @@ class Catalog:
     def optimize(self, table: str) -> dict[str, Any]:
         """Compact small files (z-ordered by the declared columns, if any). Returns the files and
         bytes of the table's snapshot before and after."""
-        from delta.tables import DeltaTable
-
         spec = self.spec(table)
         self._require(spec)
         before = self._snapshot_size(spec.location)
-        optimizer = DeltaTable.forPath(self.spark, spec.location).optimize()
-        if spec.zorder_by:
-            optimizer.executeZOrderBy(*spec.zorder_by)
-        else:
-            optimizer.executeCompaction()
+        zorder = ", ".join(delta_sql.quoted(c) for c in spec.zorder_by)
+        self.spark.sql(
+            f"OPTIMIZE {delta_sql.table_ref(spec.location)}"
+            + (f" ZORDER BY ({zorder})" if zorder else "")
+        )
         after = self._snapshot_size(spec.location)
         return {
             "table": table,
@@ -265,8 +282,6 @@ class Catalog:
         (default: the declared one). A retention below Delta's 168 h safety minimum is refused
         unless `force`, which lifts Delta's check for this call only. Returns the data files and
         bytes under the table's folder (the Delta log excluded) before and after."""
-        from delta.tables import DeltaTable
-
         spec = self.spec(table)
         self._require(spec)
         hours = spec.vacuum_retention_hours if retention_hours is None else retention_hours
@@ -284,7 +299,9 @@ class Catalog:
         if force:
             confs[_RETENTION_CHECK] = "false"
         with _session_confs(self.spark, confs):
-            DeltaTable.forPath(self.spark, spec.location).vacuum(hours)
+            self.spark.sql(
+                f"VACUUM {delta_sql.table_ref(spec.location)} RETAIN {float(hours):.6f} HOURS"
+            )
         after = self._stored_size(spec.location)
         return {
             "table": table,
@@ -316,14 +333,15 @@ class Catalog:
 
     def _snapshot_size(self, location: str) -> tuple[int, int]:
         """(files, bytes) of the current snapshot."""
-        from delta.tables import DeltaTable
-
-        row = DeltaTable.forPath(self.spark, location).detail().first()
-        return (int(row["numFiles"]), int(row["sizeInBytes"])) if row else (0, 0)
+        row = delta_sql.detail(self.spark, location)
+        return int(row["numFiles"]), int(row["sizeInBytes"])
 
     def _stored_size(self, location: str) -> tuple[int, int]:
         """(files, bytes) stored under the table's folder outside `_delta_log`, through Hadoop's
-        file system (so any URI Spark reads works), referenced or not."""
+        file system (so any URI Spark reads works), referenced or not. A Connect client has no
+        JVM: it walks the folder itself, which must then be local."""
+        if delta_sql.is_connect(self.spark):
+            return _local_stored_size(location)
         jvm = self.spark._jvm
         conf = self.spark._jsc.hadoopConfiguration()  # type: ignore[union-attr]
         root = jvm.org.apache.hadoop.fs.Path(location)  # type: ignore[union-attr]

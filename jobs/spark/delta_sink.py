@@ -37,11 +37,11 @@ import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from jobs.spark import delta_sql
 from streamcore.errors import StreamcoreError
 from streamcore.log import LogManager, LogPartition
 from streamcore.names import Name
@@ -51,7 +51,6 @@ __all__ = [
     "DeltaBatchSink",
     "LogMismatchError",
     "commit_metrics",
-    "delta_snapshot",
     "plan_batch",
     "read_positions",
 ]
@@ -132,22 +131,17 @@ class DeltaBatchSink:
         self.app_id = app_id
 
     def exists(self) -> bool:
-        from delta.tables import DeltaTable
-
-        return DeltaTable.isDeltaTable(self.spark, self.path)
+        return delta_sql.is_delta_table(self.spark, self.path)
 
     def last_batch(self) -> LandedBatch | None:
         """The newest batch of this app id that reached the table, or None."""
         batch = self.txn_version()
         if batch is None:
             return None
-        from delta.tables import DeltaTable
-
         # The metadata JSON starts with app and batch (BatchPlan.metadata): match both at once.
         marker = json.dumps({"app": self.app_id, "batch": batch}, separators=(",", ":"))
         rows = (
-            DeltaTable.forPath(self.spark, self.path)
-            .history()
+            delta_sql.history(self.spark, self.path)
             .where(F.col("userMetadata").startswith(marker[:-1] + ","))
             .orderBy(F.col("version").desc())
             .select("version", "userMetadata")
@@ -165,11 +159,7 @@ class DeltaBatchSink:
         snapshot's transaction of the app id, which checkpoints keep when history is cleaned."""
         if not self.exists():
             return None
-        found = self._snapshot().transactions().get(self.app_id)
-        return int(found.get()) if found.isDefined() else None
-
-    def _snapshot(self) -> Any:
-        return delta_snapshot(self.spark, self.path)
+        return delta_sql.txn_version(self.spark, self.path, self.app_id)
 
     def write(self, plan: BatchPlan, action: Callable[[], None]) -> int | None:
         """Run `action` (one Delta write or MERGE on this table) as batch `plan.batch`: the commit
@@ -202,27 +192,15 @@ class DeltaBatchSink:
         return after
 
     def version(self) -> int | None:
-        return int(self._snapshot().version()) if self.exists() else None
+        return delta_sql.latest_version(self.spark, self.path) if self.exists() else None
 
 
 def commit_metrics(spark: SparkSession, path: str, version: int) -> dict[str, str]:
     """Delta's `operationMetrics` of commit `version` of the table at `path` (numOutputBytes,
     numTargetRowsInserted, ...; empty if the commit left the history)."""
-    from delta.tables import DeltaTable
-
-    history = DeltaTable.forPath(spark, path).history().where(f"version = {int(version)}")
+    history = delta_sql.history(spark, path).where(F.col("version") == int(version))
     row = history.select("operationMetrics").first()
     return dict(row["operationMetrics"] or {}) if row else {}
-
-
-def delta_snapshot(spark: SparkSession, path: str) -> Any:
-    """The latest snapshot of the Delta table at `path`, from its JVM DeltaLog. Delta's Python
-    API has no reader of a snapshot's transactions, and gets its version, file count or metadata
-    through a Spark job (history(), detail()); the snapshot has them at hand."""
-    jvm = spark._jvm
-    log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
-    empty = jvm.scala.Option.empty()
-    return log.update(False, empty, empty)
 
 
 def recover(

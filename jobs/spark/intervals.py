@@ -148,9 +148,10 @@ def replace_interval(
     again, or for a neighbouring interval, never duplicates or loses rows. A missing table is
     created first (empty, `df`'s schema, `partition_by`). Every row of `df` must lie in the
     interval, else `IntervalMismatchError` and nothing is written. Returns the table version."""
-    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
     from pyspark.sql.types import TimestampType
+
+    from jobs.spark.delta_sql import is_delta_table
 
     _check_interval(start_ms, end_ms)
     field = next((f for f in df.schema.fields if f.name == column), None)
@@ -164,7 +165,7 @@ def replace_interval(
     since, until = f"timestamp_millis({int(start_ms)})", f"timestamp_millis({int(end_ms)})"
     condition = f"{quoted} >= {since} AND {quoted} < {until}"
     spark = df.sparkSession
-    if not DeltaTable.isDeltaTable(spark, table_path):
+    if not is_delta_table(spark, table_path):
         # Delta checks replaceWhere's condition only against an existing table: create it first.
         df.limit(0).write.format("delta").mode("append").partitionBy(*partition_by).save(table_path)
     metadata = {"interval": [int(start_ms), int(end_ms)], "column": column}
@@ -194,6 +195,6 @@ def replace_interval(
 
 def table_version(spark: Any, table_path: str) -> int:
     """The newest version of the Delta table at `table_path`."""
-    from delta.tables import DeltaTable
+    from jobs.spark.delta_sql import latest_version
 
-    return int(DeltaTable.forPath(spark, table_path).history(1).first()["version"])
+    return latest_version(spark, table_path)

@@ -4,8 +4,10 @@ Local log: a partition has one writer at a time (an `flock` per partition folder
 partition must be written by exactly one Spark task. Two layouts guarantee that:
 
 * `by_task`: Spark partition i appends to log partition i (the DataFrame has exactly as many
-  partitions as the log). No shuffle; keys do not choose partitions. Used for generated documents,
-  whose ids are unique, so no two versions of a document can land in different partitions.
+  partitions as the log). No shuffle when it has that many already; keys do not choose
+  partitions. Used for generated documents, whose ids are unique, so no two versions of a
+  document can land in different partitions. (A Spark Connect client cannot ask a DataFrame its
+  partition count, `rdd.getNumPartitions()`: there the rows are always repartitioned.)
 * `by_key`: each row goes to `partition_for_key(key)` (streamcore's Nuxeo-compatible partitioner);
   a shuffle on that partition number gives every log partition to a single task. Used for file
   imports, where a document may appear twice and its versions must stay in order.
@@ -33,6 +35,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType
 
+from jobs.spark.delta_sql import is_connect
 from streamcore.errors import ConfigError
 from streamcore.log import LogManager
 from streamcore.log.kafka.description import KafkaLogDescription
@@ -62,7 +65,7 @@ def append_dataframe(
     log = cast(LocalLogDescription, description)
     size = log.partitions
     if layout == "by_task":
-        if df.rdd.getNumPartitions() != size:
+        if is_connect(df.sparkSession) or df.rdd.getNumPartitions() != size:
             df = df.repartition(size)
         tagged = df.select(F.spark_partition_id().alias("_p"), "key", "value")
     elif layout == "by_key":

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from jobs.spark import delta_sql
 from jobs.spark.catalog import Catalog
 
 __all__ = ["quarantine_rows", "write_quarantine"]
@@ -39,16 +40,11 @@ def quarantine_rows(bad: DataFrame, *, job: str, batch: int) -> DataFrame:
 def write_quarantine(rows: DataFrame, catalog: Catalog) -> None:
     """Insert `rows` into the catalog's quarantine table (created on first use), once per source
     position."""
-    from delta.tables import DeltaTable
-
     path = catalog.ensure("quarantine")
-    (
-        DeltaTable.forPath(rows.sparkSession, path)
-        .alias("q")
-        .merge(
-            rows.alias("r"),
-            "q.stream = r.stream AND q.partition = r.partition AND q.offset = r.offset",
-        )
-        .whenNotMatchedInsertAll()
-        .execute()
+    delta_sql.merge_into(
+        rows.sparkSession,
+        path,
+        rows,
+        "t.stream = s.stream AND t.partition = s.partition AND t.offset = s.offset",
+        "WHEN NOT MATCHED THEN INSERT *",
     )

@@ -34,13 +34,13 @@ leaves them null.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from jobs.spark import delta_sql
 from jobs.spark.catalog import Catalog
-from jobs.spark.delta_sink import BatchPlan, DeltaBatchSink, delta_snapshot
+from jobs.spark.delta_sink import BatchPlan, DeltaBatchSink
 from jobs.spark.keys import keys_unique
 
 __all__ = ["latest_per_id", "meets_table", "merge_documents", "upsert_documents"]
@@ -120,28 +120,28 @@ def merge_documents(
     *,
     unique_ids: bool | None = None,
     newer_only: bool = False,
-) -> Any:
-    """The MERGE (a DeltaMergeBuilder, not executed) of the valid documents `good` into the
+) -> delta_sql.Merge:
+    """The MERGE (not executed) of the valid documents `good` into the
     repository-shaped `table`, their rows stamped `import_batch = batch`: the newest version of
     each id updates the Document fields and source columns of the row of that id (only if it is
     newer than the row's, with `newer_only`) or is inserted (other columns null). Insert only
     when the table has none of the ids. `unique_ids` as in `latest_per_id`."""
-    from delta.tables import DeltaTable
-
     # Created before the batch's write, outside its transaction: a creation commit carrying the
     # batch's txn id would make Delta skip the MERGE as already landed.
     path = catalog.ensure(table)
     rows = latest_per_id(good, fields, batch, unique=unique_ids)
-    target = DeltaTable.forPath(good.sparkSession, path)
-    merge = target.alias("t").merge(rows.alias("s"), "t.id = s.id")
-    written = {c: F.col(f"s.`{c}`") for c in (*fields, *_SOURCE_COLUMNS)}
-    if delta_snapshot(good.sparkSession, path).numOfFiles() > 0 and meets_table(
-        good, target.toDF()
+    spark = good.sparkSession
+    written = (*fields, *_SOURCE_COLUMNS)
+    clauses = f"WHEN NOT MATCHED THEN INSERT {delta_sql.insert_columns(written)}"
+    if delta_sql.detail(spark, path)["numFiles"] > 0 and meets_table(
+        good, spark.read.format("delta").load(path)
     ):
-        merge = merge.whenMatchedUpdate(condition=_NEWER if newer_only else None, set=written)
+        matched = f" AND ({_NEWER})" if newer_only else ""
+        update = f"WHEN MATCHED{matched} THEN UPDATE SET {delta_sql.set_columns(written)}"
+        clauses = f"{update} {clauses}"
     else:
         logger.info("batch %d brings no id %s has: insert-only MERGE", batch, table)
-    return merge.whenNotMatchedInsert(values=written)
+    return delta_sql.Merge(spark, path, rows, "t.id = s.id", clauses)
 
 
 def meets_table(batch: DataFrame, table: DataFrame) -> bool:

@@ -17,6 +17,7 @@ import textwrap
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -174,6 +175,39 @@ class AirflowServices:
             # Task runners and spark-submit may outlive their parent in the group.
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def spark_connect(af: AirflowEnv, folder: Path, master: str = "local[2]") -> Iterator[str]:
+    """A Spark Connect server of scripts/spark-connect.sh for `af` (same STREAMCORE_HOME, a free
+    port, state under `folder`, executors on `master`), named by `af.env`'s `spark_default`
+    while it runs: the job tasks of `dag.test()` and of the scheduler's task runners are then
+    thin clients of it, without a spark-submit JVM start each (docs/spark-connect.md). Yields
+    its URL; stopped after."""
+    port = free_port()
+    url = f"sc://127.0.0.1:{port}"
+    env = {
+        **af.env,
+        "STREAMCORE_SPARK_CONNECT_PORT": str(port),
+        "STREAMCORE_SPARK_CONNECT_HOME": str(folder),
+        "STREAMCORE_SPARK_MASTER": master,
+        "STREAMCORE_SPARK_DRIVER_MEMORY": "2g",
+    }
+    script = [str(ROOT / "scripts" / "spark-connect.sh")]
+    started = subprocess.run(
+        [*script, "start"], env=env, capture_output=True, text=True, timeout=180
+    )
+    saved = af.env.get("AIRFLOW_CONN_SPARK_DEFAULT")
+    try:
+        assert started.returncode == 0, f"spark-connect.sh start:\n{started.stdout}{started.stderr}"
+        af.env["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps({"conn_type": "spark", "host": url})
+        yield url
+    finally:
+        if saved is None:
+            af.env.pop("AIRFLOW_CONN_SPARK_DEFAULT", None)
+        else:
+            af.env["AIRFLOW_CONN_SPARK_DEFAULT"] = saved
+        subprocess.run([*script, "stop"], env=env, capture_output=True, text=True, timeout=120)
 
 
 class RestClient:

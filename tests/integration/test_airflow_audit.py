@@ -1,10 +1,10 @@
-"""The audit DAG end to end on real Airflow, spark-submit and Delta, the table read back with
-delta-rs (not Spark): batch-mode runs (`dag.test()`, as the schedule runs them) land the entries of
-`audit/entries` once each; after the rows of two 5-minute intervals are deleted, a backfill over
-those two intervals through the CLI (`airflow backfill create`, executed by a running scheduler)
-replays them in interval mode, and so does one of a third deleted interval through the REST API
-(`POST /api/v2/backfills` of a running api-server): the table is again what the batches wrote.
-Bad Params stop before Spark."""
+"""The audit DAG end to end on real Airflow, Spark (its job tasks thin clients of a Spark Connect
+server) and Delta, the table read back with delta-rs (not Spark): batch-mode runs (`dag.test()`,
+as the schedule runs them) land the entries of `audit/entries` once each; after the rows of two
+5-minute intervals are deleted, a backfill over those two intervals through the CLI (`airflow
+backfill create`, executed by a running scheduler) replays them in interval mode, and so does one
+of a third deleted interval through the REST API (`POST /api/v2/backfills` of a running
+api-server): the table is again what the batches wrote. Bad Params stop before Spark."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from airflow_harness import (
     dag_test,
     make_airflow_env,
     run_python,
+    spark_connect,
 )
 from audit_support import entry
 
@@ -119,10 +120,13 @@ def run_records(af: AirflowEnv) -> dict[str, dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def af(tmp_path_factory: pytest.TempPathFactory) -> AirflowEnv:
-    return make_airflow_env(
+def af(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowEnv]:
+    """An Airflow home whose job tasks run on a Spark Connect server of the module."""
+    af = make_airflow_env(
         tmp_path_factory.mktemp("airflow-home"), tmp_path_factory.mktemp("sc-home")
     )
+    with spark_connect(af, tmp_path_factory.mktemp("spark-connect")):
+        yield af
 
 
 @pytest.fixture(scope="module")
@@ -135,6 +139,7 @@ def batches(af: AirflowEnv) -> Batches:
     for run in runs:
         assert run["state"] == "success", run
         assert run["tasks"] == {"validate": "success", "land": "success", "summary": "success"}
+    assert all(records[run["run_id"]]["land"]["spark_connect"] for run in runs), records
     return [records[run["run_id"]] for run in runs], table(af)
 
 

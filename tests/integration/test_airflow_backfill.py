@@ -1,7 +1,7 @@
 """`airflow backfill create` over 2 daily intervals of the backfill DAG, with the api-server,
 scheduler and dag-processor running: each run replays its day of a week of history into another
-stream with a real spark-submit, so the target holds exactly those two days, in order, once
-(two, not more: each run is a spark-submit of about 25 s, and two already show the order)."""
+stream with its job on a Spark Connect server, so the target holds exactly those two days, in
+order, once (two, not more: two already show the order)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from airflow_harness import VENV_BIN, AirflowServices, RestClient, make_airflow_env
+from airflow_harness import (
+    VENV_BIN,
+    AirflowServices,
+    RestClient,
+    make_airflow_env,
+    spark_connect,
+)
 
 from streamcore.codecs import get_codec
 from streamcore.config import load_config
@@ -53,37 +59,40 @@ def test_backfill_create_replays_two_days(tmp_path_factory: pytest.TempPathFacto
         manager.close()
     days = [first + timedelta(days=d) for d in (1, 2)]  # replay [D, D + 1) for these
 
-    services = AirflowServices(af)
-    try:
-        services.start()
-        rest = RestClient(af)
-        deadline = time.monotonic() + 120
-        while rest.get(f"/api/v2/dags/{DAG}")[0] != 200:  # the dag-processor's first parse
-            assert time.monotonic() < deadline, services.tail("dag-processor")
-            time.sleep(1)
-        status, body = rest.patch(f"/api/v2/dags/{DAG}", {"is_paused": False})
-        assert status == 200, body
-        # the runs are scheduled at the end of their day: D + 1 for [D, D + 1)
-        command = [
-            str(VENV_BIN / "airflow"),
-            *("backfill", "create", "--dag-id", DAG),
-            *("--from-date", (days[0] + timedelta(days=1)).isoformat()),
-            *("--to-date", (days[-1] + timedelta(days=1)).isoformat()),
-            *("--dag-run-conf", json.dumps({"stream": SOURCE, "target": TARGET})),
-            *("--max-active-runs", "1"),
-        ]
-        for _attempt in range(3):
-            done = subprocess.run(command, env=af.env, capture_output=True, text=True, timeout=120)
-            # SQLite answers "database is locked" at once, whatever the busy timeout, when two
-            # connections both try to turn a read into a write (the scheduler, just unpaused,
-            # creating its own run): the command wrote nothing, so it is run again.
-            if done.returncode == 0 or "database is locked" not in done.stderr + done.stdout:
-                break
-            time.sleep(5)
-        assert done.returncode == 0, done.stdout + done.stderr
-        runs = _wait_for_backfill(rest, len(days), timeout=900)
-    finally:
-        services.stop()
+    with spark_connect(af, tmp_path_factory.mktemp("spark-connect")):
+        services = AirflowServices(af)
+        try:
+            services.start()
+            rest = RestClient(af)
+            deadline = time.monotonic() + 120
+            while rest.get(f"/api/v2/dags/{DAG}")[0] != 200:  # the dag-processor's first parse
+                assert time.monotonic() < deadline, services.tail("dag-processor")
+                time.sleep(1)
+            status, body = rest.patch(f"/api/v2/dags/{DAG}", {"is_paused": False})
+            assert status == 200, body
+            # the runs are scheduled at the end of their day: D + 1 for [D, D + 1)
+            command = [
+                str(VENV_BIN / "airflow"),
+                *("backfill", "create", "--dag-id", DAG),
+                *("--from-date", (days[0] + timedelta(days=1)).isoformat()),
+                *("--to-date", (days[-1] + timedelta(days=1)).isoformat()),
+                *("--dag-run-conf", json.dumps({"stream": SOURCE, "target": TARGET})),
+                *("--max-active-runs", "1"),
+            ]
+            for _attempt in range(3):
+                done = subprocess.run(
+                    command, env=af.env, capture_output=True, text=True, timeout=120
+                )
+                # SQLite answers "database is locked" at once, whatever the busy timeout, when two
+                # connections both try to turn a read into a write (the scheduler, just unpaused,
+                # creating its own run): the command wrote nothing, so it is run again.
+                if done.returncode == 0 or "database is locked" not in done.stderr + done.stdout:
+                    break
+                time.sleep(5)
+            assert done.returncode == 0, done.stdout + done.stderr
+            runs = _wait_for_backfill(rest, len(days), timeout=900)
+        finally:
+            services.stop()
     assert [r["state"] for r in runs] == ["success"] * 2, runs
     starts = sorted(datetime.fromisoformat(r["data_interval_start"]) for r in runs)
     assert starts == days
@@ -94,6 +103,7 @@ def test_backfill_create_replays_two_days(tmp_path_factory: pytest.TempPathFacto
             records[record["replay"]["start"]] = record["replay"]
     assert len(records) == 2
     assert all(r["appended"] == 24 and r["records"] == 24 for r in records.values()), records
+    assert all(r["spark_connect"].startswith("sc://") for r in records.values()), records
 
     manager = open_log_manager(config)
     try:

@@ -1,20 +1,18 @@
-"""One `dag.test()` of each bulk DAG, on one small `repository`: the bulk action DAG runs a
-csvExport of the Notes (the file read back with the csv module, the command's status with the
-CLI, `streamcore bulk status --json`); the scheduled example of include/streamcore.toml
-(`streamcore_bulk_trash_old_notes`) trashes the Notes older than its `retention_days`."""
+"""The scheduled bulk example of include/streamcore.toml (`streamcore_bulk_trash_old_notes`), one
+`dag.test()` on a small `repository`, its job on a Spark Connect server: it trashes the Notes
+older than its `retention_days`. (The bulk action DAG's end-to-end run is the browser test's
+csvExport, triggered from the UI's form, its file read back with the csv module; in cluster
+mode, test_cluster.py's setProperties.)"""
 
 from __future__ import annotations
 
-import csv
-import io
 import json
-import subprocess
-import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from airflow_harness import VENV_BIN, AirflowEnv, dag_test, make_airflow_env
+from airflow_harness import AirflowEnv, dag_test, make_airflow_env, spark_connect
 from repository_support import document_row, write_repository
 from spark_session import read_delta
 
@@ -43,48 +41,19 @@ def _record(af: AirflowEnv, dag_id: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def af(tmp_path_factory: pytest.TempPathFactory) -> AirflowEnv:
-    return make_airflow_env(
+def af(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowEnv]:
+    """An Airflow home whose job tasks run on a Spark Connect server of the module."""
+    af = make_airflow_env(
         tmp_path_factory.mktemp("airflow-home"), tmp_path_factory.mktemp("sc-home")
     )
+    with spark_connect(af, tmp_path_factory.mktemp("spark-connect")):
+        yield af
 
 
 @pytest.fixture(scope="module")
 def notes(spark: Any, af: AirflowEnv) -> list[str]:
     """90 documents (modified on 2026-11-01), every third a Note: the Notes' ids."""
     return _repository(spark, af.streamcore_home, 90)
-
-
-@pytest.mark.timeout(900)
-def test_a_csv_export_run_from_the_dag(af: AirflowEnv, notes: list[str]) -> None:
-    conf = {
-        "action": "csvExport",
-        "query": "type = 'Note'",
-        "params": {"columns": ["id", "title"]},
-        "bucket_size": 10,
-    }
-    run = dag_test(af, "streamcore_bulk_action", conf)
-    assert run["state"] == "success", run
-    assert run["tasks"] == dict.fromkeys(("validate", "run", "summary"), "success"), run
-    record = _record(af, "streamcore_bulk_action")
-    summary = record["run"]
-    assert (summary["state"], summary["total"], summary["processed"]) == ("COMPLETED", 30, 30)
-    assert "COMPLETED" in record["report"] and "30 of 30" in record["report"]
-    with zipfile.ZipFile(summary["result"]["url"]) as archive:
-        (name,) = archive.namelist()
-        rows = list(csv.reader(io.StringIO(archive.read(name).decode(), newline="")))
-    assert rows[0] == ["id", "title"] and [r[0] for r in rows[1:]] == sorted(notes)
-
-    shown = subprocess.run(
-        [str(VENV_BIN / "streamcore"), "bulk", "status", summary["command_id"], "--json"],
-        env=af.env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert shown.returncode == 0, shown.stderr
-    status = json.loads(shown.stdout)
-    assert status["state"] == "COMPLETED" and status["processed"] == 30, status
 
 
 @pytest.mark.timeout(900)

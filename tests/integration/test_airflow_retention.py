@@ -1,7 +1,8 @@
 """One `dag.test()` of the retention DAG, for real (`dry_run` off): a week of back-dated history
 of a compacted stream is archived to Delta, the segments past its 3-day retention are purged
 once archived, the other archived segments keep the latest record per key, and `archive` is
-optimized; the summary task keeps the per-stream table in the run record."""
+optimized; the summary task keeps the per-stream table in the run record. The job tasks run on
+a Spark Connect server (docs/spark-connect.md)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import json
 import time
 
 import pytest
-from airflow_harness import ROOT, dag_test, make_airflow_env
+from airflow_harness import ROOT, dag_test, make_airflow_env, spark_connect
 
 from streamcore.codecs import get_codec
 from streamcore.config import load_config
@@ -49,7 +50,8 @@ def test_a_run_archives_then_purges_then_maintains(
     finally:
         manager.close()
     conf = {"dry_run": False, "streams": [STREAM], "horizon": "1d"}
-    run = dag_test(af, "streamcore_retention", conf)
+    with spark_connect(af, tmp_path_factory.mktemp("spark-connect")):
+        run = dag_test(af, "streamcore_retention", conf)
     assert run["state"] == "success", run
     steps = ("validate", "archive", "purge", "compact", "maintain", "summary")
     assert run["tasks"] == dict.fromkeys(steps, "success"), run
@@ -59,6 +61,7 @@ def test_a_run_archives_then_purges_then_maintains(
     purged = record["purge"]["streams"][STREAM]
     compacted = record["compact"]["streams"][STREAM]
     assert not record["archive"]["dry_run"]
+    assert all(record[step]["spark_connect"] for step in steps[1:-1]), record
     assert 100 < archived["archived"] < 140  # everything older than a day
     assert compacted["keys_compacted"] == 10 and compacted["records_removed"] > 0, compacted
     assert compacted["bytes_after"] < compacted["bytes_before"]

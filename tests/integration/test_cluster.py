@@ -1,13 +1,15 @@
 """Cluster mode (scripts/cluster.sh, include/cluster.env) on loopback: a Spark standalone master
 and worker, Airflow on PostgreSQL with the LocalExecutor, streams on the Kafka broker, the outbox
-on PostgreSQL. The importer DAG's end-to-end run (`dag.test()`) runs there: both spark-submits go
-to the standalone master, `import/docs` is a Kafka topic, and the Delta table read without Spark
-holds the documents read back from Kafka by streamcore's codecs. Airflow is scripts/airflow.sh's
-`airflow standalone` (what `make airflow` runs, here on PostgreSQL): it leads its own process
-group, prints how to log in, serves REST tokens, and its stop ends the whole group.
-`cluster.sh stop` stops what it started and leaves the broker and the database, which ran before,
-running. (This is the importer DAG's one end-to-end `dag.test()`; test_airflow_rest.py triggers
-it through the REST API.)
+on PostgreSQL. Every DAG runs there once (`dag.test()`): the importer with both spark-submits
+going to the standalone master (`import/docs` is a Kafka topic; the Delta table, read without
+Spark, holds the documents read back from Kafka by streamcore's codecs); then each other DAG with
+its Spark tasks as thin clients of a Spark Connect server whose executors run on the standalone
+worker (docs/spark-connect.md). Airflow is scripts/airflow.sh's `airflow standalone` (what `make
+airflow` runs, here on PostgreSQL): it leads its own process group, prints how to log in, serves
+REST tokens, and its stop ends the whole group. `cluster.sh stop` stops what it started and leaves
+the broker and the database, which ran before, running. (These are the DAGs' cluster-mode runs;
+test_airflow_*.py run them in the embedded default, test_airflow_rest.py triggers the importer
+through the REST API.)
 
 Ports and homes are the test's own (free ports, temporary folders, a scratch topic prefix and a
 database of its own), so a developer's `make cluster` is left alone."""
@@ -21,6 +23,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +35,16 @@ from airflow_harness import (
     assert_imported,
     dag_test,
     free_port,
+    read_delta,
+    run_python,
+    spark_connect,
 )
+from audit_support import entry
 from kafka_broker import scratch_prefix
+from recovery_support import write_dead_letters
 
+from streamcore.audit import audit_record
+from streamcore.codecs import get_codec
 from streamcore.config import load_config
 from streamcore.log import open_log_manager
 
@@ -116,15 +126,10 @@ def test_the_importer_dag_runs_on_the_cluster(
     status = cluster(cluster_env, "status")
     for service in ("postgres", "kafka", "spark", "airflow"):
         assert f"{service}: running" in status, status
-    pgid = check_airflow_standalone(cluster_env)
-    profile = dict(
-        line.removeprefix("export ").split("=", 1)
-        for line in cluster(cluster_env, "env").splitlines()
-    )
-    assert profile["STREAMCORE_LOG_BACKEND"] == "'kafka'", profile
-    assert profile["STREAMCORE_SPARK_MASTER"] == f"'{cluster_env['STREAMCORE_SPARK_MASTER']}'"
-
-    env = {**cluster_env, "STREAMCORE_LOG_BACKEND": "kafka"}
+    check_airflow_standalone(cluster_env)
+    env = profile(cluster_env)
+    assert env["STREAMCORE_LOG_BACKEND"] == "kafka", env
+    assert env["STREAMCORE_SPARK_MASTER"] == cluster_env["STREAMCORE_SPARK_MASTER"]
     home = Path(env["STREAMCORE_HOME"])
     af = AirflowEnv(home=Path(env["AIRFLOW_HOME"]), streamcore_home=home, port=0, env=env)
     run = dag_test(af, "streamcore_importer", {"count": 600, "partitions": 2, "avg_blob_size": 64})
@@ -145,6 +150,115 @@ def test_the_importer_dag_runs_on_the_cluster(
         assert manager.describe("import/docs").backend == "kafka"
     assert_imported(home, record["consume"], config=config)
 
+
+def profile(cluster_env: dict[str, str]) -> dict[str, str]:
+    """The test's cluster environment plus the profile `cluster.sh env` exports (streams on
+    Kafka), as a task of the cluster's Airflow sees it."""
+    exports = dict(
+        line.removeprefix("export ").split("=", 1)
+        for line in cluster(cluster_env, "env").splitlines()
+    )
+    return {**cluster_env, **{k: v.strip("'") for k, v in exports.items()}}
+
+
+@pytest.fixture
+def connect(cluster_env: dict[str, str], tmp_path: Path) -> Iterator[AirflowEnv]:
+    """The cluster's Airflow environment (the profile, as its tasks see it) whose `spark_default`
+    names a Spark Connect server on the cluster's master, as docs/spark-connect.md says to run it
+    there; the server is stopped after the test, before the cluster's stop test."""
+    env = profile(cluster_env)
+    home = Path(env["STREAMCORE_HOME"])
+    af = AirflowEnv(home=Path(env["AIRFLOW_HOME"]), streamcore_home=home, port=0, env=env)
+    with spark_connect(af, tmp_path / "spark-connect", master=env["STREAMCORE_SPARK_MASTER"]):
+        yield af
+
+
+def test_every_other_dag_runs_on_the_cluster_over_spark_connect(
+    connect: AirflowEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One `dag.test()` of each other DAG on the cluster (Kafka streams, PostgreSQL outbox and
+    metadata database), each Spark task a thin client of a Connect server whose executors run
+    on the standalone worker: audit (batch), stream statistics and backfill over today,
+    a bulk action and the scheduled bulk example, retention, recovery (its Spark engine)."""
+    for name, value in connect.env.items():
+        if name.startswith("STREAMCORE_"):
+            monkeypatch.setenv(name, value)
+    home = connect.streamcore_home
+    config = load_config(home=home)
+    write_dead_letters(config)
+    with open_log_manager(config) as manager:
+        manager.create("audit/entries", 1)
+        manager.create("replay/cluster", 1)
+        codec = get_codec("avro", config=config)
+        records = [audit_record(entry(n)) for n in range(12)]
+        manager.appender("audit/entries").append_batch([(r.key, codec.encode(r)) for r in records])
+    today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    day = {"start": today.isoformat(), "end": (today + timedelta(days=1)).isoformat()}
+    runs = [
+        ("streamcore_audit", {}, None),
+        ("streamcore_stream_stats", {"stream": "import/docs"}, day["end"]),
+        (
+            "streamcore_backfill",
+            {"stream": "import/docs", "target": "replay/cluster", "dry_run": False, **day},
+            None,
+        ),
+        (
+            "streamcore_bulk_action",
+            {
+                "action": "setProperties",
+                "query": "type = 'File'",
+                "params": {"properties": {"site": "cluster"}},
+            },
+            None,
+        ),
+        ("streamcore_bulk_trash_old_notes", {"retention_days": 7}, None),
+        ("streamcore_retention", {"dry_run": False, "streams": ["import/docs"]}, None),
+        ("streamcore_recovery", {"action": "list", "spark_threshold": 0}, None),
+    ]
+    results = dag_tests(connect, runs)
+    for (dag_id, _conf, _date), run in zip(runs, results, strict=True):
+        assert run["state"] == "success", (dag_id, run)
+        assert "failed" not in run["tasks"].values(), (dag_id, run)
+
+    url = json.loads(connect.env["AIRFLOW_CONN_SPARK_DEFAULT"])["host"]
+    jobs = {
+        "audit": ["land"],
+        "stream_stats": ["stats"],
+        "backfill": ["replay"],
+        "bulk_action": ["run"],
+        "retention": ["archive", "purge", "compact", "maintain"],
+        "recovery": ["result"],
+    }
+    summaries = {}
+    for job, steps in jobs.items():
+        for path in (home / "runs" / job).glob("*.json"):
+            record = json.loads(path.read_text())
+            for step in steps:
+                assert record[step]["spark_connect"] == url, (job, step, record[step])
+                summaries[(record["dag_id"], step)] = record[step]
+    assert summaries[("streamcore_audit", "land")]["landed"] == 12
+    stats = summaries[("streamcore_stream_stats", "stats")]  # the daily run at midnight
+    assert (stats["start"], stats["end"], stats["records"]) == (day["start"], day["end"], 600)
+    assert summaries[("streamcore_backfill", "replay")]["appended"] == 600
+    files = summaries[("streamcore_bulk_action", "run")]
+    assert files["state"] == "COMPLETED" and 0 < files["processed"] < 600, files
+    # The importer's documents were modified in 2024 (jobs/spark/documents.py): every Note is
+    # older than 7 days, so the scheduled example trashes exactly the Notes.
+    trash = summaries[("streamcore_bulk_trash_old_notes", "run")]
+    rows = read_delta(home / "delta" / "repository", ["type", "isTrashed"]).to_pylist()
+    notes = [r for r in rows if r["type"] == "Note"]
+    assert notes and (trash["state"], trash["total"]) == ("COMPLETED", len(notes)), trash
+    assert all(r["isTrashed"] for r in notes), "a Note survived the scheduled trash"
+    assert not any(r["isTrashed"] for r in rows if r["type"] != "Note")
+    listed = summaries[("streamcore_recovery", "result")]
+    assert (listed["engine"], listed["selected"]) == ("spark", 8), listed
+    with open_log_manager(config) as manager:
+        assert manager.describe("replay/cluster").backend == "kafka"
+        assert sum(manager.end_offsets("replay/cluster")) == 600
+
+
+def test_cluster_stop_stops_only_what_it_started(cluster_env: dict[str, str]) -> None:
+    pgid = int((Path(cluster_env["AIRFLOW_HOME"]) / "standalone.pid").read_text())
     stopped = cluster(cluster_env, "stop")
     assert "stopping the master" in stopped and "stopping process group" in stopped, stopped
     deadline = time.monotonic() + 5
@@ -154,6 +268,33 @@ def test_the_importer_dag_runs_on_the_cluster(
     after = cluster(cluster_env, "status")
     assert "postgres: running" in after and "kafka: running" in after, after
     assert "spark: stopped" in after and "airflow: stopped" in after, after
+
+
+def dag_tests(af: AirflowEnv, runs: list[tuple[str, dict[str, Any], str | None]]) -> list[dict]:
+    """`dag.test()` of each (dag id, conf, logical date or None) in order, in one interpreter
+    (one Airflow import for all): each run's state, task states and seconds."""
+    return run_python(
+        af,
+        f"""
+        import time
+        from datetime import datetime
+        from pathlib import Path
+        from airflow.dag_processing.dagbag import BundleDagBag
+        folder = Path("dags").resolve()
+        dags = BundleDagBag(dag_folder=folder, bundle_path=folder).dags
+        out = []
+        for dag_id, conf, date in {runs!r}:
+            when = {{"logical_date": datetime.fromisoformat(date)}} if date else {{}}
+            began = time.monotonic()
+            run = dags[dag_id].test(run_conf=conf, **when)
+            seconds = round(time.monotonic() - began, 1)
+            states = {{ti.task_id: str(ti.state) for ti in run.get_task_instances()}}
+            out.append({{"state": str(run.state), "run_id": run.run_id, "tasks": states,
+                        "seconds": seconds}})
+        print(json.dumps({{"runs": out}}))
+        """,
+        timeout=1200,
+    )["runs"]
 
 
 def check_airflow_standalone(env: dict[str, str]) -> int:

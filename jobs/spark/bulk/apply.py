@@ -25,9 +25,9 @@ import json
 import logging
 from collections.abc import Callable
 
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, SparkSession
 
+from jobs.spark import delta_sql
 from jobs.spark.delta_sink import DeltaBatchSink
 from streamcore.errors import TableError
 
@@ -49,19 +49,12 @@ def apply_update(
     columns of `rows` (map, boolean and string columns alike; `rows` holds each id once); with
     `within`, only rows whose ids lie in that inclusive range. Returns the new table version, or
     None when batch `version` of `app_id` had landed already."""
-    from delta.tables import DeltaTable
-
-    target = DeltaTable.forPath(spark, table_path)
-    columns = _columns_to_set(table_path, rows, target.toDF().columns)
-    assignments = {c: F.col(f"s.`{c}`") for c in columns}
+    table_columns = spark.read.format("delta").load(table_path).columns
+    columns = _columns_to_set(table_path, rows, table_columns)
+    update = f"WHEN MATCHED THEN UPDATE SET {delta_sql.set_columns(columns)}"
 
     def merge() -> None:
-        (
-            target.alias("t")
-            .merge(rows.alias("s"), _on_id(within))
-            .whenMatchedUpdate(set=assignments)
-            .execute()
-        )
+        delta_sql.merge_into(spark, table_path, rows, _on_id(within), update)
 
     return _exactly_once(spark, table_path, app_id, version, "update", merge)
 
@@ -79,27 +72,25 @@ def apply_delete(
     columns are ignored); with `within`, only rows whose ids lie in that inclusive range.
     Returns the new table version, or None when batch `version` of `app_id` had landed
     already."""
-    from delta.tables import DeltaTable
-
     if "id" not in rows.columns:
         raise TableError(
             f"bulk delete on {table_path}: the rows have no id column ({rows.columns}); the "
             "action must return the ids to delete"
         )
-    target = DeltaTable.forPath(spark, table_path)
 
     def merge() -> None:
         ids = rows.select("id")
-        target.alias("t").merge(ids.alias("s"), _on_id(within)).whenMatchedDelete().execute()
+        delta_sql.merge_into(spark, table_path, ids, _on_id(within), "WHEN MATCHED THEN DELETE")
 
     return _exactly_once(spark, table_path, app_id, version, "delete", merge)
 
 
-def _on_id(within: tuple[str, str] | None) -> Column:
+def _on_id(within: tuple[str, str] | None) -> str:
     """The MERGE condition: the same id, and the target's id within the range if given."""
-    on = F.col("t.id") == F.col("s.id")
+    on = "t.id = s.id"
     if within is not None:
-        on = on & F.col("t.id").between(F.lit(within[0]), F.lit(within[1]))
+        first, last = (delta_sql.sql_string(bound) for bound in within)
+        on += f" AND t.id BETWEEN {first} AND {last}"
     return on
 
 

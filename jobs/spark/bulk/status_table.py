@@ -14,6 +14,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from jobs.spark import delta_sql
 from jobs.spark.catalog import Catalog, table_schema
 
 __all__ = ["record_status"]
@@ -23,17 +24,14 @@ TABLE = "bulk_status"
 
 def record_status(spark: Any, catalog: Catalog, status: Any) -> None:
     """Upsert the row of `status` (a full `streamcore.bulk.BulkStatus`) into `bulk_status`."""
-    from delta.tables import DeltaTable
-
     path = catalog.ensure(TABLE)
     row = spark.createDataFrame([_row(status)], table_schema(catalog.spec(TABLE)))
-    target = DeltaTable.forPath(spark, path)
-    (
-        target.alias("t")
-        .merge(row.alias("s"), "t.command_id = s.command_id")
-        .whenMatchedUpdateAll()
-        .whenNotMatchedInsertAll()
-        .execute()
+    delta_sql.merge_into(
+        spark,
+        path,
+        row,
+        "t.command_id = s.command_id",
+        "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *",
     )
 
 

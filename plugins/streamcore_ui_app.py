@@ -1,0 +1,248 @@
+"""The streamcore plugin's web app: run summaries and Great Expectations Data Docs, read-only.
+
+Routes (under the plugin's prefix, `/streamcore` in Airflow):
+
+- `/runs/{dag_id}/{run_id}`: the run's summary (its run record, written by the DAG's summary
+  task to `STREAMCORE_HOME/runs/<job>/<run id>.json`) as a page; `.../json` the record itself;
+  `.../data-docs` redirects to the Data Docs page of the run's validation (else the site index).
+- `/data-docs/{path}`: the Data Docs site under `STREAMCORE_HOME/gx/gx/uncommitted/data_docs`,
+  with the CDN asset URLs of its pages rewritten to `/assets/...` (streamcore_ui_assets).
+- `/assets/npm/{package}/{file}`, `/assets/gx/{file}`: those local copies.
+
+The app knows nothing of Airflow: who may see what is decided by the two callables it is given
+(streamcore_ui.py passes Airflow's own login and permissions), so it can be tested alone.
+"""
+
+import html
+import json
+import mimetypes
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import streamcore_ui_assets as assets
+from fastapi import Depends, FastAPI, HTTPException
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS_SUBPATH = Path("gx") / "uncommitted" / "data_docs"  # GX's file-mode project under gx/
+
+User = Any
+# (request) -> the user, raising HTTPException (or returning a Response to send) when not logged in
+Authenticate = Callable[..., Any]
+# (user, dag_id or None) -> whether the user may read that DAG's runs (None: any run data)
+Authorize = Callable[[User, str | None], bool]
+
+
+def streamcore_home() -> Path:
+    """STREAMCORE_HOME as the DAGs resolve it (dags/_streamcore.py): environment, else ./data."""
+    return Path(os.environ.get("STREAMCORE_HOME") or ROOT / "data").resolve()
+
+
+def safe_run_id(run_id: str) -> str:
+    """The file name stem of a run's record: dags/_streamcore.py `run_record_path`'s rule."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", run_id).strip("_")
+
+
+def under(root: Path, relative: str) -> Path | None:
+    """`root/relative` resolved, if it stays under `root` (no `..`, no symlink out), else None."""
+    root = root.resolve()
+    target = (root / relative).resolve()
+    return target if target == root or root in target.parents else None
+
+
+def find_record(home: Path, dag_id: str, run_id: str) -> tuple[Path, dict[str, Any]] | None:
+    """The run record of `run_id` of DAG `dag_id`: jobs keep theirs in runs/<job>/, and the job
+    name is not the DAG id, so every job folder is looked in for a record naming the DAG."""
+    stem = safe_run_id(run_id)
+    if not stem:
+        return None
+    for path in sorted((home / "runs").glob(f"*/{stem}.json")):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict) and record.get("dag_id") == dag_id:
+            return path, record
+    return None
+
+
+def _validation_batches(record: Any) -> list[tuple[str, int]]:
+    """(consumer group, batch) of each step of the record that produced Data Docs."""
+    found: list[tuple[str, int]] = []
+    if isinstance(record, dict):
+        if record.get("data_docs") and isinstance(record.get("batch"), int) and record.get("group"):
+            found.append((str(record["group"]), record["batch"]))
+        for value in record.values():
+            found.extend(_validation_batches(value))
+    elif isinstance(record, list):
+        for value in record:
+            found.extend(_validation_batches(value))
+    return found
+
+
+def _has_data_docs(record: Any) -> bool:
+    if isinstance(record, dict):
+        return bool(record.get("data_docs")) or any(map(_has_data_docs, record.values()))
+    if isinstance(record, list):
+        return any(map(_has_data_docs, record))
+    return False
+
+
+def run_data_docs(docs_root: Path, record: dict[str, Any]) -> str | None:
+    """The Data Docs page of the run's validation, relative to `docs_root`: its validation result
+    page when one is found (the checked jobs name GX runs `<group id>-batch-<n>`), else the site
+    index; None when the run validated nothing."""
+    if not _has_data_docs(record):
+        return None
+    pages: list[Path] = []
+    for group, batch in _validation_batches(record):
+        run_name = f"{group.replace('/', '-')}-batch-{batch}"
+        pages.extend(docs_root.glob(f"local_site/validations/*/{run_name}/*/*.html"))
+    if pages:
+        newest = max(pages, key=lambda p: p.stat().st_mtime)
+        return newest.relative_to(docs_root).as_posix()
+    index = docs_root / "local_site" / "index.html"
+    return "local_site/index.html" if index.is_file() else None
+
+
+def _page(title: str, body: str) -> str:
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 1.5rem; color: #1a202c; }}
+h1 {{ font-size: 1.3rem; }} pre {{ background: #f7fafc; padding: 1rem; border: 1px solid #e2e8f0; }}
+nav a {{ margin-right: 1.2rem; }} table {{ border-collapse: collapse; }}
+td, th {{ text-align: left; padding: 0.2rem 0.8rem 0.2rem 0; vertical-align: top; }}
+.missing {{ background: #fff5f5; border: 1px solid #feb2b2; padding: 0.5rem 1rem; }}
+</style></head><body>{body}</body></html>"""
+
+
+def _missing_banner(missing: list[str]) -> str:
+    items = "".join(f"<li><code>{html.escape(url)}</code></li>" for url in missing)
+    return (
+        '<div class="streamcore-missing-assets" style="background:#fff5f5;border:1px solid '
+        '#feb2b2;padding:.5rem 1rem;margin:.5rem;font-family:sans-serif">'
+        "<strong>streamcore:</strong> these Data Docs assets have no local copy, so this page "
+        "loads them from the internet (and looks unstyled offline). Fetch them with "
+        f"<code>scripts/browser.sh assets</code>:<ul>{items}</ul></div>"
+    )
+
+
+def create_app(
+    authenticate: Authenticate,
+    authorize: Authorize,
+    *,
+    home: Callable[[], Path] = streamcore_home,
+    assets_root: Callable[[], Path] = assets.assets_dir,
+    prefix: str = "/streamcore",
+) -> FastAPI:
+    """The app, to be mounted at `prefix` (the routes it writes into pages start with it)."""
+    app = FastAPI(title="streamcore runs and Data Docs", docs_url=None, redoc_url=None)
+    # Evaluated here, not postponed (no `from __future__ import annotations` in this module):
+    # FastAPI must see the dependency in the signatures below.
+    LoggedIn = Annotated[Any, Depends(authenticate)]
+
+    def allowed(user: User, dag_id: str | None) -> None:
+        if not authorize(user, dag_id):
+            raise HTTPException(403, "your Airflow role may not read these runs")
+
+    def record_or_404(dag_id: str, run_id: str) -> tuple[Path, dict[str, Any]]:
+        found = find_record(home(), dag_id, run_id)
+        if found is None:
+            raise HTTPException(
+                404,
+                f"no run record for run {run_id!r} of {dag_id!r} under {home() / 'runs'}: the "
+                "summary task writes it when the run's jobs have finished",
+            )
+        return found
+
+    @app.get("/runs/{dag_id}/{run_id}", response_class=HTMLResponse)
+    def run_summary(dag_id: str, run_id: str, user: LoggedIn) -> Response:
+        allowed(user, dag_id)
+        found = find_record(home(), dag_id, run_id)
+        base = f"{prefix}/runs/{html.escape(dag_id)}/{html.escape(run_id)}"
+        title = f"{dag_id} · {run_id}"
+        if found is None:
+            body = (
+                f"<h1>{html.escape(title)}</h1><p class='missing'>No run summary yet: the "
+                "summary task writes it once the run's jobs have finished (a failed run may "
+                "have none). Reload this tab when the run is done.</p>"
+            )
+            return HTMLResponse(_page(title, body), status_code=404)
+        path, record = found
+        docs = run_data_docs(home() / "gx" / DOCS_SUBPATH, record)
+        links = [f'<a href="{base}/json">run record (JSON)</a>']
+        if docs:
+            links.insert(0, f'<a id="data-docs" href="{base}/data-docs">Data Docs of this run</a>')
+        params = record.get("params") or {}
+        rows = "".join(
+            f"<tr><th>{html.escape(str(k))}</th><td>{html.escape(json.dumps(v))}</td></tr>"
+            for k, v in sorted(params.items())
+        )
+        body = (
+            f"<h1>{html.escape(title)}</h1><nav>{''.join(links)}</nav>"
+            f"<h2>Summary</h2><pre id='report'>{html.escape(str(record.get('report', '')))}</pre>"
+            f"<h2>Parameters</h2><table>{rows}</table>"
+            f"<p><small>{html.escape(str(path))}</small></p>"
+        )
+        return HTMLResponse(_page(title, body))
+
+    @app.get("/runs/{dag_id}/{run_id}/json")
+    def run_record(dag_id: str, run_id: str, user: LoggedIn) -> Response:
+        allowed(user, dag_id)
+        return JSONResponse(record_or_404(dag_id, run_id)[1])
+
+    @app.get("/runs/{dag_id}/{run_id}/data-docs")
+    def run_docs(dag_id: str, run_id: str, user: LoggedIn) -> Response:
+        allowed(user, dag_id)
+        _, record = record_or_404(dag_id, run_id)
+        docs = run_data_docs(home() / "gx" / DOCS_SUBPATH, record)
+        if docs is None:
+            raise HTTPException(404, f"run {run_id!r} of {dag_id!r} has no Data Docs")
+        return RedirectResponse(f"{prefix}/data-docs/{docs}", status_code=307)
+
+    @app.get("/data-docs/{path:path}")
+    def data_docs(path: str, user: LoggedIn) -> Response:
+        allowed(user, None)
+        target = under(home() / "gx" / DOCS_SUBPATH, path)
+        if target is None:
+            raise HTTPException(404, "not under the Data Docs folder")
+        if target.is_dir():
+            target = target / "index.html"
+        if not target.is_file():
+            raise HTTPException(404, f"no Data Docs page {path!r}")
+        if target.suffix != ".html":
+            return FileResponse(target)
+        page, missing = assets.rewrite(target.read_text(), f"{prefix}/assets", assets_root())
+        # Only a missing stylesheet or script changes how the page looks; a missing image (GX's
+        # dark-mode logo, which no package ships) is listed in the header alone.
+        visible = [u for u in missing if re.search(r"\.(css|js)$|/npm/[^/]+$", u)]
+        if visible:
+            page = page.replace("<body>", "<body>" + _missing_banner(visible), 1)
+        headers = {"X-Streamcore-Missing-Assets": " ".join(missing)} if missing else {}
+        return HTMLResponse(page, headers=headers)
+
+    @app.get("/assets/npm/{package}/{path:path}")
+    def npm_asset(package: str, path: str, user: LoggedIn) -> Response:
+        allowed(user, None)
+        root = assets_root()
+        folder = under(root, package)
+        target = under(folder, path) if folder is not None and folder != root else None
+        if target is None or not target.is_file():
+            raise HTTPException(
+                404, f"no local asset {package}/{path}: run `scripts/browser.sh assets`"
+            )
+        return FileResponse(target, media_type=mimetypes.guess_type(target.name)[0])
+
+    @app.get("/assets/gx/{name}")
+    def gx_asset(name: str, user: LoggedIn) -> Response:
+        allowed(user, None)
+        target = under(assets.GX_STATIC, name)
+        if target is None or not target.is_file():
+            raise HTTPException(404, f"Great Expectations ships no image {name!r}")
+        return FileResponse(target)
+
+    return app
