@@ -16,7 +16,6 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 
 CHROMIUM = Path(os.environ.get("STREAMCORE_CHROMIUM", "/usr/bin/chromium"))
-_used_artifacts: list[Path] = []
 
 
 @pytest.fixture(scope="session")
@@ -34,19 +33,24 @@ def chromium() -> Path:
     return CHROMIUM
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The run's artifacts folder is named once, by the controlling process: pytest-xdist
+    workers inherit the variable, and the controller, which prints the summary, knows it."""
+    if not hasattr(config, "workerinput") and not os.environ.get("STREAMCORE_UI_ARTIFACTS"):
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        os.environ["STREAMCORE_UI_ARTIFACTS"] = str(ROOT / ".cache" / "ui-artifacts" / stamp)
+
+
 @pytest.fixture(scope="session")
 def artifacts() -> Path:
     """Where screenshots go: STREAMCORE_UI_ARTIFACTS, else .cache/ui-artifacts/<UTC time>."""
-    folder = Path(
-        os.environ.get("STREAMCORE_UI_ARTIFACTS")
-        or ROOT / ".cache" / "ui-artifacts" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    )
+    folder = Path(os.environ["STREAMCORE_UI_ARTIFACTS"])
     folder.mkdir(parents=True, exist_ok=True)
-    _used_artifacts.append(folder)
     return folder
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    for folder in _used_artifacts:
-        shots = len(list(folder.glob("*.png")))
+    folder = Path(os.environ.get("STREAMCORE_UI_ARTIFACTS", ""))
+    shots = len(list(folder.glob("*.png"))) if folder.is_dir() else 0
+    if shots:
         terminalreporter.write_line(f"browser test artifacts: {folder} ({shots} screenshots)")
