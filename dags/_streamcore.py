@@ -439,7 +439,8 @@ def job_tasks(
     `render(summaries)` (by default a table of each step's scalar fields) and keeps the run record
     under STREAMCORE_HOME/runs/<job>/. `skip(arguments)`, asked once the arguments are valid,
     says why the run has nothing to do (or None): validate is then skipped, and with it every
-    later task, so an idle scheduled run costs no Spark start-up. Returns the summary task."""
+    later task in the same scheduling pass (each is directly downstream of validate), so an idle
+    scheduled run costs no Spark start-up. Returns the summary task."""
     from airflow.sdk import get_current_context, task
 
     # multiple_outputs: each step's spark-submit pulls its own key (`checked[step]`); said
@@ -496,4 +497,8 @@ def job_tasks(
         logger.info("%s run %s\n%s\nrun record: %s", job, run_id, report, path)
         return record
 
-    return summary({op.task_id: op.output for op in submits})
+    report = summary({op.task_id: op.output for op in submits})
+    # validate also directly upstream of summary (it already is of each step): a skipped
+    # validate then skips every later task in one scheduling pass, not one pass per level.
+    checked >> report
+    return report

@@ -101,8 +101,9 @@ def test_every_dag_follows_the_conventions(dagbag: dict[str, Any]) -> None:
 def test_importer_dag_shape(dagbag: dict[str, Any]) -> None:
     dag = dagbag["dags"]["streamcore_importer"]
     tasks = dag["tasks"]
-    # both Spark tasks take their arguments from validate (XCom)
-    assert tasks["validate"]["downstream"] == ["consume", "produce"]
+    # both Spark tasks take their arguments from validate (XCom); summary follows validate too,
+    # so a skipped validate skips the whole run in one scheduling pass
+    assert tasks["validate"]["downstream"] == ["consume", "produce", "summary"]
     assert tasks["produce"]["downstream"] == ["consume", "summary"]  # summary reads its XCom
     assert tasks["consume"]["downstream"] == ["summary"]
     assert tasks["summary"]["downstream"] == []
@@ -266,7 +267,7 @@ def test_stream_stats_dag_shape(dagbag: dict[str, Any]) -> None:
     """job_tasks: validate → one spark-submit per step → summary; a daily one-day interval."""
     dag = dagbag["dags"]["streamcore_stream_stats"]
     tasks = dag["tasks"]
-    assert tasks["validate"]["downstream"] == ["stats"]  # the step's arguments (XCom)
+    assert tasks["validate"]["downstream"] == ["stats", "summary"]  # the arguments (XCom); summary
     assert tasks["stats"]["downstream"] == ["summary"]  # its summary (XCom)
     assert tasks["summary"]["downstream"] == []
     assert tasks["stats"]["type"] == "StreamcoreSparkSubmitOperator"
@@ -330,7 +331,7 @@ def test_audit_dag_shape(dagbag: dict[str, Any]) -> None:
     5 minutes before it; one run at a time."""
     dag = dagbag["dags"]["streamcore_audit"]
     tasks = dag["tasks"]
-    assert tasks["validate"]["downstream"] == ["land"]
+    assert tasks["validate"]["downstream"] == ["land", "summary"]
     assert tasks["land"]["downstream"] == ["summary"]
     assert tasks["summary"]["downstream"] == []
     assert tasks["land"]["type"] == "StreamcoreSparkSubmitOperator"
