@@ -49,6 +49,8 @@ export STREAMCORE_HOME="${STREAMCORE_HOME:-$root/data}"
 
 say() { echo "airflow: $*"; }
 fail() { echo "airflow: $*" >&2; exit 1; }
+# shellcheck source=scripts/lib.sh
+source "$root/scripts/lib.sh"
 
 [[ -x "$venv_bin/airflow" ]] || fail "no airflow in $venv_bin; run \`make venv\` first"
 
@@ -196,15 +198,6 @@ except Exception:
     sys.exit(1)
 sys.exit(0 if health.get("scheduler", {}).get("status") == "healthy" else 1)
 EOF
-}
-
-port_busy() {
-  "$venv_bin/python" -c '
-import socket, sys
-try:
-    socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=0.5).close()
-except OSError:
-    sys.exit(1)' "$1"
 }
 
 print_login() {
@@ -402,15 +395,12 @@ case "${1:-}" in
   run)
     mkdir -p "$AIRFLOW_HOME"
     if [[ "${2:-}" == init ]]; then
-      exec 9>"$AIRFLOW_HOME/.lock"
-      flock -w 120 9 || fail "another init/start holds $AIRFLOW_HOME/.lock"
+      hold_lock "$AIRFLOW_HOME" 120 init/start
     fi
     run_component "${2:-}" "${3:-}"
     ;;
   init | start)
-    mkdir -p "$AIRFLOW_HOME"
-    exec 9>"$AIRFLOW_HOME/.lock"
-    flock -w 120 9 || fail "another init/start holds $AIRFLOW_HOME/.lock"
+    hold_lock "$AIRFLOW_HOME" 120 init/start
     "$1"
     ;;
   stop) stop ;;
@@ -418,9 +408,7 @@ case "${1:-}" in
   token) token ;;
   env) env_exports ;;
   demo)
-    mkdir -p "$AIRFLOW_HOME"
-    exec 9>"$AIRFLOW_HOME/.lock"
-    flock -w 120 9 || fail "another init/start holds $AIRFLOW_HOME/.lock"
+    hold_lock "$AIRFLOW_HOME" 120 init/start
     demo "${2:-}"
     ;;
   *)

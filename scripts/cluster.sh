@@ -26,6 +26,8 @@ started="$state/started"
 
 say() { echo "cluster: $*"; }
 fail() { echo "cluster: $*" >&2; exit 1; }
+# shellcheck source=scripts/lib.sh
+source "$root/scripts/lib.sh"
 
 # The profile: include/cluster.env, each line NAME=VALUE, values relative to the project root
 # where they are paths; what the environment already sets wins.
@@ -127,15 +129,11 @@ env_exports() {
 load_profile
 case "${1:-}" in
   start)
-    mkdir -p "$state"
-    exec 9>"$state/.lock"
-    flock -w 300 9 || fail "another start or stop holds $state/.lock"
+    hold_lock "$state" 300 "start or stop"
     start
     ;;
   stop)
-    mkdir -p "$state"
-    exec 9>"$state/.lock"
-    flock -w 300 9 || fail "another start or stop holds $state/.lock"
+    hold_lock "$state" 300 "start or stop"
     stop
     ;;
   status) status ;;

@@ -1,5 +1,16 @@
-# Shell functions the service scripts share (sourced, not run): finding the process a pid file
-# names, stopping it, and whether a loopback port is taken. Each script defines say() first.
+# Shell functions the service scripts share (sourced, not run): one start at a time, finding the
+# process a pid file names, stopping it, and whether a loopback port is taken. Each script defines
+# say() and fail() first.
+
+# Hold `dir`/.lock (file descriptor 9) until the script exits, waiting up to `seconds`: parallel
+# test sessions and `make -j` then start (or init, or stop) a service one at a time. `what` names
+# the holder in the error.
+hold_lock() {
+  local dir="$1" seconds="$2" what="$3"
+  mkdir -p "$dir"
+  exec 9>"$dir/.lock"
+  flock -w "$seconds" 9 || fail "another $what holds $dir/.lock"
+}
 
 # The pid in `file` if it names a live process whose command line contains `pattern`.
 pid_from() {

@@ -24,6 +24,8 @@ role=streamcore
 
 say() { echo "postgres: $*"; }
 fail() { echo "postgres: $*" >&2; exit 1; }
+# shellcheck source=scripts/lib.sh
+source "$root/scripts/lib.sh"
 
 os_user() {
   if [[ -n "${STREAMCORE_POSTGRES_USER:-}" ]]; then
@@ -176,10 +178,7 @@ status() {
 
 case "${1:-}" in
   start)
-    mkdir -p "$home"
-    # One start at a time (parallel test sessions, make -j): the lock serialises them.
-    exec 9>"$home/.lock"
-    flock -w 120 9 || fail "another start holds $home/.lock"
+    hold_lock "$home" 120 start
     start
     ;;
   stop)

@@ -115,9 +115,7 @@ status() {
 
 case "${1:-}" in
   start)
-    mkdir -p "$home"
-    exec 9>"$home/.lock"
-    flock -w 60 9 || fail "another start holds $home/.lock"
+    hold_lock "$home" 60 start
     start
     ;;
   stop) stop ;;
