@@ -189,19 +189,22 @@ class Catalog:
         spec = self.spec(table)
         if table in self._ensured:
             return spec.location
-        if not self.exists(table):
+        found = delta_sql.detail_or_none(self.spark, spec.location)
+        if found is None:
             self.spark.sql(_create_statement(spec))
             logger.info("created Delta table %s at %s", table, spec.location)
-        # Checked after creating too: another job may have created it first, in its own shape.
-        missing = self._check(spec)
+            # Checked after creating too: another job may have created it first, in its shape.
+            found = delta_sql.detail(self.spark, spec.location)
+        missing = self._check(spec, tuple(found["partitionColumns"]))
         if missing:
             self._add_columns(spec, missing)
         self._ensured.add(table)
         return spec.location
 
-    def _check(self, spec: TableSpec) -> list[Column]:
+    def _check(self, spec: TableSpec, partitions: tuple[str, ...]) -> list[Column]:
         """The declared nullable columns the table lacks (to add), if that is its only
-        difference from `spec`; raises IncompatibleTableError on any other."""
+        difference from `spec` (the table is partitioned by `partitions`); raises
+        IncompatibleTableError on any other."""
         table = self.spark.read.format("delta").load(spec.location)
         found = {f.name: f.dataType for f in table.schema.fields}
         problems, missing = [], []
@@ -214,7 +217,6 @@ class Catalog:
                     missing.append(column)
             elif have.simpleString() != want:
                 problems.append(f"column {column.name} is {have.simpleString()}, not {want}")
-        partitions = tuple(delta_sql.detail(self.spark, spec.location)["partitionColumns"])
         if partitions != spec.partition_by:
             problems.append(f"partitioned by {list(partitions)}, not {list(spec.partition_by)}")
         if len(problems) > len(missing):
@@ -241,7 +243,8 @@ class Catalog:
         except Exception:
             # Another job may have migrated the table meanwhile (Delta then refuses to add a
             # column twice): fine if the table now has them, the original error otherwise.
-            if self._check(spec):
+            partitions = tuple(delta_sql.detail(self.spark, spec.location)["partitionColumns"])
+            if self._check(spec, partitions):
                 raise
             logger.info(
                 "Delta table %s at %s: columns %s added meanwhile", spec.name, spec.location, names

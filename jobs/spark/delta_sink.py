@@ -192,7 +192,7 @@ class DeltaBatchSink:
         return after
 
     def version(self) -> int | None:
-        return delta_sql.latest_version(self.spark, self.path) if self.exists() else None
+        return delta_sql.version_or_none(self.spark, self.path)
 
 
 def commit_metrics(spark: SparkSession, path: str, version: int) -> dict[str, str]:

@@ -29,6 +29,7 @@ from streamcore.tables import local_path
 __all__ = [
     "Merge",
     "detail",
+    "detail_or_none",
     "history",
     "insert_columns",
     "is_connect",
@@ -40,6 +41,7 @@ __all__ = [
     "sql_string",
     "table_ref",
     "txn_version",
+    "version_or_none",
 ]
 
 
@@ -66,18 +68,23 @@ def table_ref(path: str) -> str:
 
 def is_delta_table(spark: SparkSession, path: str) -> bool:
     """Whether a Delta table is at `path` (what `DeltaTable.isDeltaTable` answers)."""
-    try:
-        spark.sql(f"DESCRIBE DETAIL {table_ref(path)}").collect()
-    except AnalysisException as exc:
-        if exc.getCondition() == "DELTA_MISSING_DELTA_TABLE":
-            return False
-        raise
-    return True
+    return detail_or_none(spark, path) is not None
 
 
 def detail(spark: SparkSession, path: str) -> Row:
     """DESCRIBE DETAIL of the table: numFiles, sizeInBytes, partitionColumns, properties, ..."""
     return spark.sql(f"DESCRIBE DETAIL {table_ref(path)}").collect()[0]
+
+
+def detail_or_none(spark: SparkSession, path: str) -> Row | None:
+    """`detail`, or None when no Delta table is at `path`: existence and detail in one
+    statement (each costs a read of the table's log, 0.1 to 0.9 s on a 2-core machine)."""
+    try:
+        return detail(spark, path)
+    except AnalysisException as exc:
+        if exc.getCondition() == "DELTA_MISSING_DELTA_TABLE":
+            return None
+        raise
 
 
 def history(spark: SparkSession, path: str, limit: int | None = None) -> DataFrame:
@@ -89,6 +96,17 @@ def history(spark: SparkSession, path: str, limit: int | None = None) -> DataFra
 def latest_version(spark: SparkSession, path: str) -> int:
     """The newest version of the table."""
     return int(history(spark, path, 1).collect()[0]["version"])
+
+
+def version_or_none(spark: SparkSession, path: str) -> int | None:
+    """`latest_version`, or None when no Delta table is at `path`, in one statement."""
+    try:
+        return latest_version(spark, path)
+    except AnalysisException as exc:
+        # DESCRIBE HISTORY of a path without a Delta log: "only supported for Delta tables".
+        if exc.getCondition() in ("DELTA_MISSING_DELTA_TABLE", "DELTA_TABLE_ONLY_OPERATION"):
+            return None
+        raise
 
 
 def merge_into(spark: SparkSession, path: str, source: DataFrame, on: str, clauses: str) -> None:
