@@ -20,12 +20,14 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 NAME = "state/prices"
 # Small segments that roll fast and a cleaner that takes any dirty segment, so the broker
-# compacts within seconds; a tombstone stays readable for delete.retention.ms.
+# compacts within seconds; a tombstone stays readable for delete.retention.ms after that: 10 s,
+# several polls of the loop below even on a loaded machine (at 100 ms a CI run under load read
+# the log before that compaction and next after the tombstone had gone).
 FAST_CLEANING = {
     "segment.ms": "300",
     "min.cleanable.dirty.ratio": "0.01",
     "min.compaction.lag.ms": "0",
-    "delete.retention.ms": "100",
+    "delete.retention.ms": "10000",
 }
 
 
