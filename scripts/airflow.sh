@@ -169,6 +169,7 @@ EOF
 }
 
 init() {
+  ensure_database
   compile_venv
   write_config
   say "migrating the metadata database (${STREAMCORE_AIRFLOW_DB_URL:-$AIRFLOW_HOME/airflow.db})"
@@ -178,15 +179,7 @@ init() {
 }
 
 # The pid of our standalone if it runs: the pid file names a live `airflow standalone`.
-running_pid() {
-  [[ -f "$pid_file" ]] || return 1
-  local pid
-  pid="$(cat "$pid_file" 2>/dev/null || true)"
-  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
-  [[ -r "/proc/$pid/cmdline" ]] || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "airflow standalone" || return 1
-  echo "$pid"
-}
+running_pid() { pid_from "$pid_file" "airflow standalone"; }
 
 healthy() {
   "$venv_bin/python" - "$url" <<'EOF'
@@ -221,10 +214,9 @@ start() {
   init
   say "starting airflow standalone on $url (log: $log_file)"
   echo "=== start $(date -Is) ===" >>"$log_file"
-  # setsid: standalone leads its own process group (its api-server, scheduler, dag-processor,
-  # triggerer, task runners and their spark-submit JVMs), so stop can end all of them at once.
-  setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$pid_file" \
-    "$venv_bin/airflow" standalone </dev/null >>"$log_file" 2>&1 9>&- &
+  # standalone leads its own process group (its api-server, scheduler, dag-processor, triggerer,
+  # task runners and their spark-submit JVMs), so stop can end all of them at once.
+  detach "$pid_file" "$log_file" "$venv_bin/airflow" standalone
   local deadline=$((SECONDS + start_timeout))
   while ((SECONDS < deadline)); do
     sleep 2
@@ -344,8 +336,8 @@ export STREAMCORE_HOME='$STREAMCORE_HOME'
 EOF
 }
 
-# PostgreSQL's image creates one database; Airflow's (STREAMCORE_AIRFLOW_DB_URL) is created here,
-# as scripts/cluster.sh does in cluster mode.
+# A PostgreSQL server (the cluster's, compose's image) starts with its own databases only:
+# Airflow's (STREAMCORE_AIRFLOW_DB_URL) is created here before the migration.
 ensure_database() {
   [[ "${STREAMCORE_AIRFLOW_DB_URL:-}" == postgresql* ]] || return 0
   "$venv_bin/python" - "$STREAMCORE_AIRFLOW_DB_URL" <<'EOF'
@@ -381,7 +373,6 @@ run_component() {
   fi
   [[ -z "$option" ]] || fail "run: unknown option '$option' (only --print)"
   if [[ "$component" == init ]]; then
-    ensure_database
     init
     return 0
   fi

@@ -54,22 +54,6 @@ running() {
 
 remember() { grep -qx "$1" "$started" 2>/dev/null || echo "$1" >>"$started"; }
 
-ensure_airflow_database() {
-  "$root/.venv/bin/python" - "$STREAMCORE_OUTBOX_URL" "$STREAMCORE_AIRFLOW_DB_URL" <<'EOF'
-import sys
-import psycopg
-from sqlalchemy.engine import make_url
-
-server, wanted = make_url(sys.argv[1]), make_url(sys.argv[2]).database
-with psycopg.connect(host=server.host, port=server.port, user=server.username,
-                     dbname=server.database, autocommit=True) as conn:
-    found = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (wanted,)).fetchone()
-    if not found:
-        conn.execute(f'CREATE DATABASE "{wanted}"')
-        print(f"cluster: created database {wanted} for Airflow's metadata")
-EOF
-}
-
 start() {
   mkdir -p "$state"
   for service in postgres kafka spark airflow; do
@@ -81,10 +65,7 @@ start() {
       postgres) scripts/postgres.sh start ;;
       kafka) scripts/kafka.sh start >/dev/null ;;
       spark) scripts/spark-cluster.sh start ;;
-      airflow)
-        ensure_airflow_database
-        scripts/airflow.sh start
-        ;;
+      airflow) scripts/airflow.sh start ;;
     esac
     remember "$service"
   done

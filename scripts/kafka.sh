@@ -204,10 +204,7 @@ start() {
   format_storage
   say "starting on $address (log: $log_file)"
   echo "=== start $(date -Is) ===" >>"$log_file"
-  # setsid: own session, so the broker survives the shell (and make, and pytest) that started it.
-  # The inner bash writes its own pid, then becomes java with exec: the pid file names the broker.
-  setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$pid_file" "${broker_command[@]}" \
-    </dev/null >>"$log_file" 2>&1 9>&- &
+  detach "$pid_file" "$log_file" "${broker_command[@]}"
   local waited=0 deadline=$((SECONDS + start_timeout))
   while ((SECONDS < deadline)); do
     sleep 0.5

@@ -23,6 +23,17 @@ pid_from() {
   echo "$pid"
 }
 
+# Run the command after `pid_file` and `log` in the background, in a session of its own
+# (setsid): it outlives the shell (make, pytest) that started it and leads its own process group.
+# The inner bash writes its pid to `pid_file`, then becomes the command (exec), so the file names
+# it. Output appends to `log`; the start lock (descriptor 9) is not inherited.
+detach() {
+  local pid_file="$1" log="$2"
+  shift 2
+  setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$pid_file" "$@" \
+    </dev/null >>"$log" 2>&1 9>&- &
+}
+
 # TERM `pid` (`label` in messages), then KILL it if it still runs after `grace` seconds (20).
 stop_pid() {
   local pid="$1" label="$2" grace="${3:-20}"

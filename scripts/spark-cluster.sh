@@ -81,9 +81,7 @@ launch() {
   shift
   mkdir -p "$home/logs" "$home/work"
   echo "=== start $(date -Is) ===" >>"$home/logs/$role.log"
-  # setsid: the JVM outlives the shell (make, pytest) that started it; exec keeps the pid.
-  setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$home/$role.pid" \
-    "$venv_bin/spark-class" "$@" </dev/null >>"$home/logs/$role.log" 2>&1 9>&- &
+  detach "$home/$role.pid" "$home/logs/$role.log" "$venv_bin/spark-class" "$@"
 }
 
 start() {

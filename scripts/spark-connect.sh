@@ -40,6 +40,7 @@ source "$root/scripts/lib.sh"
 running_pid() { pid_from "$home/server.pid" "$server_class"; }
 
 start() {
+  local pid
   [[ -x "$venv_bin/spark-submit" ]] || fail "no spark-submit in $venv_bin; run \`make venv\` first"
   if pid="$(running_pid)"; then
     say "already running (pid $pid) on $url"
@@ -66,19 +67,16 @@ PY
   echo "=== start $(date -Is) ===" >>"$home/logs/server.log"
   say "starting on $url (master $master, log $home/logs/server.log)"
   # PYTHONPATH: the server's Python workers (data sources, UDFs) import streamcore and jobs.
-  # setsid: the JVM outlives the shell (make, pytest) that started it; exec keeps the pid.
   PYSPARK_PYTHON="$venv_bin/python" PYSPARK_DRIVER_PYTHON="$venv_bin/python" \
     PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" SPARK_LOCAL_IP=127.0.0.1 \
-    setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' _ "$home/server.pid" \
-    "$venv_bin/spark-submit" --master "$master" --driver-memory "$memory" \
-    "${submit_args[@]}" \
+    detach "$home/server.pid" "$home/logs/server.log" \
+    "$venv_bin/spark-submit" --master "$master" --driver-memory "$memory" "${submit_args[@]}" \
     --conf spark.connect.grpc.binding.address=127.0.0.1 \
     --conf "spark.connect.grpc.binding.port=$port" \
     --conf spark.ui.enabled=false \
     --conf "spark.log.level=$log_level" \
     --conf spark.ui.showConsoleProgress=false \
-    --class "$server_class" spark-internal \
-    </dev/null >>"$home/logs/server.log" 2>&1 9>&- &
+    --class "$server_class" spark-internal
   local deadline=$((SECONDS + start_timeout)) started=$SECONDS
   sleep 1
   while ((SECONDS < deadline)); do
