@@ -152,7 +152,8 @@ def _interval(
     from pyspark.sql import functions as F
 
     from jobs.spark.checked import CheckedBatch
-    from jobs.spark.intervals import interval_ranges, table_version
+    from jobs.spark.delta_sql import latest_version
+    from jobs.spark.intervals import interval_ranges
     from jobs.spark.streams import read_stream
 
     start_ms, end_ms = interval_ms(args)
@@ -185,9 +186,9 @@ def _interval(
 
     def merge(rows: Any) -> int | None:
         path = catalog.path(TABLE)
-        before = table_version(ctx.spark, path)
+        before = latest_version(ctx.spark, path)
         _merge_entries(ctx.spark, path, rows).execute()
-        after = table_version(ctx.spark, path)
+        after = latest_version(ctx.spark, path)
         return after if after != before else None  # None: nothing to add, no commit
 
     version, landed = landing.land(

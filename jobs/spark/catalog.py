@@ -44,6 +44,7 @@ from pyspark.sql.types import (
 )
 
 from jobs.spark import delta_sql
+from jobs.spark.delta_sql import quoted, sql_string
 from streamcore.config import StreamcoreConfig
 from streamcore.errors import IncompatibleTableError, TableError
 from streamcore.tables import (
@@ -104,25 +105,24 @@ def _properties(spec: TableSpec) -> dict[str, str]:
     return {_DELETED_FILE_RETENTION: f"interval {hours} hours", **spec.properties}
 
 
-_quoted, _literal = delta_sql.quoted, delta_sql.sql_string
-
-
 def _create_statement(spec: TableSpec) -> str:
     """CREATE TABLE IF NOT EXISTS of `spec` at its location: columns (types, NOT NULL,
     comments), partitioning, description and properties."""
     columns = ", ".join(
-        f"{_quoted(f.name)} {f.dataType.simpleString()}"
+        f"{quoted(f.name)} {f.dataType.simpleString()}"
         + ("" if f.nullable else " NOT NULL")
-        + (f" COMMENT {_literal(f.metadata['comment'])}" if f.metadata.get("comment") else "")
+        + (f" COMMENT {sql_string(f.metadata['comment'])}" if f.metadata.get("comment") else "")
         for f in table_schema(spec).fields
     )
     partitioned = (
-        f" PARTITIONED BY ({', '.join(_quoted(c) for c in spec.partition_by)})"
+        f" PARTITIONED BY ({', '.join(quoted(c) for c in spec.partition_by)})"
         if spec.partition_by
         else ""
     )
-    comment = f" COMMENT {_literal(spec.description)}" if spec.description else ""
-    properties = ", ".join(f"{_literal(k)} = {_literal(v)}" for k, v in _properties(spec).items())
+    comment = f" COMMENT {sql_string(spec.description)}" if spec.description else ""
+    properties = ", ".join(
+        f"{sql_string(k)} = {sql_string(v)}" for k, v in _properties(spec).items()
+    )
     return (
         f"CREATE TABLE IF NOT EXISTS {delta_sql.table_ref(spec.location)} ({columns}) USING delta"
         f"{partitioned}{comment} TBLPROPERTIES ({properties})"
@@ -231,14 +231,14 @@ class Catalog:
         """Migrate the table: add the declared nullable `columns` it lacks (existing rows read
         them as null). Delta appends them after the table's columns."""
         definitions = ", ".join(
-            f"{_quoted(c.name)} {spark_type(c.type).simpleString()}"
-            + (f" COMMENT {_literal(c.doc)}" if c.doc else "")
+            f"{quoted(c.name)} {spark_type(c.type).simpleString()}"
+            + (f" COMMENT {sql_string(c.doc)}" if c.doc else "")
             for c in columns
         )
         names = [c.name for c in columns]
         try:
             self.spark.sql(
-                f"ALTER TABLE delta.{_quoted(spec.location)} ADD COLUMNS ({definitions})"
+                f"ALTER TABLE {delta_sql.table_ref(spec.location)} ADD COLUMNS ({definitions})"
             )
         except Exception:
             # Another job may have migrated the table meanwhile (Delta then refuses to add a
@@ -263,7 +263,7 @@ class Catalog:
         spec = self.spec(table)
         self._require(spec)
         before = self._snapshot_size(spec.location)
-        zorder = ", ".join(delta_sql.quoted(c) for c in spec.zorder_by)
+        zorder = ", ".join(quoted(c) for c in spec.zorder_by)
         self.spark.sql(
             f"OPTIMIZE {delta_sql.table_ref(spec.location)}"
             + (f" ZORDER BY ({zorder})" if zorder else "")

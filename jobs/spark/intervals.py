@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from streamcore.errors import StreamcoreError, TableError
 from streamcore.log.api import LogPartition
@@ -46,7 +46,6 @@ __all__ = [
     "interval_ranges",
     "offsets_at",
     "replace_interval",
-    "table_version",
 ]
 
 INTERVAL_PROBE_GROUP = "streamcore/interval-probe"  # reads offsets only; never commits
@@ -151,7 +150,7 @@ def replace_interval(
     from pyspark.sql import functions as F
     from pyspark.sql.types import TimestampType
 
-    from jobs.spark.delta_sql import is_delta_table
+    from jobs.spark.delta_sql import is_delta_table, latest_version
 
     _check_interval(start_ms, end_ms)
     field = next((f for f in df.schema.fields if f.name == column), None)
@@ -190,11 +189,4 @@ def replace_interval(
             f"interval's rows only (df.where({condition!r})), or write the others with the "
             "intervals they belong to"
         ) from exc
-    return table_version(spark, table_path)
-
-
-def table_version(spark: Any, table_path: str) -> int:
-    """The newest version of the Delta table at `table_path`."""
-    from jobs.spark.delta_sql import latest_version
-
     return latest_version(spark, table_path)
