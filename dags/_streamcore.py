@@ -27,6 +27,8 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
+from streamcore.runs import record_stem, streamcore_home
+
 logger = logging.getLogger("streamcore.dags")
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -45,11 +47,6 @@ def default_args(retries: int = 1, retry_delay_s: int = 30) -> dict[str, Any]:
         "retries": retries,
         "retry_delay": timedelta(seconds=retry_delay_s),
     }
-
-
-def streamcore_home() -> Path:
-    """STREAMCORE_HOME as the jobs resolve it (environment, else ./data under the project)."""
-    return Path(os.environ.get("STREAMCORE_HOME") or PROJECT_ROOT / "data").resolve()
 
 
 def summary_line(line: str) -> dict[str, Any] | None:
@@ -248,8 +245,7 @@ def check_job_arguments(job: str, argv: list[str]) -> None:
 
 def run_record_path(job: str, run_id: str) -> Path:
     """Where a run's summary is kept: STREAMCORE_HOME/runs/<job>/<run id>.json."""
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", run_id).strip("_")
-    return streamcore_home() / "runs" / job / f"{safe}.json"
+    return streamcore_home() / "runs" / job / f"{record_stem(run_id)}.json"
 
 
 def write_run_record(job: str, run_id: str, record: Mapping[str, Any]) -> Path:

@@ -16,7 +16,6 @@ The app knows nothing of Airflow: who may see what is decided by the two callabl
 import html
 import json
 import mimetypes
-import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -26,7 +25,8 @@ import streamcore_ui_assets as assets
 from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 
-ROOT = Path(__file__).resolve().parents[1]
+from streamcore.runs import record_stem, streamcore_home
+
 DOCS_SUBPATH = Path("gx") / "uncommitted" / "data_docs"  # GX's file-mode project under gx/
 
 User = Any
@@ -34,16 +34,6 @@ User = Any
 Authenticate = Callable[..., Any]
 # (user, dag_id or None) -> whether the user may read that DAG's runs (None: any run data)
 Authorize = Callable[[User, str | None], bool]
-
-
-def streamcore_home() -> Path:
-    """STREAMCORE_HOME as the DAGs resolve it (dags/_streamcore.py): environment, else ./data."""
-    return Path(os.environ.get("STREAMCORE_HOME") or ROOT / "data").resolve()
-
-
-def safe_run_id(run_id: str) -> str:
-    """The file name stem of a run's record: dags/_streamcore.py `run_record_path`'s rule."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", run_id).strip("_")
 
 
 def under(root: Path, relative: str) -> Path | None:
@@ -56,7 +46,7 @@ def under(root: Path, relative: str) -> Path | None:
 def find_record(home: Path, dag_id: str, run_id: str) -> tuple[Path, dict[str, Any]] | None:
     """The run record of `run_id` of DAG `dag_id`: jobs keep theirs in runs/<job>/, and the job
     name is not the DAG id, so every job folder is looked in for a record naming the DAG."""
-    stem = safe_run_id(run_id)
+    stem = record_stem(run_id)
     if not stem:
         return None
     for path in sorted((home / "runs").glob(f"*/{stem}.json")):

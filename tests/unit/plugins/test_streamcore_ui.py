@@ -23,6 +23,8 @@ sys.path.insert(0, str(ROOT / "plugins"))
 import streamcore_ui_app  # noqa: E402
 import streamcore_ui_assets  # noqa: E402
 
+from streamcore.runs import record_stem  # noqa: E402
+
 TOKEN = "token-of-ada"
 RUN_ID = "manual__2026-11-24T17:20:29.293168+00:00"
 DOCS = Path("gx") / "gx" / "uncommitted" / "data_docs" / "local_site"
@@ -56,7 +58,7 @@ def home(tmp_path: Path) -> Path:
     }
     runs = tmp_path / "runs" / "importer"
     runs.mkdir(parents=True)
-    (runs / f"{streamcore_ui_app.safe_run_id(RUN_ID)}.json").write_text(json.dumps(record))
+    (runs / f"{record_stem(RUN_ID)}.json").write_text(json.dumps(record))
     validation = tmp_path / DOCS / "validations" / "Document" / "import-repository-batch-3" / "t"
     validation.mkdir(parents=True)
     (validation / "spark-Document-frames.html").write_text(PAGE)
