@@ -17,7 +17,7 @@ import html
 import json
 import mimetypes
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -59,38 +59,32 @@ def find_record(home: Path, dag_id: str, run_id: str) -> tuple[Path, dict[str, A
     return None
 
 
-def _validation_batches(record: Any) -> list[tuple[str, int]]:
-    """(consumer group, batch) of each step of the record that produced Data Docs."""
-    found: list[tuple[str, int]] = []
+def _with_data_docs(record: Any) -> Iterator[dict[str, Any]]:
+    """Each object in the record (a step's summary, at any depth) that produced Data Docs."""
     if isinstance(record, dict):
-        if record.get("data_docs") and isinstance(record.get("batch"), int) and record.get("group"):
-            found.append((str(record["group"]), record["batch"]))
-        for value in record.values():
-            found.extend(_validation_batches(value))
+        if record.get("data_docs"):
+            yield record
+        values: Any = record.values()
     elif isinstance(record, list):
-        for value in record:
-            found.extend(_validation_batches(value))
-    return found
-
-
-def _has_data_docs(record: Any) -> bool:
-    if isinstance(record, dict):
-        return bool(record.get("data_docs")) or any(map(_has_data_docs, record.values()))
-    if isinstance(record, list):
-        return any(map(_has_data_docs, record))
-    return False
+        values = record
+    else:
+        return
+    for value in values:
+        yield from _with_data_docs(value)
 
 
 def run_data_docs(docs_root: Path, record: dict[str, Any]) -> str | None:
     """The Data Docs page of the run's validation, relative to `docs_root`: its validation result
     page when one is found (the checked jobs name GX runs `<group id>-batch-<n>`), else the site
     index; None when the run validated nothing."""
-    if not _has_data_docs(record):
+    steps = list(_with_data_docs(record))
+    if not steps:
         return None
     pages: list[Path] = []
-    for group, batch in _validation_batches(record):
-        run_name = f"{group.replace('/', '-')}-batch-{batch}"
-        pages.extend(docs_root.glob(f"local_site/validations/*/{run_name}/*/*.html"))
+    for step in steps:
+        if isinstance(step.get("batch"), int) and step.get("group"):
+            run_name = f"{str(step['group']).replace('/', '-')}-batch-{step['batch']}"
+            pages.extend(docs_root.glob(f"local_site/validations/*/{run_name}/*/*.html"))
     if pages:
         newest = max(pages, key=lambda p: p.stat().st_mtime)
         return newest.relative_to(docs_root).as_posix()
@@ -135,6 +129,10 @@ def create_app(
     # FastAPI must see the dependency in the signatures below.
     LoggedIn = Annotated[Any, Depends(authenticate)]
 
+    def docs_root() -> Path:
+        """The Data Docs site of the GX project under STREAMCORE_HOME/gx."""
+        return home() / "gx" / DOCS_SUBPATH
+
     def allowed(user: User, dag_id: str | None) -> None:
         if not authorize(user, dag_id):
             raise HTTPException(403, "your Airflow role may not read these runs")
@@ -163,7 +161,7 @@ def create_app(
             )
             return HTMLResponse(_page(title, body), status_code=404)
         path, record = found
-        docs = run_data_docs(home() / "gx" / DOCS_SUBPATH, record)
+        docs = run_data_docs(docs_root(), record)
         links = [f'<a href="{base}/json">run record (JSON)</a>']
         if docs:
             links.insert(0, f'<a id="data-docs" href="{base}/data-docs">Data Docs of this run</a>')
@@ -189,7 +187,7 @@ def create_app(
     def run_docs(dag_id: str, run_id: str, user: LoggedIn) -> Response:
         allowed(user, dag_id)
         _, record = record_or_404(dag_id, run_id)
-        docs = run_data_docs(home() / "gx" / DOCS_SUBPATH, record)
+        docs = run_data_docs(docs_root(), record)
         if docs is None:
             raise HTTPException(404, f"run {run_id!r} of {dag_id!r} has no Data Docs")
         return RedirectResponse(f"{prefix}/data-docs/{docs}", status_code=307)
@@ -197,7 +195,7 @@ def create_app(
     @app.get("/data-docs/{path:path}")
     def data_docs(path: str, user: LoggedIn) -> Response:
         allowed(user, None)
-        target = under(home() / "gx" / DOCS_SUBPATH, path)
+        target = under(docs_root(), path)
         if target is None:
             raise HTTPException(404, "not under the Data Docs folder")
         if target.is_dir():

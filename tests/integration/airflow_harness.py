@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -344,3 +345,10 @@ def assert_imported(streamcore_home: Path, consumed: dict[str, Any], config: Any
     )
     committed, end = group_positions(streamcore_home, "import/repository", config=config)
     assert committed == end, f"positions {committed} did not reach the end {end}"
+
+
+def parse_exports(text: str) -> dict[str, str]:
+    """The variables of `export NAME=VALUE` lines (`scripts/cluster.sh env`), values unquoted as
+    the shell would."""
+    pairs = (line.removeprefix("export ").split("=", 1) for line in text.splitlines())
+    return {name: shlex.split(value)[0] if value else "" for name, value in pairs}

@@ -35,6 +35,7 @@ from airflow_harness import (
     assert_imported,
     dag_test,
     free_port,
+    parse_exports,
     read_delta,
     run_python,
     spark_connect,
@@ -154,11 +155,7 @@ def test_the_importer_dag_runs_on_the_cluster(
 def profile(cluster_env: dict[str, str]) -> dict[str, str]:
     """The test's cluster environment plus the profile `cluster.sh env` exports (streams on
     Kafka), as a task of the cluster's Airflow sees it."""
-    exports = dict(
-        line.removeprefix("export ").split("=", 1)
-        for line in cluster(cluster_env, "env").splitlines()
-    )
-    return {**cluster_env, **{k: v.strip("'") for k, v in exports.items()}}
+    return {**cluster_env, **parse_exports(cluster(cluster_env, "env"))}
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from airflow_harness import ROOT, VENV_BIN
+from airflow_harness import ROOT, VENV_BIN, parse_exports
 
 TOOL = ROOT / "tools" / "compose-check"
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -111,11 +111,7 @@ def run(command: list[str], variables: dict[str, str]) -> str:
 @pytest.fixture(scope="module")
 def profile() -> dict[str, str]:
     """Cluster mode's variables, as scripts/cluster.sh exports them to the scripts it runs."""
-    out = run([str(ROOT / "scripts" / "cluster.sh"), "env"], {})
-    return {
-        name: shlex.split(value)[0]
-        for name, value in (line.removeprefix("export ").split("=", 1) for line in out.splitlines())
-    }
+    return parse_exports(run([str(ROOT / "scripts" / "cluster.sh"), "env"], {}))
 
 
 def published(project: dict[str, Any]) -> dict[int, str]:

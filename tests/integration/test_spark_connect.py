@@ -18,6 +18,7 @@ from airflow_harness import (
     ROOT,
     AirflowEnv,
     free_port,
+    group_positions,
     make_airflow_env,
     read_delta,
     run_python,
@@ -98,14 +99,6 @@ def audit_table(af: AirflowEnv) -> dict[str, dict[str, Any]]:
     return {r["event_id"]: r for r in rows}
 
 
-def committed(af: AirflowEnv) -> list[int | None]:
-    manager = open_log_manager(load_config(home=af.streamcore_home))
-    try:
-        return manager.committed(STREAM, GROUP)
-    finally:
-        manager.close()
-
-
 def test_the_script_reports_the_server_and_starts_it_once(af: AirflowEnv) -> None:
     status = script(af.env, "status")
     assert status.returncode == 0 and url(af) in status.stdout, status.stdout
@@ -134,7 +127,7 @@ def test_the_audit_job_lands_each_entry_once_on_connect(af: AirflowEnv) -> None:
     assert code == 0, summary
     assert (summary["read"], summary["landed"], summary["duplicates"]) == (22, 20, 2), summary
     assert sorted(audit_table(af)) == sorted(e["event_id"] for e in ENTRIES[:20])
-    assert committed(af) == [22]
+    assert group_positions(af.streamcore_home, GROUP, STREAM)[0] == [22]
 
 
 def test_a_stopped_server_fails_the_readiness_check_with_the_fix(af: AirflowEnv) -> None:
