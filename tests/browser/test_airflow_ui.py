@@ -54,11 +54,18 @@ DIALOG_TIMEOUT_MS = 180_000  # a trigger form's request, answered by a loaded ap
 COUNT = 2000
 # The audit DAG runs daily here (STREAMCORE_AUDIT_SCHEDULE): its default, every 5 minutes, would
 # start scheduled batch runs during the module, and those land every entry, ahead of the backfill.
-AUDIT_SCHEDULE = "0 0 * * *"
+# Its tick is 12 hours from now, so no scheduled run starts while the module runs (a tick at
+# midnight did, in a run that crossed it).
+_NOW = datetime.now(UTC)
+_HOUR = (_NOW.hour + 12) % 24
+AUDIT_SCHEDULE = f"0 {_HOUR} * * *"
 SLOT = timedelta(days=1)
-# Three days ending the day before yesterday: the scheduled run of the latest tick (today 00:00)
-# covers yesterday, and the backfill's "missing runs" must not include it.
-T0 = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - 4 * SLOT
+_LATEST_TICK = _NOW.replace(hour=_HOUR, minute=0, second=0, microsecond=0)
+if _LATEST_TICK > _NOW:
+    _LATEST_TICK -= SLOT
+# Three slots ending the day before the latest tick: the scheduled run of that tick covers the
+# day before it, and the backfill's "missing runs" must not include it.
+T0 = _LATEST_TICK - 4 * SLOT
 CHROMIUM_ARGS = [
     "--no-sandbox",  # root in CI
     "--disable-gpu",
