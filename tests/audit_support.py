@@ -1,20 +1,22 @@
-"""Helpers of the audit tests (tests/unit/audit, tests/integration/test_audit_publish_crash.py):
-entries, a log manager that records (and can fail or freeze) the relay's appends, and reading
-`audit/entries` back."""
+"""Helpers of the audit tests (tests/unit/audit, the audit job, DAG, Spark Connect, cluster and
+browser tests): entries, appending them to `audit/entries` as the relay does, a log manager that
+records (and can fail or freeze) the relay's appends, and reading `audit/entries` back."""
 
 from __future__ import annotations
 
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from streamcore.audit import STREAM, decode_entry
+from streamcore.audit import STREAM, audit_record, decode_entry
 from streamcore.codecs import get_codec
+from streamcore.config import StreamcoreConfig, load_config
+from streamcore.log import open_log_manager
 from streamcore.log.api import LogManager
 from streamcore.record import Record
 
@@ -40,6 +42,41 @@ def entry(n: int, **fields: Any) -> dict[str, Any]:
     }
     values.update(fields)
     return values
+
+
+def relay_time(item: Mapping[str, Any]) -> int:
+    """When the relay appends entry `item` (epoch ms): a second after its event."""
+    return int(item["event_date"].timestamp() * 1000) + 1000
+
+
+def append_entries(
+    items: Sequence[Mapping[str, Any] | bytes],
+    config: StreamcoreConfig | None = None,
+    *,
+    timestamps: Sequence[int] | None = None,
+) -> None:
+    """Append `items` to `audit/entries` (created with one partition if missing) in the log
+    `config` routes it to (default `load_config()`), as the relay appends them: an entry as its
+    Record, a `bytes` item as a raw value (a bad record); at `timestamps` (epoch ms), by default
+    each entry's `relay_time` (give them when there are raw values)."""
+    config = config or load_config()
+    codec = get_codec("avro", config=config)
+    values, relayed = [], []
+    for item in items:
+        if isinstance(item, bytes):
+            values.append(("junk", item))
+        else:
+            record = audit_record(item)
+            values.append((record.key, codec.encode(record)))
+            relayed.append(relay_time(item))
+    at = relayed if timestamps is None else list(timestamps)
+    if len(at) != len(values):
+        raise ValueError("raw values have no event date: give every item's timestamp")
+    with open_log_manager(config) as manager:
+        if not manager.exists(STREAM):
+            manager.create(STREAM, 1)
+        if values:
+            manager.appender(STREAM).append_batch(values, timestamps=at)
 
 
 class SpyAppender:

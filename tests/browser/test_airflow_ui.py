@@ -36,13 +36,10 @@ from airflow_harness import (
     free_port,
     make_airflow_env,
 )
-from audit_support import entry
+from audit_support import append_entries, entry
 from playwright.sync_api import BrowserContext, Page, Route, expect, sync_playwright
 
-from streamcore.audit import audit_record
-from streamcore.codecs import get_codec
 from streamcore.config import load_config
-from streamcore.log import open_log_manager
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.timeout(900)]
 # The UI's own requests (a trigger's POST, a page's API calls) took over 5 s, Playwright's default,
@@ -329,24 +326,6 @@ def test_bulk_action_from_the_form(browser: Browser, af: AirflowEnv) -> None:
     assert json.loads(shown.stdout)["state"] == "COMPLETED"
 
 
-def audit_log(af: AirflowEnv, entries: list[dict[str, Any]]) -> None:
-    """`entries` appended to `audit/entries` (created if need be) as the relay appends them, a
-    second after their event."""
-    config = load_config(home=af.streamcore_home)
-    codec = get_codec("avro", config=config)
-    manager = open_log_manager(config)
-    try:
-        if not manager.exists("audit/entries"):
-            manager.create("audit/entries", 1)
-        if entries:
-            manager.appender("audit/entries").append_batch(
-                [(r.key, codec.encode(r)) for r in map(audit_record, entries)],
-                timestamps=[int(e["event_date"].timestamp() * 1000) + 1000 for e in entries],
-            )
-    finally:
-        manager.close()
-
-
 def pick(dialog: Any, page: Page, index: int, when: datetime) -> None:
     """Set the `index`-th date-time input of the dialog (a popover with Date and Time, UTC)."""
     dialog.get_by_test_id("datetime-input").nth(index).click()
@@ -374,14 +353,15 @@ def test_audit_backfill_from_the_ui(browser: Browser, af: AirflowEnv) -> None:
     rest = RestClient(af)
     # Unpaused (a paused DAG's backfill runs never start), the DAG runs its latest scheduled
     # interval in batch mode at once: with the log still empty, that run has nothing to land.
-    audit_log(af, [])
+    append_entries([], load_config(home=af.streamcore_home))
     page.goto(f"{af.url}/dags/streamcore_audit")
     page.get_by_test_id("toggle-pause").click()
     expect(page.get_by_test_id("toggle-pause")).to_have_attribute("data-state", "checked")
     (scheduled,) = wait_for_runs(rest, "scheduled", 1)
     assert scheduled["state"] == "success", scheduled
     # 12 entries in each of 3 daily slots from T0.
-    audit_log(af, [entry(n, event_date=T0 + n * SLOT / 12) for n in range(36)])
+    entries = [entry(n, event_date=T0 + n * SLOT / 12) for n in range(36)]
+    append_entries(entries, load_config(home=af.streamcore_home))
 
     dialog = trigger_form(browser, "streamcore_audit")
     dialog.get_by_text("Backfill", exact=True).click()

@@ -211,6 +211,15 @@ def spark_connect(af: AirflowEnv, folder: Path, master: str = "local[2]") -> Ite
         subprocess.run([*script, "stop"], env=env, capture_output=True, text=True, timeout=120)
 
 
+@contextlib.contextmanager
+def airflow_on_connect(tmp: Any) -> Iterator[AirflowEnv]:
+    """A fresh Airflow home (`make_airflow_env`, folders from pytest's `tmp_path_factory` `tmp`)
+    whose job tasks run on its own Spark Connect server (`spark_connect`) until the block ends."""
+    af = make_airflow_env(tmp.mktemp("airflow-home"), tmp.mktemp("sc-home"))
+    with spark_connect(af, tmp.mktemp("spark-connect")):
+        yield af
+
+
 class RestClient:
     """The REST API v2 with a JWT from POST /auth/token."""
 

@@ -22,17 +22,13 @@ from airflow_harness import (
     AirflowEnv,
     AirflowServices,
     RestClient,
+    airflow_on_connect,
     dag_test,
-    make_airflow_env,
     run_python,
-    spark_connect,
 )
-from audit_support import entry
+from audit_support import append_entries, entry, relay_time
 
-from streamcore.audit import audit_record
-from streamcore.codecs import get_codec
 from streamcore.config import load_config
-from streamcore.log import open_log_manager
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 
@@ -60,22 +56,15 @@ def in_slot(i: int) -> set[str]:
     return {e["event_id"] for e in ENTRIES if start <= e["event_date"] < end}
 
 
-def append_entries(af: AirflowEnv) -> None:
-    """ENTRIES on `audit/entries` as the relay appends them, each a second after its event, then
-    REPEATED again (the relay delivers at least once)."""
-    config = load_config(home=af.streamcore_home)
-    codec = get_codec("avro", config=config)
-    items = [*ENTRIES, REPEATED]
-    times = [int(e["event_date"].timestamp() * 1000) + 1000 for e in ENTRIES]
-    manager = open_log_manager(config)
-    try:
-        manager.create("audit/entries", 1)
-        records = [audit_record(e) for e in items]
-        manager.appender("audit/entries").append_batch(
-            [(r.key, codec.encode(r)) for r in records], timestamps=[*times, times[-1] + 1000]
-        )
-    finally:
-        manager.close()
+def append_batches(af: AirflowEnv) -> None:
+    """ENTRIES on `audit/entries` as the relay appends them, then REPEATED again a second after
+    the last (the relay delivers at least once)."""
+    times = [relay_time(e) for e in ENTRIES]
+    append_entries(
+        [*ENTRIES, REPEATED],
+        load_config(home=af.streamcore_home),
+        timestamps=[*times, times[-1] + 1000],
+    )
 
 
 def table(af: AirflowEnv) -> dict[str, dict[str, Any]]:
@@ -122,10 +111,7 @@ def run_records(af: AirflowEnv) -> dict[str, dict[str, Any]]:
 @pytest.fixture(scope="module")
 def af(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowEnv]:
     """An Airflow home whose job tasks run on a Spark Connect server of the module."""
-    af = make_airflow_env(
-        tmp_path_factory.mktemp("airflow-home"), tmp_path_factory.mktemp("sc-home")
-    )
-    with spark_connect(af, tmp_path_factory.mktemp("spark-connect")):
+    with airflow_on_connect(tmp_path_factory) as af:
         yield af
 
 
@@ -133,7 +119,7 @@ def af(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowEnv]:
 def batches(af: AirflowEnv) -> Batches:
     """Two runs in batch mode (`mode` auto, no start/end, as the schedule's): the first limited
     to FIRST_BATCH entries, the second lands the rest. Returns the run records and the table."""
-    append_entries(af)
+    append_batches(af)
     runs = [dag_test(af, DAG, {"batch_limit": FIRST_BATCH}), dag_test(af, DAG, {})]
     records = run_records(af)
     for run in runs:

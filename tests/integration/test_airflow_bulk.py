@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from airflow_harness import AirflowEnv, dag_test, make_airflow_env, spark_connect
+from airflow_harness import AirflowEnv, airflow_on_connect, dag_test
 from repository_support import document_row, write_repository
 from spark_session import read_delta
 
@@ -43,10 +43,7 @@ def _record(af: AirflowEnv, dag_id: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def af(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowEnv]:
     """An Airflow home whose job tasks run on a Spark Connect server of the module."""
-    af = make_airflow_env(
-        tmp_path_factory.mktemp("airflow-home"), tmp_path_factory.mktemp("sc-home")
-    )
-    with spark_connect(af, tmp_path_factory.mktemp("spark-connect")):
+    with airflow_on_connect(tmp_path_factory) as af:
         yield af
 
 

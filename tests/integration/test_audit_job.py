@@ -14,11 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from audit_support import entry
+from audit_support import append_entries, entry, relay_time
 from spark_session import read_delta
 
-from streamcore.audit import audit_record
-from streamcore.codecs import get_codec
 from streamcore.config import load_config
 from streamcore.log import open_log_manager
 
@@ -47,24 +45,9 @@ def _entry(n: int, **fields: Any) -> dict[str, Any]:
 
 
 def _append(*items: dict[str, Any] | bytes) -> None:
-    """Append entries (or raw values) as the relay does, each a second after its event."""
-    manager = open_log_manager(load_config())
-    try:
-        if not manager.exists(STREAM):
-            manager.create(STREAM, 1)
-        appender, codec = manager.appender(STREAM), get_codec("avro")
-        records, times = [], []
-        for item in items:
-            if isinstance(item, bytes):
-                records.append(("junk", item))
-                times.append(int(T0.timestamp() * 1000))
-            else:
-                record = audit_record(item)
-                records.append((record.key, codec.encode(record)))
-                times.append(int(item["event_date"].timestamp() * 1000) + 1000)
-        appender.append_batch(records, timestamps=times)
-    finally:
-        manager.close()
+    """Append entries (or raw values, at T0) as the relay does, each a second after its event."""
+    at = [int(T0.timestamp() * 1000) if isinstance(i, bytes) else relay_time(i) for i in items]
+    append_entries(items, timestamps=at)
 
 
 def _table() -> dict[str, dict[str, Any]]:

@@ -40,12 +40,10 @@ from airflow_harness import (
     run_python,
     spark_connect,
 )
-from audit_support import entry
+from audit_support import append_entries, entry
 from kafka_broker import scratch_prefix
 from recovery_support import write_dead_letters
 
-from streamcore.audit import audit_record
-from streamcore.codecs import get_codec
 from streamcore.config import load_config
 from streamcore.log import open_log_manager
 
@@ -131,8 +129,8 @@ def test_the_importer_dag_runs_on_the_cluster(
     env = profile(cluster_env)
     assert env["STREAMCORE_LOG_BACKEND"] == "kafka", env
     assert env["STREAMCORE_SPARK_MASTER"] == cluster_env["STREAMCORE_SPARK_MASTER"]
-    home = Path(env["STREAMCORE_HOME"])
-    af = AirflowEnv(home=Path(env["AIRFLOW_HOME"]), streamcore_home=home, port=0, env=env)
+    af = cluster_airflow(env)
+    home = af.streamcore_home
     run = dag_test(af, "streamcore_importer", {"count": 600, "partitions": 2, "avg_blob_size": 64})
     assert run["state"] == "success", run
     assert set(run["tasks"].values()) == {"success"}
@@ -143,9 +141,7 @@ def test_the_importer_dag_runs_on_the_cluster(
     apps = master_view(env)["completedapps"]
     assert [a["name"] for a in apps].count("streamcore-importer") == 2, apps
     assert all(a["state"] == "FINISHED" for a in apps), apps
-    for name, value in env.items():
-        if name.startswith("STREAMCORE_"):
-            monkeypatch.setenv(name, value)
+    use_profile(monkeypatch, env)
     config = load_config(home=home)
     with open_log_manager(config) as manager:
         assert manager.describe("import/docs").backend == "kafka"
@@ -158,14 +154,26 @@ def profile(cluster_env: dict[str, str]) -> dict[str, str]:
     return {**cluster_env, **parse_exports(cluster(cluster_env, "env"))}
 
 
+def cluster_airflow(env: dict[str, str]) -> AirflowEnv:
+    """The cluster's Airflow as `dag_test` runs it, with the environment `env` (a `profile`)."""
+    home = Path(env["STREAMCORE_HOME"])
+    return AirflowEnv(home=Path(env["AIRFLOW_HOME"]), streamcore_home=home, port=0, env=env)
+
+
+def use_profile(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> None:
+    """The test process reads the cluster's streams and tables as its tasks do."""
+    for name, value in env.items():
+        if name.startswith("STREAMCORE_"):
+            monkeypatch.setenv(name, value)
+
+
 @pytest.fixture
 def connect(cluster_env: dict[str, str], tmp_path: Path) -> Iterator[AirflowEnv]:
     """The cluster's Airflow environment (the profile, as its tasks see it) whose `spark_default`
     names a Spark Connect server on the cluster's master, as docs/spark-connect.md says to run it
     there; the server is stopped after the test, before the cluster's stop test."""
     env = profile(cluster_env)
-    home = Path(env["STREAMCORE_HOME"])
-    af = AirflowEnv(home=Path(env["AIRFLOW_HOME"]), streamcore_home=home, port=0, env=env)
+    af = cluster_airflow(env)
     with spark_connect(af, tmp_path / "spark-connect", master=env["STREAMCORE_SPARK_MASTER"]):
         yield af
 
@@ -177,18 +185,13 @@ def test_every_other_dag_runs_on_the_cluster_over_spark_connect(
     metadata database), each Spark task a thin client of a Connect server whose executors run
     on the standalone worker: audit (batch), stream statistics and backfill over today,
     a bulk action and the scheduled bulk example, retention, recovery (its Spark engine)."""
-    for name, value in connect.env.items():
-        if name.startswith("STREAMCORE_"):
-            monkeypatch.setenv(name, value)
+    use_profile(monkeypatch, connect.env)
     home = connect.streamcore_home
     config = load_config(home=home)
     write_dead_letters(config)
     with open_log_manager(config) as manager:
-        manager.create("audit/entries", 1)
         manager.create("replay/cluster", 1)
-        codec = get_codec("avro", config=config)
-        records = [audit_record(entry(n)) for n in range(12)]
-        manager.appender("audit/entries").append_batch([(r.key, codec.encode(r)) for r in records])
+    append_entries([entry(n) for n in range(12)], config)
     today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     day = {"start": today.isoformat(), "end": (today + timedelta(days=1)).isoformat()}
     runs = [
@@ -237,12 +240,17 @@ def test_every_other_dag_runs_on_the_cluster_over_spark_connect(
     stats = summaries[("streamcore_stream_stats", "stats")]  # the daily run at midnight
     assert (stats["start"], stats["end"], stats["records"]) == (day["start"], day["end"], 600)
     assert summaries[("streamcore_backfill", "replay")]["appended"] == 600
+    # Read back without Spark: the bulk action set the property on the Files, and only there.
+    columns = ["type", "isTrashed", "properties"]
+    rows = read_delta(home / "delta" / "repository", columns).to_pylist()
     files = summaries[("streamcore_bulk_action", "run")]
-    assert files["state"] == "COMPLETED" and 0 < files["processed"] < 600, files
+    marked = [r["type"] == "File" for r in rows]
+    assert files["state"] == "COMPLETED" and files["processed"] == sum(marked) > 0, files
+    for row, is_file in zip(rows, marked, strict=True):
+        assert (("site", "cluster") in (row["properties"] or [])) == is_file, row
     # The importer's documents were modified in 2024 (jobs/spark/documents.py): every Note is
     # older than 7 days, so the scheduled example trashes exactly the Notes.
     trash = summaries[("streamcore_bulk_trash_old_notes", "run")]
-    rows = read_delta(home / "delta" / "repository", ["type", "isTrashed"]).to_pylist()
     notes = [r for r in rows if r["type"] == "Note"]
     assert notes and (trash["state"], trash["total"]) == ("COMPLETED", len(notes)), trash
     assert all(r["isTrashed"] for r in notes), "a Note survived the scheduled trash"
@@ -294,8 +302,8 @@ def dag_tests(af: AirflowEnv, runs: list[tuple[str, dict[str, Any], str | None]]
     )["runs"]
 
 
-def check_airflow_standalone(env: dict[str, str]) -> int:
-    """scripts/airflow.sh's standalone: its own process group (returned), a token that the REST
+def check_airflow_standalone(env: dict[str, str]) -> None:
+    """scripts/airflow.sh's standalone: its own process group, a token that the REST
     API takes, a second start that finds it running."""
     pgid = int((Path(env["AIRFLOW_HOME"]) / "standalone.pid").read_text())
     assert os.getpgid(pgid) == pgid
@@ -312,7 +320,6 @@ def check_airflow_standalone(env: dict[str, str]) -> int:
     again = airflow_script(env, "start")
     assert "already running" in again.stdout, again.stdout + again.stderr
     assert f"log in as admin / {env['STREAMCORE_AIRFLOW_PASSWORD']}" in again.stdout
-    return pgid
 
 
 def master_view(env: dict[str, str]) -> dict[str, Any]:

@@ -307,10 +307,8 @@ def test_airflow_runs_the_cluster_config(
                     assert without_password(got) == in_container(value, project), option
                 else:
                     assert got == value, (component, section, option)
-        port = cluster["api"]["port"]
-        assert [p["target"] for p in project["services"]["airflow-api-server"]["ports"]] == [
-            int(port)
-        ]
+    port = int(cluster["api"]["port"])
+    assert [p["target"] for p in project["services"]["airflow-api-server"]["ports"]] == [port]
 
 
 def test_a_broken_file_is_refused_with_the_parser_message(

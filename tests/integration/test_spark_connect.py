@@ -23,12 +23,9 @@ from airflow_harness import (
     read_delta,
     run_python,
 )
-from audit_support import entry
+from audit_support import append_entries, entry
 
-from streamcore.audit import audit_record
-from streamcore.codecs import get_codec
 from streamcore.config import load_config
-from streamcore.log import open_log_manager
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 
@@ -76,23 +73,6 @@ def url(af: AirflowEnv) -> str:
     return f"sc://127.0.0.1:{af.env['STREAMCORE_SPARK_CONNECT_PORT']}"
 
 
-def append(af: AirflowEnv, *items: dict[str, Any]) -> None:
-    """Append audit entries as the relay does, each a second after its event."""
-    config = load_config(home=af.streamcore_home)
-    manager = open_log_manager(config)
-    try:
-        if not manager.exists(STREAM):
-            manager.create(STREAM, 1)
-        codec = get_codec("avro", config=config)
-        records = [audit_record(e) for e in items]
-        manager.appender(STREAM).append_batch(
-            [(r.key, codec.encode(r)) for r in records],
-            timestamps=[int(e["event_date"].timestamp() * 1000) + 1000 for e in items],
-        )
-    finally:
-        manager.close()
-
-
 def audit_table(af: AirflowEnv) -> dict[str, dict[str, Any]]:
     rows = read_delta(af.streamcore_home / "delta" / "audit").to_pylist()
     assert len(rows) == len({r["event_id"] for r in rows}), "an event id landed twice"
@@ -109,7 +89,7 @@ def test_the_script_reports_the_server_and_starts_it_once(af: AirflowEnv) -> Non
 
 def test_the_audit_job_lands_each_entry_once_on_connect(af: AirflowEnv) -> None:
     # 20 entries and the relay's repeats of two of them: each lands once.
-    append(af, *ENTRIES[:20], ENTRIES[0], ENTRIES[19])
+    append_entries([*ENTRIES[:20], ENTRIES[0], ENTRIES[19]], load_config(home=af.streamcore_home))
     # A fresh interpreter: pyspark refuses a Connect session next to a classic one, which the
     # pytest process may hold.
     summary, code = run_python(
