@@ -146,13 +146,24 @@ def resolve(url: str, root: Path | None = None) -> Asset | None:
     return None
 
 
+# Entry points found, by (assets folder, package folder): a fetched package does not change, so
+# a page view reads no package.json twice; a package not fetched yet is looked for again.
+_ENTRY_POINTS: dict[tuple[Path, str], str] = {}
+
+
 def _entry_point(root: Path, folder: str) -> str | None:
+    found = _ENTRY_POINTS.get((root, folder))
+    if found is not None:
+        return found
     manifest = root / folder / "package.json"
     if not manifest.is_file():
         return None
     meta = json.loads(manifest.read_text())
     entry = meta.get("jsdelivr") or meta.get("unpkg") or meta.get("browser") or meta.get("main")
-    return entry.removeprefix("./") if isinstance(entry, str) else None
+    if not isinstance(entry, str):
+        return None
+    _ENTRY_POINTS[root, folder] = entry.removeprefix("./")
+    return _ENTRY_POINTS[root, folder]
 
 
 def rewrite(page: str, assets_route: str, root: Path | None = None) -> tuple[str, list[str]]:
