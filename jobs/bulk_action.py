@@ -22,7 +22,8 @@ the truth of its state. The job:
 3. **completion**: the last bucket's delta brings `processed` to the total, which makes the
    command COMPLETED; an export first joins its parts into one file sorted by id (zipped),
    whose path is the status result `url`. The full status lands in the Delta table
-   `bulk_status` when the run ends, and when the scroll ends unless the command has one bucket.
+   `bulk_status` when the run ends (also a run that finds the command already finished or
+   aborted), and when the scroll ends unless the command has one bucket.
 
 A rerun (a retried task, a cleared run) is safe at any point: a finished command does nothing,
 a complete scroll is reused, Delta skips the batches that landed, CSV parts are rewritten the
@@ -93,9 +94,12 @@ class _Run:
         from jobs.spark.catalog import Catalog
 
         status = self.service.status(self.command.id)
-        if status.state.terminal:
-            return self.summary(status, note="already finished: nothing to do")
         self.catalog = Catalog(self.ctx.spark, self.ctx.config)
+        if status.state.terminal:
+            # Aborted before any run, or a run's final record lost to a crash: the table gets
+            # the final status either way (the MERGE is idempotent).
+            self.record(status)
+            return self.summary(status, note="already finished: nothing to do")
         # Ensured before any batch: a creation or migration commit carrying a batch's txn id
         # would make Delta skip that batch.
         self.table = self.catalog.ensure(self.command.repository)
@@ -110,6 +114,7 @@ class _Run:
     def scroll(self) -> Any:
         from jobs.spark.bulk.scroll import load_scroll, scroll
         from streamcore.bulk import State, check_query
+        from streamcore.bulk.columns import repository_columns
         from streamcore.bulk.model import now_ms
 
         path = str(self.folder / "scroll")
@@ -123,7 +128,10 @@ class _Run:
                 found = scroll(
                     self.ctx.spark,
                     self.table,
-                    check_query(self.command.query),
+                    check_query(
+                        self.command.query,
+                        repository_columns(self.command.repository, self.ctx.config),
+                    ),
                     bucket_size=self.command.bucket_size,
                     batch_size=self.command.batch_size,
                     query_limit=self.command.query_limit,

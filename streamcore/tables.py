@@ -299,6 +299,7 @@ def _bulk_status() -> TableSpec:
             Column("processing_end_time", "timestamp"),
             Column("completed_time", "timestamp"),
             Column("result", "map<string,string>"),
+            Column("query_limit_reached", "boolean", doc="the scroll stopped at the query limit"),
         ),
         key=("command_id",),
     )

@@ -1,8 +1,9 @@
 """jobs/bulk_action.py end to end on the shared Spark session: commands submitted through
 `BulkService` (SQLite command store, local logs), run by the job in process (or as a script
 for the crash), the table read back with delta-rs. Each built-in action once; a query matching
-nothing; the query limit; a SIGKILL after a bucket then a rerun (each bucket counted once); an
-abort during a run (later buckets untouched); a rerun of a finished command; the README's
+nothing; the query limit; a SIGKILL after a bucket then a rerun (each bucket counted once); a
+running command's progress in `streamcore bulk status` and in the log, then an abort during the
+run (later buckets untouched) and one before it; a rerun of a finished command; the README's
 action as written."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import contextlib
 import csv
 import io
 import json
+import logging
 import os
 import re
 import subprocess
@@ -137,8 +139,11 @@ def test_csv_export_is_one_sorted_zipped_file(spark: Any, repository: Path) -> N
 def test_nothing_matched_and_the_query_limit(spark: Any, repository: Path) -> None:
     code, none = _job(_submit("trash", "title = 'no such title'"))
     assert code == 0 and (none["state"], none["total"]) == ("COMPLETED", 0), none
-    code, limited = _job(_submit("trash", "type = 'Note'", query_limit=3))
+    limit = _submit("trash", "type = 'Note'", query_limit=3)
+    code, limited = _job(limit)
     assert code == 0 and limited["query_limit_reached"], limited
+    recorded = read_delta(Path(os.environ["STREAMCORE_HOME"]) / "delta" / "bulk_status")
+    assert {r["command_id"]: r["query_limit_reached"] for r in recorded.to_pylist()}[limit]
     assert (limited["state"], limited["total"], limited["processed"]) == ("COMPLETED", 3, 3)
     assert {i for i, r in _rows(repository).items() if r["isTrashed"]} == set(sorted(_notes())[:3])
 
@@ -169,21 +174,43 @@ def test_a_crash_after_a_bucket_then_a_rerun_counts_each_bucket_once(
 
 
 class AbortingTrash(BulkAction):
-    """Trash, then abort the running command: a custom action (registered through
-    `[bulk] actions` in the configuration) that aborts from inside its first bucket."""
+    """Trash, and in the second bucket (the first one done) look at the running command as a
+    person would, with `streamcore bulk status` in a shell, then abort it: a custom action
+    (registered through `[bulk] actions` in the configuration)."""
 
     name = "abortingTrash"
     params_schema = {"type": "object", "additionalProperties": False}
+    calls = 0
+    shown = ""
 
     def apply(self, docs: Any, params: dict[str, Any], F: Any) -> Any:
-        with BulkService() as service:
-            for status in service.list(state=State.RUNNING):
-                service.abort(status.command_id)
+        AbortingTrash.calls += 1
+        if AbortingTrash.calls == 2:
+            with BulkService() as service:
+                (running,) = service.list(state=State.RUNNING)
+                cli = ["streamcore.cli.main", "bulk", "status", running.command_id]
+                # The CLI loads the configured actions too: this module must import there.
+                here = Path(__file__).resolve().parent
+                path = os.pathsep.join(map(str, (here, here.parent, ROOT)))
+                status = subprocess.run(
+                    [sys.executable, "-m", *cli],
+                    env={**os.environ, "PYTHONPATH": path},
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
+                    cwd=ROOT,
+                )
+                AbortingTrash.shown = status.stdout + status.stderr
+                service.abort(running.command_id)
         return docs.select("id", F.lit(True).alias("isTrashed"))
 
 
-def test_an_abort_during_a_run_stops_it_before_the_next_bucket(
-    spark: Any, repository: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_running_command_shows_progress_and_an_abort_stops_it_before_the_next_bucket(
+    spark: Any,
+    repository: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     config = tmp_path / "streamcore.toml"
     config.write_text(
@@ -191,12 +218,31 @@ def test_an_abort_during_a_run_stops_it_before_the_next_bucket(
         + '\n[bulk]\nactions = ["test_bulk_action_job:AbortingTrash"]\n'
     )
     monkeypatch.setenv("STREAMCORE_CONFIG", str(config))
+    caplog.set_level(logging.INFO, logger="jobs")
     command = _submit("abortingTrash", "type = 'Note'", bucket_size=4)
     code, summary = _job(command)
     assert code == 0 and summary["state"] == "ABORTED" and summary["aborted"], summary
+    # During the second bucket the CLI showed the first one's progress, with rate and time left.
+    assert "state             RUNNING" in AbortingTrash.shown, AbortingTrash.shown
+    progress = re.search(r"progress +4/10, 40%, [\d,.]+ docs/s, ETA \S+", AbortingTrash.shown)
+    assert progress, AbortingTrash.shown
+    # The task log has the same line after each bucket.
+    logged = [r.getMessage() for r in caplog.records if r.name == "jobs.bulk_action"]
+    assert any(re.match(r"abortingTrash bucket 1/3: 4/10, 40%, .* docs/s, ETA", m) for m in logged)
     trashed = {i for i, r in _rows(repository).items() if r["isTrashed"]}
-    assert trashed == set(sorted(_notes())[:4])  # the first bucket only
-    assert _status(command).processed == 4
+    assert trashed == set(sorted(_notes())[:8])  # the first two buckets; the third untouched
+    assert _status(command).processed == 8
+
+    # A command aborted before its job ran: the job does nothing but record it.
+    early = _submit("trash", "type = 'File'")
+    with BulkService() as service:
+        service.abort(early)
+    code, summary = _job(early)
+    assert code == 0 and summary["state"] == "ABORTED", summary
+    assert {i for i, r in _rows(repository).items() if r["isTrashed"]} == trashed
+    recorded = read_delta(Path(os.environ["STREAMCORE_HOME"]) / "delta" / "bulk_status")
+    states = {r["command_id"]: r["state"] for r in recorded.to_pylist()}
+    assert states == {command: "ABORTED", early: "ABORTED"}
 
 
 def test_the_readme_action_as_written(

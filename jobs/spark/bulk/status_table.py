@@ -4,9 +4,11 @@
 
 The command store (`streamcore.bulk`) is the truth of a command's state; this table keeps each
 command's latest full status for SQL over history (what ran, when, how much, with which result).
-The bulk job records a status when its run ends, and when its scroll ends if the command has
-more than one bucket (a one-bucket command ends seconds later), so a row may lag the store by the
-progress of the buckets, and a one-bucket command appears when it ends.
+The bulk job records a status when its run ends (a run that finds the command finished or aborted
+already records it too), and when its scroll ends if the command has more than one bucket (a
+one-bucket command ends seconds later), so a row may lag the store by the progress of the
+buckets, and a one-bucket command appears when it ends. A command aborted before any run of its
+job has no row until a run (a DAG run's job task, `spark-submit jobs/bulk_action.py`) records it.
 """
 
 from __future__ import annotations
@@ -57,4 +59,5 @@ def _row(status: Any) -> dict[str, Any]:
         "processing_end_time": instant(status.processing_end_ms),
         "completed_time": instant(status.completed_ms),
         "result": status.result,
+        "query_limit_reached": status.query_limit_reached,
     }
