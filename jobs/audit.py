@@ -324,7 +324,8 @@ def _merge_entries(spark: Any, path: str, rows: Any) -> Any:
 
     # Same event id, same entry, same day: the day prunes the partitions the MERGE joins.
     condition = "t.event_day = s.event_day AND t.event_id = s.event_id"
-    return Merge(spark, path, rows, condition, "WHEN NOT MATCHED THEN INSERT *")
+    # A batch's entries mostly share one day: spread, so that day is not written by one task.
+    return Merge(spark, path, rows, condition, "WHEN NOT MATCHED THEN INSERT *", spread=True)
 
 
 def _inserted(spark: Any, path: str, version: int) -> dict[str, int]:

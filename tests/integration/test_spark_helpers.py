@@ -391,3 +391,30 @@ def test_unique_key_aggregates_see_repeated_and_missing_keys(spark, rows) -> Non
     assert unique(F.col("id") == "b") is True
     assert keys_unique(frame, "id") is False
     assert keys_unique(frame.where(F.col("unique_kept")), "id") is True
+
+
+def test_a_spread_merge_writes_a_one_day_batch_from_every_task(spark, tmp_path: Path) -> None:
+    """Delta gathers a partitioned table's new rows by partition before writing: a batch of one
+    day is written by one task (one file). `spread=True` writes it from the four tasks that hold
+    it, and leaves the session's setting as it was."""
+    from jobs.spark import delta_sql
+
+    path = str(tmp_path / "days")
+    spark.sql(f"CREATE TABLE delta.`{path}` (id long, day date) USING delta PARTITIONED BY (day)")
+    setting = "spark.databricks.delta.merge.repartitionBeforeWrite.enabled"
+    before = spark.conf.get(setting, None)
+
+    def merge(first: int, **options: bool) -> list[dict]:
+        rows = spark.range(first, first + 400, numPartitions=4).selectExpr(
+            "id", "DATE'2026-11-24' AS day"
+        )
+        delta_sql.merge_into(
+            spark, path, rows, "t.id = s.id", "WHEN NOT MATCHED THEN INSERT *", **options
+        )
+        commit = Path(path) / "_delta_log" / f"{delta_sql.latest_version(spark, path):020d}.json"
+        return [a["add"] for a in map(json.loads, commit.read_text().splitlines()) if "add" in a]
+
+    assert len(merge(0)) == 1
+    assert len(merge(400, spread=True)) == 4
+    assert spark.conf.get(setting, None) == before
+    assert sorted(read_delta(path).column("id").to_pylist()) == list(range(800))
