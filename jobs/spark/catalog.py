@@ -21,8 +21,6 @@ null) and logs it, but only when they are the table's only difference from the s
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -143,22 +141,6 @@ def _local_stored_size(location: str) -> tuple[int, int]:
         p for p in root.rglob("*") if p.is_file() and p.relative_to(root).parts[0] != "_delta_log"
     ]
     return len(files), sum(p.stat().st_size for p in files)
-
-
-@contextmanager
-def _session_confs(spark: SparkSession, confs: Mapping[str, str]) -> Iterator[None]:
-    """Set session confs for the duration of the block, then restore the previous values."""
-    previous = {key: spark.conf.get(key, None) for key in confs}
-    for key, value in confs.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, value in previous.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
 
 
 class Catalog:
@@ -301,7 +283,7 @@ class Catalog:
         confs = {_RETENTION_WINDOW_IGNORE: "false"}
         if force:
             confs[_RETENTION_CHECK] = "false"
-        with _session_confs(self.spark, confs):
+        with delta_sql.session_confs(self.spark, confs):
             self.spark.sql(
                 f"VACUUM {delta_sql.table_ref(spec.location)} RETAIN {float(hours):.6f} HOURS"
             )

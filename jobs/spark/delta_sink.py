@@ -171,15 +171,9 @@ class DeltaBatchSink:
         """`write` for a batch that is not an offset range (a bulk command's batch): `action`'s
         commit carries txn id (app id, `batch`) and `metadata` as its user metadata."""
         before = self.version()
-        conf = self.spark.conf
-        conf.set(_TXN_APP, self.app_id)
-        conf.set(_TXN_VERSION, str(batch))
-        conf.set(_USER_METADATA, metadata)
-        try:
+        txn = {_TXN_APP: self.app_id, _TXN_VERSION: str(batch), _USER_METADATA: metadata}
+        with delta_sql.session_confs(self.spark, txn):
             action()
-        finally:
-            for key in (_TXN_APP, _TXN_VERSION, _USER_METADATA):
-                conf.unset(key)
         after = self.version()
         if after == before:
             logger.warning(
