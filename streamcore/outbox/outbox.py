@@ -35,7 +35,7 @@ from streamcore.outbox.pool import Counters, WorkerPool
 from streamcore.outbox.purge import purge as purge_jobs
 from streamcore.outbox.put import JobRef, put, put_many
 from streamcore.outbox.retry import RetryPoller
-from streamcore.outbox.schema import create_engine, create_schema, is_sqlite
+from streamcore.outbox.schema import ERROR, create_engine, create_schema, is_sqlite
 from streamcore.outbox.store import JobError
 from streamcore.outbox.watcher import ExecutionWatcher
 
@@ -239,17 +239,36 @@ class Outbox:
         return out
 
     def claim_oldest_error(self, queue: str) -> tuple[QueueSpec, Job]:
+        """Claim the oldest job of `queue` in error, whatever its backoff and tries: on an
+        ordered queue its head, by put order (NoJobError when the head is not in error: the
+        jobs in error behind it may not run before it)."""
         spec = self.registry.get(queue)
         if spec.consumer is None:
             raise OutboxError(f"queue {queue} has no consumer in this process; register one")
         while True:
             with self.engine.begin() as conn:
-                seq = store.oldest_error(conn, queue)
-                if seq is None:
-                    raise NoJobError(f"queue {queue} has no job in error")
+                seq = self._oldest_error(conn, spec)
                 job = claim_error(conn, queue, seq)
             if job is not None:
                 return spec, job
+
+    @staticmethod
+    def _oldest_error(conn: sa.Connection, spec: QueueSpec) -> int:
+        if not spec.ordered:
+            seq = store.oldest_error(conn, spec.name)
+            if seq is None:
+                raise NoJobError(f"queue {spec.name} has no job in error")
+            return seq
+        head = store.head(conn, spec.name)
+        if head is not None and head.status == ERROR:
+            return head.seq
+        if head is None or store.oldest_error(conn, spec.name) is None:
+            raise NoJobError(f"queue {spec.name} has no job in error")
+        raise NoJobError(
+            f"queue {spec.name} is ordered and its oldest unfinished job {head.id!r} is "
+            f"{head.status}, not in error: the jobs in error behind it run after it. Wait for "
+            "it (or force_retry them: they go back to the workers in put order)"
+        )
 
     def record(self, jobs: Sequence[Job], error: BaseException | None) -> None:
         """Record the outcome of one run of a consumer: its jobs `done`, or all in `error`."""

@@ -4,13 +4,17 @@ backoff has passed and hands hung jobs to the workers again.
 Retries run in the poller's own thread, oldest first, and a queue's round stops at its first
 failure (yoltq's rule): when a dependency such as a broker is down, one failing retry per round
 is enough to know, instead of hammering it with every errored job.
+
+On an ordered queue "oldest" is by put order, and only the queue's head is retried: a job that
+failed again starts its backoff again (and may run out of tries) while the jobs put after it,
+errored in the same batch, have theirs passed; retrying those would put them ahead of it.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import sqlalchemy as sa
 
@@ -82,15 +86,15 @@ class RetryPoller(threading.Thread):
                 self.on_retried()
 
     def retry_errors(self, spec: QueueSpec) -> int:
-        with self.engine.connect() as conn:
-            seqs = store.due_errors(conn, spec.name, spec.error_backoff, spec.max_retries)
         succeeded = 0
-        for seq in seqs:
+        for seq in self._due(spec):
             if self._stop_event.is_set():
                 break
             with self.engine.begin() as conn:
                 job = claim_error(conn, spec.name, seq)
             if job is None:
+                if spec.ordered:  # another process retries the head: what follows waits
+                    break
                 continue
             outcome = execute(spec, job, self.watcher)
             with self.engine.begin() as conn:
@@ -106,3 +110,15 @@ class RetryPoller(threading.Thread):
         if succeeded:
             self.on_retried()
         return succeeded
+
+    def _due(self, spec: QueueSpec) -> Iterator[int]:
+        """The seqs of `spec`'s jobs to retry, oldest first. An ordered queue's head is looked
+        up again after each retry: the next job becomes the head only once it is done."""
+        while True:
+            with self.engine.connect() as conn:
+                seqs = store.due_errors(
+                    conn, spec.name, spec.error_backoff, spec.max_retries, ordered=spec.ordered
+                )
+            yield from seqs
+            if not (spec.ordered and seqs):
+                return

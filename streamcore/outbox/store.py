@@ -118,9 +118,17 @@ def release(conn: sa.Connection, batch: Sequence[Job]) -> int:
 
 
 def due_errors(
-    conn: sa.Connection, queue: str, backoff_s: float, max_retries: int, limit: int = 100
+    conn: sa.Connection,
+    queue: str,
+    backoff_s: float,
+    max_retries: int,
+    limit: int = 100,
+    *,
+    ordered: bool = False,
 ) -> list[int]:
-    """Seqs of `error` jobs whose backoff has passed and which have tries left, oldest first."""
+    """Seqs of `error` jobs whose backoff has passed and which have tries left, oldest first.
+    On an `ordered` queue only its head can be due: nothing put later may run before it, even
+    when its backoff is younger (it failed again) or it is out of tries."""
     query = (
         sa.select(jobs.c.seq)
         .where(
@@ -131,9 +139,20 @@ def due_errors(
         .order_by(jobs.c.error_ms, jobs.c.seq)
         .limit(limit)
     )
+    if ordered:
+        query = query.where(jobs.c.seq == _head_seq(queue))
     if max_retries:
         query = query.where(jobs.c.tries < max_retries)
     return list(conn.execute(query).scalars())
+
+
+def _head_seq(queue: str) -> sa.ScalarSelect[Any]:
+    """The seq of the oldest unfinished job of `queue`: an ordered queue's head."""
+    return (
+        sa.select(sa.func.min(jobs.c.seq))
+        .where(jobs.c.queue == queue, jobs.c.status.in_((INIT, PROCESSING, ERROR)))
+        .scalar_subquery()
+    )
 
 
 def reset_hung(conn: sa.Connection, queue: str, hung_s: float, max_retries: int) -> tuple[int, int]:
@@ -197,3 +216,10 @@ def oldest_error(conn: sa.Connection, queue: str) -> int | None:
         .order_by(jobs.c.error_ms, jobs.c.seq)
         .limit(1)
     ).scalar()
+
+
+def head(conn: sa.Connection, queue: str) -> sa.Row[Any] | None:
+    """(seq, id, status) of the oldest unfinished job of `queue` (an ordered queue's head)."""
+    return conn.execute(
+        sa.select(jobs.c.seq, jobs.c.id, jobs.c.status).where(jobs.c.seq == _head_seq(queue))
+    ).first()

@@ -1,4 +1,5 @@
-"""Outbox faults: slow batches against the hung detector, and dependency cycles in one put.
+"""Outbox faults: slow batches against the hung detector, dependency cycles in one put, and
+failures that an ordered queue must retry in put order.
 
 Each test runs on SQLite and on PostgreSQL (`outbox_url`, via `make_outbox`)."""
 
@@ -12,8 +13,24 @@ from collections.abc import Callable
 import pytest
 import sqlalchemy as sa
 
-from streamcore.outbox import DONE, Outbox, OutboxError, put, put_many
+from streamcore.codecs import get_codec
+from streamcore.config import LogDefaults, StreamcoreConfig
+from streamcore.log.local.manager import LocalLogManager
+from streamcore.outbox import (
+    DONE,
+    ERROR,
+    ConsumerFailedError,
+    NoJobError,
+    Outbox,
+    OutboxError,
+    VirtualQueue,
+    put,
+    put_many,
+    relay,
+)
+from streamcore.outbox.retry import RetryPoller
 from streamcore.outbox.schema import jobs
+from streamcore.record import Record
 
 
 class Runs:
@@ -130,3 +147,91 @@ def test_a_dependency_cycle_inside_one_put_many_is_refused(make_outbox, registry
         )
     assert type(refused.value).__name__ == "DependencyCycleError"
     assert statuses(outbox, "q") == dict.fromkeys(["x", "y", "z"], "init")
+
+
+def test_an_ordered_relay_keeps_the_put_order_when_a_retry_fails_again(
+    make_outbox, registry, tmp_path
+):
+    """Issue 25's sequence on the outbox's own relay into a real local log: the batch 0, 1, 2
+    fails, then the retry of 0 fails too, which starts 0's backoff again while 1's and 2's have
+    passed. Nothing may be appended before 0."""
+    failures = [0, 0]  # the payload whose record fails, once per failure
+
+    def message(key: str, payload: int) -> Record:
+        if failures and payload == failures[0]:
+            failures.pop()
+            raise ConnectionError("log unavailable")
+        return Record.of(key, str(payload).encode())
+
+    config = StreamcoreConfig(home=tmp_path, log=LogDefaults(fsync="always"))
+    with LocalLogManager(tmp_path / "log", config=config) as manager:
+        relay(
+            "events",
+            "app/events",
+            manager=manager,
+            message=message,
+            log_codec=get_codec("avro"),
+            batch_capacity=3,
+            error_backoff=0.3,
+            registry=registry,
+        )
+        outbox = make_outbox()
+        with outbox.engine.begin() as conn:
+            put_many(conn, "events", [0, 1, 2], registry=registry)
+        run_until(outbox, lambda: set(statuses(outbox, "events").values()) == {DONE}, 30.0)
+        tailer = manager.tailer("test/reader", "app/events", get_codec("avro"))
+        appended = [int(r.message.data) for r in tailer.read_batch(10, timeout=1.0)]
+        tailer.close()
+    assert not failures
+    assert appended == [0, 1, 2]
+
+
+def test_an_ordered_queue_holds_every_later_job_behind_its_oldest_error(make_outbox, registry):
+    """Rounds of the retry poller, run one at a time: on an ordered queue it retries only the
+    oldest job in error by put order, even once that job is out of tries (an operator's
+    `retry_one_error` then runs that job, not a later one)."""
+    calls: list[list[int]] = []
+    broken = [True]
+
+    def consume(batch: list[int]) -> None:
+        calls.append(batch)
+        if 0 in batch and broken[0]:
+            raise ConnectionError("downstream is down")
+
+    registry.register(
+        "ordered", consume, ordered=True, batch_capacity=3, max_retries=2, error_backoff=60
+    )
+    outbox = make_outbox()
+    with outbox.engine.begin() as conn:
+        put_many(conn, "ordered", [0, 1, 2], ids=["j0", "j1", "j2"], registry=registry)
+    with pytest.raises(ConsumerFailedError):
+        VirtualQueue(outbox).consume_one("ordered")
+    poller = RetryPoller(
+        outbox.engine,
+        registry,
+        poll_interval=1.0,
+        watcher=outbox.watcher,
+        counters=outbox.counters,
+        on_retried=lambda: None,
+    )
+
+    def poll() -> dict[str, int]:
+        """A round once every backoff has passed."""
+        with outbox.engine.begin() as conn:
+            conn.execute(sa.update(jobs).values(error_ms=jobs.c.error_ms - 61_000))
+        return poller.poll_once()
+
+    assert poll() == {"ordered": 0}  # j0 fails again: its last try
+    assert poll() == {"ordered": 0}  # j0 is out of tries: j1 and j2 wait
+    assert calls == [[0, 1, 2], [0]]
+    assert statuses(outbox, "ordered") == dict.fromkeys(["j0", "j1", "j2"], ERROR)
+
+    with pytest.raises(ConnectionError):
+        outbox.retry_one_error("ordered")  # the operator's retry takes j0, the oldest
+    broken[0] = False
+    assert outbox.retry_one_error("ordered") is None
+    assert poll() == {"ordered": 2}
+    assert calls == [[0, 1, 2], [0], [0], [0], [1], [2]]
+    assert statuses(outbox, "ordered") == dict.fromkeys(["j0", "j1", "j2"], DONE)
+    with pytest.raises(NoJobError):
+        outbox.retry_one_error("ordered")

@@ -129,6 +129,29 @@ def test_a_failed_append_is_retried_and_nothing_overtakes_it(
 
 @on_databases
 @on_logs
+def test_a_retry_that_fails_again_does_not_let_later_entries_overtake_it(
+    make_outbox, registry, log_manager
+) -> None:
+    """Issue 25: the batch e-0, e-1, e-2 fails, then e-0's retry fails too. Its backoff starts
+    again while e-1's and e-2's have passed; the retry poller must still wait for e-0."""
+    log_manager.before = lambda number: _fail(number in (1, 2))
+    relay(log_manager, error_backoff=0.3, registry=registry)
+    outbox = make_outbox()
+    ids = publish_all(outbox, registry, range(3), per_transaction=3)
+    with outbox:
+        records = read_log(log_manager, 3)
+        wait_until(lambda: set(statuses(outbox).values()) == {DONE}, 30, "every job done")
+    assert event_ids(records) == ids  # e-0, e-1, e-2: the publish order
+    assert log_manager.appends == [1, 1, 1]  # the failed batch's jobs one by one, oldest first
+
+
+def _fail(failing: bool) -> None:
+    if failing:
+        raise ConnectionError("log unavailable")
+
+
+@on_databases
+@on_logs
 def test_a_relay_frozen_between_append_and_acknowledgement_loses_nothing(
     make_outbox, registry, log_manager
 ) -> None:

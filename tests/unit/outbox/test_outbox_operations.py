@@ -90,6 +90,24 @@ def test_retry_one_error_raises_the_consumers_exception(make_outbox, registry):
     ]
 
 
+def test_retry_one_error_of_an_ordered_queue_runs_its_head_only(make_outbox, registry):
+    ran: list[int] = []
+    registry.register("q", ran.append, ordered=True)
+    outbox = make_outbox()
+    with outbox.engine.begin() as conn:
+        put_many(conn, "q", [1, 2, 3], ids=["a", "b", "c"], registry=registry)
+        # "a" failed last: by error time "b" and "c" are older, by put order "a" comes first.
+        conn.execute(sa.update(jobs).values(status=ERROR, error_ms=now_ms() - 1000, tries=1))
+        conn.execute(sa.update(jobs).where(jobs.c.id == "a").values(error_ms=now_ms()))
+    assert outbox.force_retry("q", id="a") == 1
+    with pytest.raises(NoJobError, match=r"ordered and its oldest unfinished job 'a' is init"):
+        outbox.retry_one_error("q")
+    assert VirtualQueue(outbox).consume_one("q") is None
+    outbox.retry_one_error("q")
+    VirtualQueue(outbox).force_retry("q")
+    assert ran == [1, 2, 3]
+
+
 def test_force_retry_one_or_all_errors(make_outbox, registry):
     registry.register("q", lambda p: p)
     outbox = make_outbox()
