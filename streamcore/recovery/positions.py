@@ -7,8 +7,12 @@
 
 A plan is computed from the committed positions and the partitions' bounds, and checked against
 them (an unknown group, an offset out of range, a reset into purged data are refused with what the
-stream holds) before anything moves. A position is the offset of the next record to process.
-A group that never committed on a partition reads it from its oldest retained record.
+stream holds) before anything moves. A reset into purged data is an offset below the oldest
+retained one, or a date or watermark whose first record may have been purged: one that resolves
+to the oldest retained record of a partition that lost older ones (purged records may share its
+millisecond, and watermarks need not grow with offsets). A position is the offset of the next
+record to process. A group that never committed on a partition reads it from its oldest retained
+record.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from streamcore.cli.table import iso_time
 from streamcore.log.api import LiveMember, LogManager, LogPartition
 from streamcore.log.config import TOOLS_GROUP
 from streamcore.names import Name
@@ -231,15 +236,48 @@ def _target_offset(
             )
         return target.offset
     partition = LogPartition.of(name, p)
+    after = end
     if target.timestamp_ms is not None:
         with manager.tailer(TOOLS_GROUP, [partition]) as tailer:
             found = tailer.offset_for_timestamp(partition, target.timestamp_ms)
-        return end if found is None else max(found.offset, start)
-    with manager.tailer(TOOLS_GROUP, [partition], codec) as tailer:
-        for rec in read_range(tailer, partition, start, end):
-            if rec.message.watermark >= target.watermark:
-                return rec.offset
-    return end
+        after = end if found is None else max(found.offset, start)
+    else:
+        with manager.tailer(TOOLS_GROUP, [partition], codec) as tailer:
+            for rec in read_range(tailer, partition, start, end):
+                if rec.message.watermark >= target.watermark:
+                    after = rec.offset
+                    break
+    if after == start and start > 0:
+        # The answer is the oldest retained record (or the end, none being retained): the
+        # purged records before it may hold the first one asked for, and would be skipped.
+        raise SelectionError(_purged_message(manager, name, p, start, end, target))
+    return after
+
+
+def _purged_message(
+    manager: LogManager, name: Name, p: int, start: int, end: int, target: ResetTarget
+) -> str:
+    if target.timestamp_ms is not None:
+        asked = f"appended at or after {iso_time(target.timestamp_ms)}"
+    else:
+        asked = f"with a watermark of at least {target.watermark}"
+    oldest = manager.record_at(LogPartition.of(name, p), start) if start < end else None
+    if oldest is None:
+        held, later = f"holds no record: offsets 0..{start - 1} were all purged", ""
+    else:
+        since = iso_time(oldest[2])
+        held = (
+            f"holds offsets {start}..{end - 1} (offset {start} appended at {since}); offsets "
+            f"0..{start - 1} were purged by retention"
+        )
+        later = f", or to a date after {since}" if target.timestamp_ms is not None else ""
+    return (
+        f"{name.urn} partition {p} {held}, so the first record {asked} may be a purged one, "
+        f"which this reset would skip. Restore the purged records with a backfill first "
+        "(jobs/backfill.py or the DAG streamcore_backfill replays an interval from the "
+        "archive; docs/spark-jobs.md), or skip them knowingly: reset to the start (--to-start, "
+        f"offset {start}){later}"
+    )
 
 
 def check_no_live_members(group: str, members: Sequence[LiveMember]) -> None:

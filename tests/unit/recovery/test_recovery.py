@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from recovery_support import T0, purged_stream
 
 from streamcore.audit import QUEUE as AUDIT_QUEUE
 from streamcore.audit import decode_entry
@@ -25,7 +26,7 @@ from streamcore.computation import (
     Topology,
 )
 from streamcore.config import load_config
-from streamcore.log.api import LogManager
+from streamcore.log.api import LogManager, LogPartition
 from streamcore.outbox.schema import jobs
 from streamcore.record import Record
 from streamcore.recovery import (
@@ -282,6 +283,42 @@ def test_reset_previews_refusals_and_live_members(manager: LogManager, recovery:
     )
     assert ahead.rows[0]["skipped"] == 4 and manager.committed("app/in", "parse") == [6]
     assert [e.event_type for e in audit_entries(recovery)] == ["recoveryReset", "recoveryReset"]
+
+
+PURGING = [pytest.param("local"), pytest.param("kafka", marks=pytest.mark.kafka)]
+
+
+@pytest.mark.parametrize("backend", PURGING)
+def test_a_reset_to_a_time_or_watermark_before_purged_records_is_refused(
+    manager: LogManager, backend: str, recovery: Recovery
+) -> None:
+    """The first record at or after the date (or watermark) may be one retention purged: moving
+    to the oldest retained record instead would skip it silently. Refused, naming the backfill;
+    the oldest retained record's own millisecond too (purged records may share it)."""
+    purged_stream(manager, backend)
+    manager.commit_position(LogPartition.of("app/in", 0), "parse", 10)
+    for target in (
+        ResetTarget(timestamp_ms=T0),  # before every record
+        ResetTarget(timestamp_ms=T0 + 500),  # the oldest retained record's millisecond
+        ResetTarget(watermark=100),
+        ResetTarget(watermark=105),  # the oldest retained one's: a purged one may be above it
+    ):
+        for dry_run in (True, False):
+            with pytest.raises(SelectionError) as refused:
+                recovery.reset("app/in", "parse", target, reason="replay", dry_run=dry_run)
+            message = str(refused.value)
+            assert "purged" in message and "backfill" in message, message
+            assert "partition 0" in message and "offset 5" in message, message
+            assert "--to-start" in message, message
+    assert manager.committed("app/in", "parse") == [10] and audit_entries(recovery) == []
+
+    # Answers the hot log holds are applied; the start skips the purged records knowingly.
+    moved = recovery.reset("app/in", "parse", ResetTarget(timestamp_ms=T0 + 501), reason="r")
+    assert moved.rows[0]["after"] == 6 and manager.committed("app/in", "parse") == [6]
+    recovery.reset("app/in", "parse", ResetTarget(watermark=107), reason="r")
+    assert manager.committed("app/in", "parse") == [7]
+    recovery.reset("app/in", "parse", ResetTarget(start=True), reason="skip the purged")
+    assert manager.committed("app/in", "parse") == [5]
 
 
 # -- outbox ---------------------------------------------------------------------------------------

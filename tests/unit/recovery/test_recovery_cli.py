@@ -19,7 +19,7 @@ from streamcore.computation import (
     Topology,
 )
 from streamcore.config import load_config
-from streamcore.log import open_log_manager
+from streamcore.log import LocalLogManager, LogPartition, open_log_manager
 from streamcore.record import Record
 
 CODEC = get_codec("avro")
@@ -95,6 +95,34 @@ def test_positions_refuse_bad_input_with_exit_2(cli: Callable[..., Result]) -> N
     assert start.rc == 0 and "reset to-start" in start.out
     moved = cli("recovery", "reset", "-l", "app/in", "-g", "parse", "--to-end", "--reason", "skip")
     assert moved.rc == 0 and "moved" in moved.out and "audit event" in moved.out
+
+
+def test_position_moves_refuse_a_date_before_purged_records(
+    cli: Callable[..., Result], home: Path
+) -> None:
+    """`streamcore position` and `streamcore recovery reset` make the same move (plan_reset):
+    both refuse a date whose first record retention may have purged, naming the backfill."""
+    from datetime import UTC, datetime
+
+    from recovery_support import T0, purged_stream
+
+    with LocalLogManager(home / "log", config=load_config(home=home)) as manager:
+        purged_stream(manager, "local", "app/old")
+        manager.commit_position(LogPartition.of("app/old", 0), "replay", 10)
+    before = datetime.fromtimestamp(T0 / 1000, UTC).isoformat()
+    for argv in (
+        ("position", "-l", "app/old", "-g", "replay", "--after-date", before),
+        ("recovery", "reset", "-l", "app/old", "-g", "replay", "--to-date", before,
+         "--reason", "replay"),
+        ("recovery", "reset", "-l", "app/old", "-g", "replay", "--to-watermark", "100",
+         "--dry-run", "--codec", "avro"),
+    ):  # fmt: skip
+        refused = cli(*argv)
+        assert refused.rc == 2, (argv, refused.out, refused.err)
+        assert "purged" in refused.err and "backfill" in refused.err, refused.err
+    with LocalLogManager(home / "log", config=load_config(home=home)) as manager:
+        assert manager.committed("app/old", "replay") == [10]
+    assert cli("position", "-l", "app/old", "-g", "replay", "--to-start").rc == 0
 
 
 def test_outbox_commands(cli: Callable[..., Result]) -> None:
