@@ -18,7 +18,12 @@ from streamcore.recovery.deadletters import (
     error_counts,
     scan_dead_letters,
 )
-from streamcore.recovery.errors import LiveMembersError, RecoveryError, SelectionError
+from streamcore.recovery.errors import (
+    LiveMembersError,
+    ReadStalledError,
+    RecoveryError,
+    SelectionError,
+)
 from streamcore.recovery.ledger import RedriveLedger
 from streamcore.recovery.positions import (
     PositionMove,
@@ -37,6 +42,7 @@ __all__ = [
     "Outcome",
     "PositionMove",
     "PositionPlan",
+    "ReadStalledError",
     "Recovery",
     "RecoveryError",
     "RedriveLedger",

@@ -9,11 +9,13 @@ records is a `DeadLetter` (streamcore/computation/dlq.py): the failed record and
 metadata. A record of such a stream that is not one is reported as `foreign`, never dropped.
 
 Scans read each partition up to the end seen when the scan starts, through a static-assignment
-tailer of the tools' group, which never commits.
+tailer of the tools' group, which never commits; an empty read on the way is a slow broker, waited
+for (`read_range`).
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -24,7 +26,7 @@ from streamcore.errors import StreamcoreError
 from streamcore.log.api import LogManager, LogOffset, LogPartition, LogTailer
 from streamcore.log.config import TOOLS_GROUP
 from streamcore.names import Name
-from streamcore.recovery.errors import SelectionError
+from streamcore.recovery.errors import ReadStalledError, SelectionError
 
 __all__ = [
     "DLQ_PREFIX",
@@ -38,6 +40,8 @@ __all__ = [
 ]
 
 DLQ_PREFIX = "dlq-"
+# How long a read waits for a partition that holds records below its end but gives none.
+STALL_TIMEOUT = 120.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,16 +151,35 @@ def _streams(manager: LogManager, wanted: Sequence[str]) -> list[Name]:
 
 
 def read_range(
-    tailer: LogTailer[Any], partition: LogPartition, start: int, end: int, batch: int = 1000
+    tailer: LogTailer[Any],
+    partition: LogPartition,
+    start: int,
+    end: int,
+    batch: int = 1000,
+    *,
+    stall_timeout: float = STALL_TIMEOUT,
 ) -> Iterator[Any]:
-    """Records of `partition` from `start` up to `end` (exclusive) through `tailer`."""
+    """Records of `partition` from `start` up to `end` (exclusive) through `tailer`. An empty
+    read is a slow broker, not the end: reading goes on until the tailer passes `end`, and fails
+    with `ReadStalledError` once no record came for `stall_timeout` seconds (an early stop would
+    pass for a partition that ends there)."""
     if start >= end:
         return
     tailer.seek(LogOffset(partition, start))
-    while tailer.position(partition) < end:
+    deadline = time.monotonic() + stall_timeout
+    while (position := tailer.position(partition)) < end:
         records = tailer.read_batch(batch, timeout=1.0)
         if not records:
-            return
+            if time.monotonic() >= deadline:
+                raise ReadStalledError(
+                    f"{partition.name.urn} partition {partition.partition}: no record came in "
+                    f"{stall_timeout:g} s while reading offsets {start}..{end - 1} (next: "
+                    f"{position}): the broker is slow or unreachable. The read gave up "
+                    "before using what it read, so nothing was changed; run again once the "
+                    "broker answers"
+                )
+            continue
+        deadline = time.monotonic() + stall_timeout
         for rec in records:
             if rec.offset >= end:
                 return

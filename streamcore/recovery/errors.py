@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from streamcore.errors import StreamcoreError
 
-__all__ = ["LiveMembersError", "RecoveryError", "SelectionError"]
+__all__ = ["LiveMembersError", "ReadStalledError", "RecoveryError", "SelectionError"]
 
 
 class RecoveryError(StreamcoreError):
@@ -17,3 +17,8 @@ class SelectionError(RecoveryError, ValueError):
 
 class LiveMembersError(RecoveryError):
     """The group has live members, which would overwrite or race a moved position."""
+
+
+class ReadStalledError(RecoveryError):
+    """A partition holding records below the end of a read gave none for too long (a slow or
+    unreachable broker)."""

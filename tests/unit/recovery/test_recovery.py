@@ -27,6 +27,7 @@ from streamcore.computation import (
 )
 from streamcore.config import load_config
 from streamcore.log.api import LogManager, LogPartition
+from streamcore.log.config import TOOLS_GROUP
 from streamcore.outbox.schema import jobs
 from streamcore.record import Record
 from streamcore.recovery import (
@@ -319,6 +320,71 @@ def test_a_reset_to_a_time_or_watermark_before_purged_records_is_refused(
     assert manager.committed("app/in", "parse") == [7]
     recovery.reset("app/in", "parse", ResetTarget(start=True), reason="skip the purged")
     assert manager.committed("app/in", "parse") == [5]
+
+
+class SlowBroker:
+    """A tailer whose first `read_batch` returns nothing, as a slow broker's does: the test
+    cannot slow the real broker down, so it wraps the real tailer (a stand-in for the delay
+    only; the records still come from the real log). `stalled`: every read returns nothing."""
+
+    def __init__(self, tailer: Any, stalled: bool = False) -> None:
+        self._tailer = tailer
+        self._stalled = stalled
+        self.empty_reads = 0
+
+    def read_batch(self, max_records: int, timeout: float = 0.0) -> list[Any]:
+        if self._stalled or not self.empty_reads:
+            self.empty_reads += 1
+            return []
+        return self._tailer.read_batch(max_records, timeout)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tailer, name)
+
+    def __enter__(self) -> SlowBroker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._tailer.close()
+
+
+@pytest.mark.parametrize("backend", ["local", pytest.param("kafka", marks=pytest.mark.kafka)])
+def test_scans_read_to_the_end_through_an_empty_read(
+    manager: LogManager, recovery: Recovery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An empty read before the end is a slow broker, not the end of the partition: the
+    dead-letter scan still lists every dead letter, and a reset to a watermark finds its record
+    (it went to the end, skipping everything). A partition that stays silent fails with a clear
+    error instead of ending the read early."""
+    from streamcore.recovery.deadletters import read_range
+    from streamcore.recovery.errors import RecoveryError
+
+    feed(manager, [Record(f"k{i}", b"bad" if i in (1, 3) else b"a", 10 + i) for i in range(5)])
+    run_until_quiet(manager, ComputationPolicy(max_retries=0, dlq=DLQ, **FAST))
+    assert manager.committed("app/in", "parse") == [5]
+    slow: list[SlowBroker] = []
+    real = manager.tailer
+
+    def slow_tailer(*args: Any, **kwargs: Any) -> SlowBroker:
+        slow.append(SlowBroker(real(*args, **kwargs)))
+        return slow[-1]
+
+    monkeypatch.setattr(manager, "tailer", slow_tailer)
+    letters = recovery.dead_letters()
+    assert [e.letter.record.key for e in letters] == ["k1", "k3"]
+    moved = recovery.reset("app/in", "parse", ResetTarget(watermark=12), reason="replay")
+    assert moved.rows[0]["after"] == 2 and manager.committed("app/in", "parse") == [2]
+    assert slow and all(t.empty_reads == 1 for t in slow)
+
+    partition = LogPartition.of("app/in", 0)
+    with (
+        SlowBroker(real(TOOLS_GROUP, [partition]), stalled=True) as tailer,
+        pytest.raises(RecoveryError) as stalled,
+    ):
+        list(read_range(tailer, partition, 0, 5, stall_timeout=0.2))
+    message = str(stalled.value)
+    assert "app/in" in message and "partition 0" in message and "0..4" in message, message
+    assert "no record" in message and "nothing was changed" in message, message
 
 
 # -- outbox ---------------------------------------------------------------------------------------
