@@ -41,6 +41,7 @@ from streamcore.log.local.segment import (
 
 Factory = Callable[..., LocalLogManager]
 HOUR = 3_600_000
+DAY = 24 * HOUR
 
 
 def drain(tailer, timeout: float = 0.0) -> list:
@@ -261,6 +262,66 @@ class TestSegments:
         again = local_manager_factory()
         again.appender(name).append("k", b"b")
         assert list_segments(folder_of(again, name)) == [0, 1]
+
+    def test_history_appended_in_one_run_rolls_by_record_time(
+        self, log_with, local_manager_factory
+    ) -> None:
+        """Eight days of history appended with their original times (`timestamps=`) in one
+        run: a segment per day, as Kafka's segment.ms judges record timestamps, not the few
+        seconds the appends took; readers and offset_for_timestamp see one log, and a reopened
+        writer judges by the same times."""
+        m, name = log_with(1)  # segment_roll: a day
+        t0 = time.time_ns() // 1_000_000 - 8 * DAY
+        append_days(m, name, t0, days=8)
+        assert list_segments(folder_of(m, name)) == [6 * d for d in range(8)]
+        with m.tailer("g", name) as tailer:
+            records = drain(tailer)
+            p0 = LogPartition.of(name, 0)
+            assert tailer.offset_for_timestamp(p0, t0 + 3 * DAY) == LogOffset(p0, 18)
+            assert tailer.offset_for_timestamp(p0, t0 + 3 * DAY + 1) == LogOffset(p0, 19)
+        assert [r.offset for r in records] == list(range(48))
+        assert [r.timestamp for r in records] == [
+            t0 + d * DAY + j * 4 * HOUR for d in range(8) for j in range(6)
+        ]
+        m.close()
+        again = local_manager_factory()
+        app = again.appender(name)
+        app.append_batch([("k", b"late")], partition=0, timestamps=[t0 + 7 * DAY + 21 * HOUR])
+        assert list_segments(folder_of(again, name))[-1] == 42  # still the eighth day's
+        app.append_batch([("k", b"next")], partition=0, timestamps=[t0 + 8 * DAY])
+        assert list_segments(folder_of(again, name))[-1] == 49
+
+    def test_a_record_time_a_roll_away_either_way_rolls(
+        self, log_with, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The roll compares each record's time with the segment's first record's, backwards
+        too (history appended after live records). A batch is never split: one that spans more
+        than segment_roll lands whole, and the next record a roll away from its first rolls."""
+        now = 1_700_000_000_000
+        clock = [now]
+        monkeypatch.setattr(writer_module, "now_ms", lambda: clock[0])
+        m, name = log_with(1, segment_roll="1d")
+        app = m.appender(name)
+        folder = folder_of(m, name)
+        app.append("k", b"live")  # segment 0 starts at `now`
+        app.append_batch([("k", b"h0")], partition=0, timestamps=[now - DAY + 1])
+        assert list_segments(folder) == [0]  # less than a day before
+        app.append_batch([("k", b"h1")], partition=0, timestamps=[now - DAY])
+        assert list_segments(folder) == [0, 2]  # a day before: segment 2 starts at now - DAY
+        app.append_batch([("k", b"h2")], partition=0, timestamps=[now - DAY + HOUR])
+        span = [("k", b"h3"), ("k", b"h4")]
+        app.append_batch(span, partition=0, timestamps=[now - 2 * HOUR, now + HOUR])
+        assert list_segments(folder) == [0, 2, 4]  # h4 is a day past h1: rolled, not split
+        clock[0] = now + HOUR  # live again, within a day of h3
+        app.append("k", b"live2")
+        assert list_segments(folder) == [0, 2, 4]
+        clock[0] = now + DAY - 2 * HOUR  # a day after h3
+        app.append("k", b"live3")
+        assert list_segments(folder) == [0, 2, 4, 7]
+        with m.tailer("g", name) as tailer:
+            records = drain(tailer)
+        messages = b"live h0 h1 h2 h3 h4 live2 live3".split()
+        assert [r.message for r in records] == messages
 
     def test_append_timestamps_never_go_backwards(
         self, log_with, monkeypatch: pytest.MonkeyPatch
@@ -818,6 +879,16 @@ def fill(m: LocalLogManager, name: str, count: int, t0: int, first: int = 0) -> 
         app.append_batch([("k", payload(i))], timestamps=[t0 + i * MINUTE])
 
 
+def append_days(m: LocalLogManager, name: str, t0: int, days: int) -> None:
+    """Six records a day, 4 hours apart, from `t0` on, appended with those times in batches
+    of three (half a day each), as a copy or a back-fill appends history."""
+    app = m.appender(name)
+    for day in range(days):
+        for half in (0, 1):
+            times = [t0 + day * DAY + (3 * half + j) * 4 * HOUR for j in range(3)]
+            app.append_batch([("k", payload(t)) for t in times], partition=0, timestamps=times)
+
+
 class TestRetention:
     """Retention ages a sealed segment by its newest record's append time: the records of these
     logs were appended a minute apart, starting ten hours ago, and retention is one hour."""
@@ -857,6 +928,20 @@ class TestRetention:
         assert m.start_offsets(name) == [bases[3]]
         assert m.end_offsets(name) == [100]
         assert m.purge(name, now_ms=now) == {0: []}
+
+    def test_history_appended_in_one_run_is_purged_day_by_day(self, log_with) -> None:
+        """Eight days of history appended in one run, retention four days: the four days
+        older than that go (they were one segment that never expired as a whole)."""
+        m, name = log_with(1, retention="4d")
+        t0 = time.time_ns() // 1_000_000 - 8 * DAY
+        append_days(m, name, t0, days=8)
+        m.commit_position(LogPartition.of(name, 0), ARCHIVER, 48)  # archived
+        (plan,) = m.purge_plan(name)
+        assert (plan.expired_segments, plan.purgeable_records) == (4, 24)
+        assert m.purge(name) == {0: [0, 6, 12, 18]}
+        assert m.start_offsets(name) == [24]
+        with m.tailer("g", name) as tailer:
+            assert drain(tailer)[0].timestamp == t0 + 4 * DAY
 
     def test_a_segment_ages_by_its_newest_record_not_its_file(self, aged_log) -> None:
         m, name, bases, t0 = aged_log

@@ -10,6 +10,12 @@ is cut back to the end of the last good batch, so the next append lands right af
 next offset. If even that fails, the writer closes itself and the next one, on open, drops the
 partial batch as a torn tail. Either way nothing after a failed write is acknowledged on garbage.
 
+Segments roll at `segment_bytes` or by record time (`segment_roll`, Kafka's `segment.ms`): before
+a batch holding a record whose timestamp is `segment_roll` or more away from the segment's first
+record's, either way. Record time is the append time, or the time given with `timestamps=`, so
+history appended in one run (a copy, a back-fill) still lands in segments of `segment_roll` that
+retention can purge one by one. A batch is never split: one spanning more lands whole.
+
 Durability (`fsync`): `none` — an acknowledged append survives a crash of the process but not of the
 machine; `batch` — fsynced by the manager's `BatchSyncer` within about a second of an append (also
 on roll/close), so a power loss loses at most about a second of acknowledged appends; `always` —
@@ -56,6 +62,7 @@ logger = logging.getLogger(__name__)
 INDEX_EVERY = 64 * 1024  # bytes of log between two sparse index entries
 BATCH_FSYNC_INTERVAL = 1.0  # seconds: fsync=batch's promise
 _NO_INDEX = -(1 << 62)  # `_since_index` that never reaches INDEX_EVERY: stop indexing a segment
+_NEVER = 1 << 64  # beyond any ms timestamp: the roll window of a segment that never rolls by time
 
 
 def now_ms() -> int:
@@ -168,12 +175,11 @@ class PartitionWriter:
                 f.truncate(result.valid_end)
                 os.fsync(f.fileno())
         self._segment_base = base
-        self._segment_first_ts = 0
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND)
         self._size = result.valid_end
         self._next_offset = result.next_offset
         self._last_ts = result.last_ts
-        self._segment_first_ts = self._first_ts_of(path) if result.batches else 0
+        self._start_roll_window(self._first_ts_of(path) if result.batches else None)
         self._index_fd = self._write_index_file(base, result.index)
         self._index_size = 16 * len(result.index)
         self._since_index = INDEX_EVERY if not result.index else self._size - result.index[-1][1]
@@ -216,11 +222,20 @@ class PartitionWriter:
             raise
         self._fd, self._index_fd = fd, index_fd
         self._segment_base = base
-        self._segment_first_ts = 0
+        self._start_roll_window(None)
         self._size = 0
         self._next_offset = base
         self._index_size = 0
         self._since_index = INDEX_EVERY
+
+    def _start_roll_window(self, first_ts: int | None) -> None:
+        """Records whose time is strictly within `segment_roll` of `first_ts`, the segment's
+        first record's, stay in the segment; None: it has no record yet."""
+        if first_ts is None or self.segment_roll_ms <= 0:
+            self._roll_after, self._roll_before = _NEVER, -_NEVER
+        else:
+            self._roll_after = first_ts + self.segment_roll_ms
+            self._roll_before = first_ts - self.segment_roll_ms
 
     @property
     def closed(self) -> bool:
@@ -258,9 +273,10 @@ class PartitionWriter:
         keys: Sequence[str],
         values: Sequence[bytes],
         timestamps: Sequence[int] | np.ndarray | None = None,
-    ) -> tuple[list, int, int, int] | None:
-        """Check and encode a batch for `write` without touching the disk (None if it is empty).
-        Call both under `mutex`, with no other append in between."""
+    ) -> tuple[list, int, int, int, int, int] | None:
+        """Check and encode a batch for `write` without touching the disk (None if it is empty):
+        its buffers, size, record count and record times (first, oldest, newest). Call both
+        under `mutex`, with no other append in between."""
         self._check_open()
         if not len(values) and not len(keys):
             return None
@@ -272,7 +288,10 @@ class PartitionWriter:
             check_types(keys, values)
             raise
         self._check_sizes(values, size)
-        return parts, size, len(values), ts
+        if timestamps is None:
+            return parts, size, len(values), ts, ts, ts
+        first, oldest, newest = int(timestamps[0]), int(timestamps.min()), int(timestamps.max())
+        return parts, size, len(values), first, oldest, newest
 
     @property
     def mutex(self) -> threading.Lock:
@@ -306,7 +325,7 @@ class PartitionWriter:
             try:
                 if self._size and (
                     self._size + size > self.segment_bytes
-                    or ts - self._segment_first_ts >= self.segment_roll_ms > 0
+                    or not self._roll_before < ts < self._roll_after
                 ):
                     self._roll()
                 position = self._size
@@ -320,8 +339,8 @@ class PartitionWriter:
             except BaseException:
                 self._undo_write(position)
                 raise
-            if not self._segment_first_ts:
-                self._segment_first_ts = ts
+            if not position:
+                self._start_roll_window(ts)
             self._size = position + size
             self._next_offset = base + 1
             if self._since_index >= INDEX_EVERY:
@@ -343,7 +362,7 @@ class PartitionWriter:
                 lengths = np.diff(np.frombuffer(value_offsets, dtype=np.int32))
                 if int(lengths.max()) > self.max_record_bytes:
                     raise RecordTooLargeError(self._too_large(int(lengths.max())))
-            return self.write((parts, size, count, ts))
+            return self.write((parts, size, count, ts, ts, ts))
 
     def _too_large(self, size: int) -> str:
         return (
@@ -361,16 +380,17 @@ class PartitionWriter:
         if largest > self.max_record_bytes:
             raise RecordTooLargeError(self._too_large(largest))
 
-    def write(self, batch: tuple[list, int, int, int]) -> int:
+    def write(self, batch: tuple[list, int, int, int, int, int]) -> int:
         """Write a batch made by `encode` (under `mutex`); returns its first offset. On failure
         nothing of it stays in the segment (see the module docstring)."""
-        parts, size, count, ts = batch
+        parts, size, count, first_ts, oldest, newest = batch
         base = self._next_offset
         position = None
         try:
             if self._size and (
                 self._size + size > self.segment_bytes
-                or (self.segment_roll_ms and ts - self._segment_first_ts >= self.segment_roll_ms)
+                or oldest <= self._roll_before
+                or newest >= self._roll_after
             ):
                 self._roll()
             position = self._size
@@ -383,8 +403,8 @@ class PartitionWriter:
         except BaseException:
             self._undo_write(position)
             raise
-        if not self._segment_first_ts:
-            self._segment_first_ts = ts
+        if not position:
+            self._start_roll_window(first_ts)
         self._size = position + size
         self._next_offset = base + count
         if self._since_index >= INDEX_EVERY:
