@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# A local Airflow 3 for streamcore: LocalExecutor on SQLite, the DAGs of dags/, SimpleAuthManager,
-# and the connection `spark_default`. Everything lives in AIRFLOW_HOME (default .cache/airflow,
-# git-ignored).
+# A local Airflow 3 for streamcore: LocalExecutor on PostgreSQL, the DAGs of dags/,
+# SimpleAuthManager, and the connection `spark_default`. Files live in AIRFLOW_HOME (default
+# .cache/airflow, git-ignored); the metadata database is a database of its own on the project's
+# PostgreSQL server (scripts/postgres.sh, started when needed), named after AIRFLOW_HOME.
 #
 #   scripts/airflow.sh init     create AIRFLOW_HOME, write airflow.cfg, migrate the database,
 #                               register `spark_default` (idempotent; start runs it)
@@ -26,7 +27,8 @@
 # STREAMCORE_SPARK_MASTER (the master of `spark_default`: local[*], or spark://host:7077),
 # STREAMCORE_AIRFLOW_PASSWORD (the admin password; default: generated once, kept in AIRFLOW_HOME),
 # STREAMCORE_HOME (default ./data), STREAMCORE_AIRFLOW_START_TIMEOUT (seconds, default 180),
-# STREAMCORE_AIRFLOW_DB_URL (the metadata database; default SQLite in AIRFLOW_HOME).
+# STREAMCORE_AIRFLOW_DB_URL (the metadata database; default airflow_<hash of AIRFLOW_HOME> on the
+# server of scripts/postgres.sh, STREAMCORE_POSTGRES_PORT).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
@@ -51,6 +53,20 @@ say() { echo "airflow: $*"; }
 fail() { echo "airflow: $*" >&2; exit 1; }
 # shellcheck source=scripts/lib.sh
 source "$root/scripts/lib.sh"
+
+# The metadata database is PostgreSQL, never SQLite by default: the api-server, the scheduler,
+# the dag-processor, task runners and the CLI write it at once, and Airflow's own transactions
+# read before they write (`airflow backfill create` creates each run in a SAVEPOINT that first
+# looks for an existing run). SQLite refuses such a transaction at once with "database is
+# locked" whenever another process committed meanwhile, whatever its busy timeout: on a loaded
+# machine a backfill beside a running scheduler failed that way. One database per AIRFLOW_HOME,
+# so homes (tests, the cluster's) never share metadata.
+local_postgres=""
+if [[ -z "${STREAMCORE_AIRFLOW_DB_URL:-}" ]]; then
+  server_url="$("$root/scripts/postgres.sh" url)"
+  STREAMCORE_AIRFLOW_DB_URL="${server_url%/*}/airflow_$(printf '%s' "$AIRFLOW_HOME" | sha256sum | cut -c1-12)"
+  local_postgres=1
+fi
 
 [[ -x "$venv_bin/airflow" ]] || fail "no airflow in $venv_bin; run \`make venv\` first"
 
@@ -92,7 +108,7 @@ admin_password() { echo "${STREAMCORE_AIRFLOW_PASSWORD:-$(secret password)}"; }
 # Airflow also opens the metadata database asynchronously; its default async driver for a
 # postgresql URL is asyncpg, which is not installed: psycopg 3 (installed) has an async dialect.
 async_db_line() {
-  local url="${STREAMCORE_AIRFLOW_DB_URL:-}"
+  local url="$STREAMCORE_AIRFLOW_DB_URL"
   [[ "$url" == postgresql+psycopg://* ]] || return 0
   echo "sql_alchemy_conn_async = postgresql+psycopg_async://${url#postgresql+psycopg://}"
 }
@@ -121,11 +137,7 @@ simple_auth_manager_passwords_file = $passwords
 execution_api_server_url = $url/execution/
 
 [database]
-# STREAMCORE_AIRFLOW_DB_URL (the cluster profile: PostgreSQL) replaces the SQLite default.
-# timeout: how long a connection waits for SQLite's write lock (default 5 s). The scheduler, the
-# API server, task processes and the CLI share one file; on a loaded machine 5 s was not always
-# enough for a backfill created from the CLI beside a running scheduler.
-sql_alchemy_conn = ${STREAMCORE_AIRFLOW_DB_URL:-sqlite:///$AIRFLOW_HOME/airflow.db?timeout=60}
+sql_alchemy_conn = $STREAMCORE_AIRFLOW_DB_URL
 $(async_db_line)
 
 [logging]
@@ -169,10 +181,11 @@ EOF
 }
 
 init() {
+  start_postgres
   ensure_database
   compile_venv
   write_config
-  say "migrating the metadata database (${STREAMCORE_AIRFLOW_DB_URL:-$AIRFLOW_HOME/airflow.db})"
+  say "migrating the metadata database ($(redacted_db_url))"
   "$venv_bin/airflow" db migrate >"$AIRFLOW_HOME/logs/migrate.log" 2>&1 \
     || { tail -n 30 "$AIRFLOW_HOME/logs/migrate.log" >&2; fail "airflow db migrate failed (above)"; }
   register_connection
@@ -336,10 +349,24 @@ export STREAMCORE_HOME='$STREAMCORE_HOME'
 EOF
 }
 
-# A PostgreSQL server (the cluster's, compose's image) starts with its own databases only:
-# Airflow's (STREAMCORE_AIRFLOW_DB_URL) is created here before the migration.
+# The default database's server: the project's local PostgreSQL (a no-op when it runs; installs
+# and initialises it on first use, as `make test` does).
+start_postgres() {
+  [[ -n "$local_postgres" ]] || return 0
+  "$root/scripts/postgres.sh" status >/dev/null 2>&1 && return 0
+  mkdir -p "$AIRFLOW_HOME/logs"
+  "$root/scripts/postgres.sh" start >"$AIRFLOW_HOME/logs/postgres.log" 2>&1 || {
+    cat "$AIRFLOW_HOME/logs/postgres.log" >&2
+    fail "Airflow's metadata database needs the local PostgreSQL server, which did not start (above); fix that, or give a database with STREAMCORE_AIRFLOW_DB_URL"
+  }
+}
+
+redacted_db_url() { sed -E 's#//([^:@/]+):[^@/]*@#//\1:***@#' <<<"$STREAMCORE_AIRFLOW_DB_URL"; }
+
+# A PostgreSQL server (the local one, the cluster's, compose's image) starts with its own
+# databases only: Airflow's (STREAMCORE_AIRFLOW_DB_URL) is created here before the migration.
 ensure_database() {
-  [[ "${STREAMCORE_AIRFLOW_DB_URL:-}" == postgresql* ]] || return 0
+  [[ "$STREAMCORE_AIRFLOW_DB_URL" == postgresql* ]] || return 0
   "$venv_bin/python" - "$STREAMCORE_AIRFLOW_DB_URL" <<'EOF'
 import sys
 import psycopg

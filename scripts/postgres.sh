@@ -134,7 +134,7 @@ start() {
   local run_as=()
   if [[ "$(id -u)" == 0 ]]; then run_as=(runuser -u "$(os_user)" --); fi
   if ! (cd / && setsid "${run_as[@]}" "$bin/pg_ctl" -D "$data" -l "$log_file" -w \
-    -t "$start_timeout" -o "-p $port" start </dev/null >"$home/pg_ctl.log" 2>&1); then
+    -t "$start_timeout" -o "-p $port" start </dev/null >"$home/pg_ctl.log" 2>&1 9>&-); then
     cat "$home/pg_ctl.log" >&2
     tail_log
     fail "the server did not start on 127.0.0.1:$port (log above); is the port taken? set STREAMCORE_POSTGRES_PORT"

@@ -7,6 +7,8 @@ subprocess with the test environment; the pytest process never imports it.
 
 from __future__ import annotations
 
+import atexit
+import configparser
 import contextlib
 import json
 import os
@@ -26,6 +28,7 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from postgres_server import ensure_postgres
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = ROOT / ".venv" / "bin"
@@ -52,8 +55,10 @@ class AirflowEnv:
 
 
 def make_airflow_env(home: Path, streamcore_home: Path) -> AirflowEnv:
-    """AIRFLOW_HOME at `home` set up by scripts/airflow.sh init (config, migrated SQLite database,
-    connection spark_default)."""
+    """AIRFLOW_HOME at `home` set up by scripts/airflow.sh init (config, its own migrated
+    database on the test session's PostgreSQL server, connection spark_default). The database is
+    dropped when the test process exits."""
+    ensure_postgres()  # started by the session (and stopped at its end) rather than by the script
     af = AirflowEnv(home=home, streamcore_home=streamcore_home, port=free_port())
     af.env = {
         **os.environ,
@@ -73,7 +78,36 @@ def make_airflow_env(home: Path, streamcore_home: Path) -> AirflowEnv:
         timeout=300,
     )
     assert done.returncode == 0, f"airflow.sh init failed:\n{done.stdout}\n{done.stderr}"
+    atexit.register(_drop_database, metadata_db_url(af))
     return af
+
+
+def metadata_db_url(af: AirflowEnv) -> str:
+    """The metadata database URL scripts/airflow.sh wrote into the home's airflow.cfg."""
+    config = configparser.ConfigParser(interpolation=None)
+    config.read(af.home / "airflow.cfg")
+    return config["database"]["sql_alchemy_conn"]
+
+
+def _drop_database(url: str) -> None:
+    """Drops the database of `url`, closing what still uses it (an Airflow process killed without
+    its children): each test home's database would otherwise stay on the shared server."""
+    import psycopg
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    with (
+        contextlib.suppress(psycopg.Error),
+        psycopg.connect(
+            host=parsed.host,
+            port=parsed.port,
+            user=parsed.username,
+            password=parsed.password,
+            dbname="postgres",
+            autocommit=True,
+        ) as conn,
+    ):
+        conn.execute(f'DROP DATABASE IF EXISTS "{parsed.database}" WITH (FORCE)')
 
 
 def run_python(af: AirflowEnv, code: str, timeout: float = 900) -> dict[str, Any]:

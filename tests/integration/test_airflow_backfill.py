@@ -1,7 +1,9 @@
 """`airflow backfill create` over 2 daily intervals of the backfill DAG, with the api-server,
 scheduler and dag-processor running: each run replays its day of a week of history into another
 stream with its job on a Spark Connect server, so the target holds exactly those two days, in
-order, once (two, not more: two already show the order)."""
+order, once (two, not more: two already show the order). And `airflow backfill create` on the
+default metadata database succeeds while another Airflow process writes it without pause (on
+SQLite it failed with "database is locked")."""
 
 from __future__ import annotations
 
@@ -13,10 +15,13 @@ from typing import Any
 
 import pytest
 from airflow_harness import (
+    ROOT,
     VENV_BIN,
     AirflowServices,
     RestClient,
     make_airflow_env,
+    metadata_db_url,
+    run_python,
     spark_connect,
 )
 
@@ -31,6 +36,26 @@ pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 DAG = "streamcore_backfill"
 SOURCE, TARGET = "hist/days", "replay/days"
 HOUR = timedelta(hours=1)
+# Another Airflow process committing to the metadata database as fast as it can (a scheduler
+# under load does the same, slower): it prints "writing" after its first commit, and the number
+# of its commits once the file argv[1] exists.
+BUSY_WRITER = """
+import sys
+from pathlib import Path
+from sqlalchemy import func, update
+from airflow.models import DagModel
+from airflow.utils.session import create_session
+
+stop, dag_id, writes = Path(sys.argv[1]), sys.argv[2], 0
+while not stop.exists():
+    with create_session() as session:
+        touch = update(DagModel).where(DagModel.dag_id == dag_id)
+        session.execute(touch.values(last_parsed_time=func.now()))
+    writes += 1
+    if writes == 1:
+        print("writing", flush=True)
+print(writes, flush=True)
+"""
 
 
 @pytest.mark.timeout(1500)
@@ -79,16 +104,7 @@ def test_backfill_create_replays_two_days(tmp_path_factory: pytest.TempPathFacto
                 *("--dag-run-conf", json.dumps({"stream": SOURCE, "target": TARGET})),
                 *("--max-active-runs", "1"),
             ]
-            for _attempt in range(3):
-                done = subprocess.run(
-                    command, env=af.env, capture_output=True, text=True, timeout=120
-                )
-                # SQLite answers "database is locked" at once, whatever the busy timeout, when two
-                # connections both try to turn a read into a write (the scheduler, just unpaused,
-                # creating its own run): the command wrote nothing, so it is run again.
-                if done.returncode == 0 or "database is locked" not in done.stderr + done.stdout:
-                    break
-                time.sleep(5)
+            done = subprocess.run(command, env=af.env, capture_output=True, text=True, timeout=120)
             assert done.returncode == 0, done.stdout + done.stderr
             runs = _wait_for_backfill(rest, len(days), timeout=900)
         finally:
@@ -124,3 +140,65 @@ def _wait_for_backfill(rest: RestClient, count: int, timeout: float) -> list[dic
             return runs
         assert time.monotonic() < deadline, f"backfill not done after {timeout} s: {runs}"
         time.sleep(3)
+
+
+@pytest.mark.timeout(900)
+def test_backfill_create_beside_a_busy_writer(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Airflow creates each backfill run in a transaction that reads before it writes; on SQLite
+    such a transaction is refused at once when another process committed in between. The
+    default set-up's database must let the CLI and the scheduler write together."""
+    af = make_airflow_env(
+        tmp_path_factory.mktemp("airflow-home"), tmp_path_factory.mktemp("sc-home")
+    )
+    assert metadata_db_url(af).startswith("postgresql"), metadata_db_url(af)
+    dag = "streamcore_stream_stats"  # daily: one run a day
+    done = subprocess.run(
+        [str(VENV_BIN / "airflow"), "dags", "reserialize"],
+        env=af.env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    stop = af.home / "stop-writing"
+    writer = subprocess.Popen(
+        [str(VENV_BIN / "python"), "-c", BUSY_WRITER, str(stop), dag],
+        env=af.env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert writer.stdout is not None
+        assert writer.stdout.readline().strip() == "writing"
+        today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        done = subprocess.run(
+            [
+                str(VENV_BIN / "airflow"),
+                *("backfill", "create", "--dag-id", dag),
+                *("--from-date", (today - timedelta(days=30)).isoformat()),
+                *("--to-date", today.isoformat()),
+            ],
+            env=af.env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        stop.touch()
+        writes = int(writer.communicate(timeout=60)[0].strip())
+    finally:
+        writer.kill()
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    assert writes > 1, "the writer stopped before the backfill ran"
+    created = run_python(
+        af,
+        f"""
+        from airflow.models import DagRun
+        from airflow.utils.session import create_session
+        with create_session() as session:
+            runs = session.query(DagRun).filter_by(dag_id={dag!r}, run_type="backfill").count()
+        print(json.dumps(runs))
+        """,
+    )
+    assert created == 31, created  # one a day, both ends included
