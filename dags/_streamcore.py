@@ -27,7 +27,7 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
-from streamcore.runs import record_stem, streamcore_home
+from streamcore.runs import record_path, streamcore_home
 
 logger = logging.getLogger("streamcore.dags")
 
@@ -243,13 +243,10 @@ def check_job_arguments(job: str, argv: list[str]) -> None:
         raise AirflowFailException(f"jobs/{job}.py rejects `{' '.join(argv)}`: {error}")
 
 
-def run_record_path(job: str, run_id: str) -> Path:
-    """Where a run's summary is kept: STREAMCORE_HOME/runs/<job>/<run id>.json."""
-    return streamcore_home() / "runs" / job / f"{record_stem(run_id)}.json"
-
-
-def write_run_record(job: str, run_id: str, record: Mapping[str, Any]) -> Path:
-    path = run_record_path(job, run_id)
+def write_run_record(job: str, dag_id: str, run_id: str, record: Mapping[str, Any]) -> Path:
+    """Keeps the summary of run `run_id` of DAG `dag_id` where `streamcore.runs` says (and the UI
+    plugin looks): STREAMCORE_HOME/runs/<job>/<dag id>+<run id>.json."""
+    path = record_path(job, dag_id, run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(record, indent=2, sort_keys=True, default=str) + "\n")
@@ -475,7 +472,7 @@ def job_tasks(
     @task(task_id="summary", retries=0, multiple_outputs=False)
     def summary(outputs: dict[str, dict[str, Any]]) -> dict[str, Any]:
         context = get_current_context()
-        run_id = context["dag_run"].run_id
+        dag_id, run_id = context["dag"].dag_id, context["dag_run"].run_id
         if render is not None:
             report = render(outputs)
         else:
@@ -483,13 +480,13 @@ def job_tasks(
                 f"{step}\n{render_rows(summary_rows(out))}" for step, out in outputs.items()
             )
         record = {
-            "dag_id": context["dag"].dag_id,
+            "dag_id": dag_id,
             "run_id": run_id,
             "params": dict(context["params"]),
             **outputs,
             "report": report,
         }
-        path = write_run_record(job, run_id, record)
+        path = write_run_record(job, dag_id, run_id, record)
         logger.info("%s run %s\n%s\nrun record: %s", job, run_id, report, path)
         return record
 

@@ -50,7 +50,7 @@ event day: `spark-submit jobs/audit.py batch | interval`.
   the future, ...) go to `quarantine`; more than `failure_threshold` of them fails the run and
   lands nothing.
 - **summary** logs a table (entries landed, duplicates, quarantined, by event type, lag left,
-  Delta version) and keeps it in `STREAMCORE_HOME/runs/audit/<run id>.json`.
+  Delta version) and keeps it in `STREAMCORE_HOME/runs/audit/<dag id>+<run id>.json`.
 
 **Schedule**: `{SCHEDULE.cron}` (UTC), from `[audit] schedule` in `include/streamcore.toml`
 (or `STREAMCORE_AUDIT_SCHEDULE`). Each run's data interval is the {PERIOD} before it.

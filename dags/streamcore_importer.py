@@ -34,7 +34,7 @@ Imports documents into the Delta table **`repository`** (upsert by id) through t
   MERGEs the rest into `repository` exactly once, then commits the group's positions. It fails
   when the share of failing rows exceeds `failure_threshold`.
 - **summary** logs a table of what the run did and keeps it in
-  `STREAMCORE_HOME/runs/importer/<run id>.json`.
+  `STREAMCORE_HOME/runs/importer/<dag id>+<run id>.json`.
 
 Random documents are seeded by the run id unless `seed` is given: retrying a run regenerates the
 same ids (the MERGE by id absorbs them), a new run adds new documents.

@@ -19,12 +19,13 @@ from _streamcore import (
     default_args,
     dry_run_param,
     render_rows,
-    run_record_path,
     streamcore_home,
     write_run_record,
 )
 from airflow.sdk import Param, dag, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
+
+from streamcore.runs import record_stem
 
 logger = logging.getLogger("streamcore.dags.recovery")
 
@@ -222,7 +223,7 @@ def job_arguments(params: dict[str, Any], run_id: str) -> list[str]:
         argv += ["--all"] if params.get("redrive_all") else []
         argv += ["--dry-run"] if params["dry_run"] else []
     else:
-        listing = run_record_path(JOB, run_id).stem
+        listing = record_stem(run_id)
         options["--output"] = str(streamcore_home() / "recovery" / "listings" / listing)
     for option, value in options.items():
         if value is not None:
@@ -481,7 +482,7 @@ def streamcore_recovery() -> None:
             "result": out,
             "report": report,
         }
-        path = write_run_record(JOB, run_id, record)
+        path = write_run_record(JOB, record["dag_id"], run_id, record)
         logger.info("recovery run %s\n%s\nrun record: %s", run_id, report, path)
         return record
 

@@ -23,7 +23,7 @@ range (`spark-submit jobs/stream_stats.py --stream S --start ... --end ...`).
   (a bad `stream` fails here, without retries, before any Spark job).
 - **stats** runs the job; its JSON summary is the task's XCom. It only reads the stream.
 - **summary** logs the counts and keeps the run record in
-  `STREAMCORE_HOME/runs/stream_stats/<run id>.json`.
+  `STREAMCORE_HOME/runs/stream_stats/<dag id>+<run id>.json`.
 
 Schedule: daily at 00:00 UTC, for the day before (`[logical date - 1 day, logical date)`); no
 catch-up. A past day: trigger with that logical date (the day after it), or

@@ -3,7 +3,8 @@
 Routes (under the plugin's prefix, `/streamcore` in Airflow):
 
 - `/runs/{dag_id}/{run_id}`: the run's summary (its run record, written by the DAG's summary
-  task to `STREAMCORE_HOME/runs/<job>/<run id>.json`) as a page; `.../json` the record itself;
+  task to `STREAMCORE_HOME/runs/<job>/<dag id>+<run id>.json`, found by `streamcore.runs`) as a
+  page; `.../json` the record itself;
   `.../data-docs` redirects to the Data Docs page of the run's validation (else the site index).
 - `/data-docs/{path}`: the Data Docs site under `STREAMCORE_HOME/gx/gx/uncommitted/data_docs`,
   with the CDN asset URLs of its pages rewritten to `/assets/...` (streamcore_ui_assets).
@@ -25,7 +26,7 @@ import streamcore_ui_assets as assets
 from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 
-from streamcore.runs import record_stem, streamcore_home
+from streamcore.runs import find_record, streamcore_home
 
 DOCS_SUBPATH = Path("gx") / "uncommitted" / "data_docs"  # GX's file-mode project under gx/
 
@@ -41,22 +42,6 @@ def under(root: Path, relative: str) -> Path | None:
     root = root.resolve()
     target = (root / relative).resolve()
     return target if target == root or root in target.parents else None
-
-
-def find_record(home: Path, dag_id: str, run_id: str) -> tuple[Path, dict[str, Any]] | None:
-    """The run record of `run_id` of DAG `dag_id`: jobs keep theirs in runs/<job>/, and the job
-    name is not the DAG id, so every job folder is looked in for a record naming the DAG."""
-    stem = record_stem(run_id)
-    if not stem:
-        return None
-    for path in sorted((home / "runs").glob(f"*/{stem}.json")):
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(record, dict) and record.get("dag_id") == dag_id:
-            return path, record
-    return None
 
 
 def _with_data_docs(record: Any) -> Iterator[dict[str, Any]]:
@@ -138,7 +123,7 @@ def create_app(
             raise HTTPException(403, "your Airflow role may not read these runs")
 
     def record_or_404(dag_id: str, run_id: str) -> tuple[Path, dict[str, Any]]:
-        found = find_record(home(), dag_id, run_id)
+        found = find_record(dag_id, run_id, home())
         if found is None:
             raise HTTPException(
                 404,
@@ -150,7 +135,7 @@ def create_app(
     @app.get("/runs/{dag_id}/{run_id}", response_class=HTMLResponse)
     def run_summary(dag_id: str, run_id: str, user: LoggedIn) -> Response:
         allowed(user, dag_id)
-        found = find_record(home(), dag_id, run_id)
+        found = find_record(dag_id, run_id, home())
         base = f"{prefix}/runs/{html.escape(dag_id)}/{html.escape(run_id)}"
         title = f"{dag_id} · {run_id}"
         if found is None:

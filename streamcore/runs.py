@@ -1,15 +1,20 @@
 """Run records: the summary a DAG run's summary task keeps, at
-`STREAMCORE_HOME/runs/<job>/<record_stem(run id)>.json`. The DAGs (dags/_streamcore.py) write
-them and the Airflow UI plugin (plugins/streamcore_ui_app.py) reads them: both take the place
-from here, so they cannot disagree. Imports nothing heavy (DAG files and the plugin load it)."""
+`STREAMCORE_HOME/runs/<job>/<dag id>+<run id>.json` (`record_path`). The DAGs
+(dags/_streamcore.py) write them and the Airflow UI plugin (plugins/streamcore_ui_app.py) finds
+them by DAG id and run id (`find_record`): both take the place from here, so they cannot
+disagree. A run is named by its DAG and its run id together: two DAGs of one job (the bulk
+schedules) run on the same cron get the same run ids. Imports nothing heavy (DAG files and the
+plugin load it)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
+from typing import Any
 
-__all__ = ["record_stem", "streamcore_home"]
+__all__ = ["find_record", "record_path", "record_stem", "streamcore_home"]
 
 _PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -20,6 +25,37 @@ def streamcore_home() -> Path:
 
 
 def record_stem(run_id: str) -> str:
-    """The file name stem of a run's record: the run id with every run of characters other than
-    letters, digits, `.`, `_` and `-` made one `_` (Airflow run ids hold `:` and `+`)."""
+    """A run id (or DAG id) as part of a file name: every run of characters other than letters,
+    digits, `.`, `_` and `-` made one `_` (Airflow run ids hold `:` and `+`)."""
     return re.sub(r"[^A-Za-z0-9._-]+", "_", run_id).strip("_")
+
+
+def _file_name(dag_id: str, run_id: str) -> str:
+    # `+` is in neither stem, so the name tells the DAG from the run.
+    return f"{record_stem(dag_id)}+{record_stem(run_id)}.json"
+
+
+def record_path(job: str, dag_id: str, run_id: str, home: Path | None = None) -> Path:
+    """Where the record of run `run_id` of DAG `dag_id`, a DAG of `job`, is kept."""
+    return (home or streamcore_home()) / "runs" / job / _file_name(dag_id, run_id)
+
+
+def find_record(
+    dag_id: str, run_id: str, home: Path | None = None
+) -> tuple[Path, dict[str, Any]] | None:
+    """The record of run `run_id` of DAG `dag_id` and its path, whichever job's folder holds it,
+    or None. A file whose record names another run (two run ids with one stem) is not it."""
+    if not record_stem(dag_id) or not record_stem(run_id):
+        return None
+    runs = (home or streamcore_home()) / "runs"
+    for path in sorted(runs.glob(f"*/{_file_name(dag_id, run_id)}")):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict) and (record.get("dag_id"), record.get("run_id")) == (
+            dag_id,
+            run_id,
+        ):
+            return path, record
+    return None

@@ -7,6 +7,7 @@ carries the bearer token TOKEN, and user "viewer" may read only the importer's r
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -23,7 +24,7 @@ sys.path.insert(0, str(ROOT / "plugins"))
 import streamcore_ui_app  # noqa: E402
 import streamcore_ui_assets  # noqa: E402
 
-from streamcore.runs import record_stem  # noqa: E402
+from streamcore.runs import record_path  # noqa: E402
 
 TOKEN = "token-of-ada"
 RUN_ID = "manual__2026-11-24T17:20:29.293168+00:00"
@@ -56,9 +57,9 @@ def home(tmp_path: Path) -> Path:
         "report": "documents imported  2,000\n<script>alert(1)</script>",
         "consume": {"data_docs": "index.html", "group": "import/repository", "batch": 3},
     }
-    runs = tmp_path / "runs" / "importer"
-    runs.mkdir(parents=True)
-    (runs / f"{record_stem(RUN_ID)}.json").write_text(json.dumps(record))
+    path = record_path("importer", "streamcore_importer", RUN_ID, tmp_path)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(record))
     validation = tmp_path / DOCS / "validations" / "Document" / "import-repository-batch-3" / "t"
     validation.mkdir(parents=True)
     (validation / "spark-Document-frames.html").write_text(PAGE)
@@ -127,6 +128,38 @@ def test_a_run_summary_page_and_its_record(client: TestClient) -> None:
     missing = get(client, "/runs/streamcore_importer/manual__other")
     assert missing.status_code == 404 and "No run summary yet" in missing.text
     assert get(client, f"/runs/streamcore_audit/{RUN_ID}").status_code == 404  # not its DAG
+
+
+def test_runs_of_two_dags_with_one_run_id_keep_both_summaries(
+    client: TestClient, home: Path
+) -> None:
+    """Two bulk schedules of one cron: their runs share the run id and the job (bulk_action).
+    Each summary task's record (written by dags/_streamcore.py, in a process of its own as
+    Airflow's task would) survives the other's, and the plugin serves each for its own DAG."""
+    run_id = "scheduled__2026-11-24T03:00:00+00:00"
+    dags = ("streamcore_bulk_trash_old_notes", "streamcore_bulk_archive_old_files")
+    write = "\n".join(
+        [
+            "import json, sys",
+            f"sys.path.insert(0, {str(ROOT / 'dags')!r})",
+            "from _streamcore import write_run_record",
+            *(
+                f"write_run_record('bulk_action', {dag!r}, {run_id!r}, "
+                f"{{'dag_id': {dag!r}, 'run_id': {run_id!r}, 'report': 'summary of {dag}'}})"
+                for dag in dags
+            ),
+        ]
+    )
+    env = {**os.environ, "STREAMCORE_HOME": str(home), "AIRFLOW_HOME": str(home / "airflow")}
+    done = subprocess.run(
+        [sys.executable, "-c", write], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert len(list((home / "runs" / "bulk_action").glob("*.json"))) == 2
+    for dag in dags:
+        page = get(client, f"/runs/{dag}/{run_id}")
+        assert page.status_code == 200 and f"summary of {dag}" in page.text, dag
+        assert get(client, f"/runs/{dag}/{run_id}/json").json()["dag_id"] == dag
 
 
 def test_paths_outside_the_data_docs_are_refused(client: TestClient, home: Path) -> None:
