@@ -249,10 +249,14 @@ def _entry_dict(row: dict[str, Any]) -> dict[str, Any]:
 def _redrive_spark(
     args: argparse.Namespace, ctx: JobContext, recovery: Any, chosen: Any, letters: Any
 ) -> dict[str, Any]:
-    """Redrive with the ledger of the in-process redrive: rows `pending` (bulk, from the
-    driver) → append from the executors → rows `done`. Rows already in the ledger are
-    skipped (`done`), or resolved by the in-process redrive (`pending`: a run that stopped
-    between its append and its ledger update, which looks for each record in its target)."""
+    """Redrive with the ledger of the in-process redrive, under its claim of the dead-letter
+    streams: rows `pending` (bulk, from the driver) → append from the executors → rows `done`
+    with the audit entry, in one transaction. Rows already in the ledger are skipped (`done`),
+    or resolved by the in-process redrive (`pending`: a run that stopped between its append
+    and its ledger update, which looks for each record in its target) and marked done in that
+    same last transaction."""
+    from contextlib import nullcontext
+
     from pyspark.sql import functions as F
 
     from streamcore.recovery import RedriveResult
@@ -260,7 +264,7 @@ def _redrive_spark(
 
     result = RedriveResult(dry_run=bool(args.dry_run))
     if letters is None:
-        return result.to_dict()
+        return {**result.to_dict(), "audit_event_id": None}
     target = F.lit(Name.of(args.to).urn) if args.to else F.col("stream")
     with ctx.phases("select"):
         chosen_rows = (
@@ -272,25 +276,33 @@ def _redrive_spark(
     rows = [r for r in chosen_rows if r["foreign"] is None]
     result.selected = len(rows)
     _check_targets(ctx, rows)
-    todo, pending, known = _classify(recovery.ledger, rows, result)
-    if pending:
-        _resolve_pending(args, recovery, chosen, pending, result)
-    for row in todo:
-        result.targets[Name.of(row["target"]).urn] += 1
-    if args.dry_run or not todo:
+    ledger = recovery.read_ledger() if args.dry_run else recovery.ledger
+    # The claim covers reading the ledger too: a pending row is then no other run's.
+    claim = nullcontext() if args.dry_run else ledger.claim({r["dlq"] for r in rows})
+    with claim:
+        todo, pending, known = _classify(ledger, rows, result)
+        landed = _resolve_pending(args, recovery, ledger, chosen, pending, result)
+        for row in todo:
+            result.targets[Name.of(row["target"]).urn] += 1
+        result.redriven += len(todo)
         if args.dry_run:
-            result.redriven += len(todo)
-        return _redrive_summary(args, recovery, chosen, result, selection_details)
-    with ctx.phases("ledger"):
-        _begin(ctx, recovery, args, todo)
-    ctx.fault_point("recovery.after_ledger_begin")
-    with ctx.phases("append"):
-        _append(ctx, letters, target, known, todo)
-    ctx.fault_point("recovery.before_ledger_done")
-    with ctx.phases("ledger"):
-        recovery.ledger.finish([(r["dlq"], r["partition"], r["offset"], None, None) for r in todo])
-    result.redriven += len(todo)
-    return _redrive_summary(args, recovery, chosen, result, selection_details)
+            return {**result.to_dict(), "audit_event_id": None}
+        if todo:
+            with ctx.phases("ledger"):
+                _begin(ctx, recovery, args, todo)
+            ctx.fault_point("recovery.after_ledger_begin")
+            with ctx.phases("append"):
+                _append(ctx, letters, target, known, todo)
+            ctx.fault_point("recovery.before_ledger_done")
+            landed += [(r["dlq"], r["partition"], r["offset"], None, None) for r in todo]
+
+        def trail(conn: Any) -> str:
+            entry = {"selection": selection_details(chosen), **result.to_dict(), "engine": "spark"}
+            return recovery.publish_audit(conn, "redrive", args.reason, entry)
+
+        with ctx.phases("ledger"):
+            result.audit_event_id = ledger.finish(landed, trail)
+    return {**result.to_dict(), "audit_event_id": result.audit_event_id}
 
 
 def _check_targets(ctx: JobContext, rows: list[dict[str, Any]]) -> None:
@@ -311,13 +323,14 @@ def _check_targets(ctx: JobContext, rows: list[dict[str, Any]]) -> None:
 def _classify(
     ledger: Any, rows: list[dict[str, Any]], result: Any
 ) -> tuple[list[dict[str, Any]], dict[str, set[tuple[int, int]]], list[tuple[str, int, int]]]:
-    """(rows to redrive now, {dlq: pending positions}, every position the ledger holds)."""
+    """(rows to redrive now, {dlq: pending positions}, every position the ledger holds); no
+    `ledger` (no database yet) holds none."""
     from streamcore.recovery.ledger import DONE
 
     todo: list[dict[str, Any]] = []
     pending: dict[str, set[tuple[int, int]]] = {}
     known: list[tuple[str, int, int]] = []
-    ledgers = {dlq: ledger.rows(dlq) for dlq in {r["dlq"] for r in rows}}
+    ledgers = {dlq: ledger.rows(dlq) if ledger else {} for dlq in {r["dlq"] for r in rows}}
     for r in rows:
         found = ledgers[r["dlq"]].get((r["partition"], r["offset"]))
         if found is None:
@@ -334,28 +347,35 @@ def _classify(
 def _resolve_pending(
     args: argparse.Namespace,
     recovery: Any,
+    ledger: Any,
     chosen: Any,
     pending: dict[str, set[tuple[int, int]]],
     result: Any,
-) -> None:
+) -> list[Any]:
+    """Resolve the `pending` rows in process (found in their target, or appended again), under
+    the claim the caller holds; the letters to mark done with the rest of the run."""
     from dataclasses import replace
 
     from streamcore.recovery import redrive
 
+    landed = []
     for dlq, positions in sorted(pending.items()):
         again = redrive(
             recovery.manager,
-            recovery.ledger,
+            ledger,
             replace(chosen, streams=(dlq,), offsets=frozenset(positions)),
             codec=recovery.codec,
             principal=recovery.principal,
             reason=args.reason,
             target=args.to,
             dry_run=args.dry_run,
+            finish=False,
         )
         result.completed += again.completed
         result.redriven += again.redriven
         result.targets.update(again.targets)
+        landed += again.landed
+    return landed
 
 
 def _begin(
@@ -407,17 +427,6 @@ def _append(
             "key", F.col("record_value").alias("value")
         )
         append_dataframe(values, ctx.logs, name, layout="by_key")
-
-
-def _redrive_summary(
-    args: argparse.Namespace, recovery: Any, chosen: Any, result: Any, details: Any
-) -> dict[str, Any]:
-    summary = result.to_dict()
-    summary["audit_event_id"] = None
-    if not args.dry_run and (result.redriven or result.completed):
-        entry = {"selection": details(chosen), **summary, "engine": "spark"}
-        summary["audit_event_id"] = recovery.audit("redrive", args.reason, entry)
-    return summary
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,6 +19,7 @@ from streamcore.recovery.deadletters import (
     scan_dead_letters,
 )
 from streamcore.recovery.errors import (
+    LedgerBusyError,
     LiveMembersError,
     ReadStalledError,
     RecoveryError,
@@ -38,6 +39,7 @@ from streamcore.recovery.service import Outcome, Recovery
 __all__ = [
     "DeadLetterEntry",
     "DeadLetterFilter",
+    "LedgerBusyError",
     "LiveMembersError",
     "Outcome",
     "PositionMove",

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from streamcore.errors import StreamcoreError
 
-__all__ = ["LiveMembersError", "ReadStalledError", "RecoveryError", "SelectionError"]
+__all__ = [
+    "LedgerBusyError",
+    "LiveMembersError",
+    "ReadStalledError",
+    "RecoveryError",
+    "SelectionError",
+]
 
 
 class RecoveryError(StreamcoreError):
@@ -22,3 +28,7 @@ class LiveMembersError(RecoveryError):
 class ReadStalledError(RecoveryError):
     """A partition holding records below the end of a read gave none for too long (a slow or
     unreachable broker)."""
+
+
+class LedgerBusyError(RecoveryError):
+    """Another redrive holds the ledger's claim on a dead-letter stream this one selects."""

@@ -3,24 +3,41 @@
 `streamcore_recovery_redrives` has one row per redriven dead letter, keyed by where it lies
 (dead-letter stream, partition, offset). A redrive writes its rows `pending` with the end offsets
 of the target stream *before* appending, then appends, then marks them `done` with the offsets
-the records got. A rerun skips `done` rows. A `pending` row is a redrive that stopped between
-the two writes: the rerun looks for the record in the target stream from the recorded end
-offsets on; found, the row becomes `done`, otherwise the record is appended again. So a record
-is redriven once, whatever crashes.
+the records got, in the transaction that writes the redrive's audit entry (`finish(..., trail=)`:
+the rows are done if and only if the entry exists). A rerun skips `done` rows. A `pending` row is
+a redrive that stopped between the two writes: the rerun looks for the record in the target
+stream from the recorded end offsets on; found, the row becomes `done`, otherwise the record is
+appended again. So a record is redriven once, whatever crashes.
+
+A redrive claims its dead-letter streams first (`claim`), for as long as it reads and writes
+their rows: a second run of the same streams is refused (`LedgerBusyError`) instead of taking a
+`pending` row of the first, still appending, for one a crash left. The claim is a lock the
+database session holds (PostgreSQL: an advisory lock; SQLite: an `flock` on a file beside the
+database), so it goes with the process that holds it, crash included. Reading the rows writes
+nothing: a missing table is an empty ledger.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
-from collections.abc import Collection, Iterable, Sequence
+import os
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from streamcore.names import Name
 from streamcore.outbox.schema import create_tables
+from streamcore.recovery.errors import LedgerBusyError, RecoveryError
 
 __all__ = ["LedgerRow", "RedriveLedger"]
+
+T = TypeVar("T")
 
 REDRIVES = "streamcore_recovery_redrives"
 PENDING, DONE = "pending", "done"
@@ -67,6 +84,7 @@ class RedriveLedger:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._created = False
+        self._claimed: set[str] = set()
 
     def _ready(self) -> None:
         if self._created:
@@ -75,12 +93,75 @@ class RedriveLedger:
             create_tables(conn, metadata, REDRIVES)
         self._created = True
 
+    def _exists(self) -> bool:
+        if not self._created:
+            with self.engine.connect() as conn:
+                self._created = sa.inspect(conn).has_table(REDRIVES)
+        return self._created
+
+    @contextmanager
+    def claim(self, dlqs: Iterable[str]) -> Iterator[None]:
+        """Hold the claim of each dead-letter stream of `dlqs` for the block: read the rows,
+        append and finish under it. Raises `LedgerBusyError` (claiming nothing) when another
+        run holds one. Re-entrant: the streams this ledger claims already are not claimed
+        again."""
+        self._ready()
+        with ExitStack() as held:
+            for dlq in sorted(set(dlqs) - self._claimed):
+                held.enter_context(self._lock(dlq))
+                self._claimed.add(dlq)
+                held.callback(self._claimed.discard, dlq)
+            yield
+
+    @contextmanager
+    def _lock(self, dlq: str) -> Iterator[None]:
+        if self.engine.dialect.name == "postgresql":
+            with self._advisory_lock(dlq):
+                yield
+            return
+        database = self.engine.url.database
+        if not database or database == ":memory:":
+            raise RecoveryError(
+                "the redrive ledger needs a database file or PostgreSQL, not an in-memory "
+                "SQLite database: give the outbox URL of a file (sqlite:///path/outbox.db)"
+            )
+        folder = Path(f"{database}.locks")
+        folder.mkdir(exist_ok=True)
+        path = folder / f"redrive-{Name.of(dlq).id}"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise _busy(dlq, f"the lock file {path}") from None
+            yield
+        finally:
+            os.close(fd)  # releases the flock
+
+    @contextmanager
+    def _advisory_lock(self, dlq: str) -> Iterator[None]:
+        key = {"k": f"streamcore_recovery_redrive:{dlq}"}
+        # A session lock on a connection of its own, outside any transaction: it lasts until
+        # unlocked, or until the session ends with the process.
+        conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        try:
+            got = conn.execute(sa.text("SELECT pg_try_advisory_lock(hashtext(:k))"), key)
+            if not got.scalar():
+                raise _busy(dlq, "a PostgreSQL advisory lock")
+            try:
+                yield
+            finally:
+                conn.execute(sa.text("SELECT pg_advisory_unlock(hashtext(:k))"), key)
+        finally:
+            conn.close()
+
     def rows(
         self, dlq: str, positions: Iterable[tuple[int, int]] | None = None
     ) -> dict[tuple[int, int], LedgerRow]:
         """The ledger rows of these `(partition, offset)` of `dlq` that exist (all of `dlq`'s
         rows when `positions` is None: one query, for selections of millions)."""
-        self._ready()
+        if not self._exists():  # nothing redriven yet; reading creates no table (a dry run)
+            return {}
         if positions is None:
             with self.engine.connect() as conn:
                 query = sa.select(redrives).where(redrives.c.dlq == dlq)
@@ -107,10 +188,17 @@ class RedriveLedger:
     ) -> None:
         """Store `rows` as `pending`, in one transaction, before their records are appended;
         `replacing`: the `(dlq, partition, offset)` among them whose pending row exists (a
-        redrive that stopped before its append), replaced."""
+        redrive that stopped before its append), replaced. Under the `claim` of their streams:
+        only then is a pending row known to be no other run's."""
         self._ready()
         if not rows:
             return
+        unclaimed = sorted({row.dlq for row in rows} - self._claimed)
+        if unclaimed:
+            raise RecoveryError(
+                f"redrive rows of {', '.join(unclaimed)} written without the ledger's claim: "
+                "call RedriveLedger.begin inside `with ledger.claim(dlqs):`"
+            )
         # One statement each, many parameter sets: a million rows in seconds, not minutes.
         with self.engine.begin() as conn:
             if replacing:
@@ -126,16 +214,22 @@ class RedriveLedger:
                 )
             conn.execute(redrives.insert(), [_values(row, PENDING) for row in rows])
 
-    def finish(self, landed: Iterable[tuple[str, int, int, int | None, int | None]]) -> None:
+    def finish(
+        self,
+        landed: Iterable[tuple[str, int, int, int | None, int | None]],
+        trail: Callable[[sa.Connection], T] | None = None,
+    ) -> T | None:
         """Mark `(dlq, partition, offset, target_partition, target_offset)` done; the target
-        position is None when the writer does not learn it (a Spark redrive)."""
+        position is None when the writer does not learn it (a Spark redrive). `trail(conn)`
+        (the audit entry of the redrive) runs in the same transaction, so the rows are done if
+        and only if it succeeded; returns what it returns."""
         self._ready()
         params = [
             {"k_dlq": d, "k_partition": p, "k_offset": o, "t_partition": tp, "t_offset": to}
             for d, p, o, tp, to in landed
         ]
         if not params:
-            return
+            return None
         with self.engine.begin() as conn:
             conn.execute(
                 redrives.update()
@@ -151,6 +245,15 @@ class RedriveLedger:
                 ),
                 params,
             )
+            return None if trail is None else trail(conn)
+
+
+def _busy(dlq: str, lock: str) -> LedgerBusyError:
+    return LedgerBusyError(
+        f"another redrive of {dlq} is running (it holds the ledger's claim on the stream: "
+        f"{lock}); this one changed nothing. Run it again once the other has finished: it "
+        "skips what the other redrove"
+    )
 
 
 def _values(row: LedgerRow, state: str) -> dict[str, object]:

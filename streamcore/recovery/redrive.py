@@ -6,19 +6,23 @@
 Each selected dead letter's original record (`DeadLetter.original_record`: same key, data,
 watermark, flags and trace context) is appended to the stream it failed on, or to `target`. The
 ledger (`ledger.py`) makes it happen once: a rerun of the same selection, or a wider one, skips
-what was redriven, and a redrive that crashed between its append and its ledger update is
-completed by the next run without a second append. A record that could not be decoded at all is
-sent back as the raw bytes it was. Records of a dead-letter stream that are not dead letters are
-left alone and counted.
+what was redriven, a redrive that crashed between its append and its ledger update is completed
+by the next run without a second append, and a redrive of streams another run is redriving is
+refused (the ledger's claim). The audit entry is written in the transaction that marks the
+letters done: a crash before it leaves them `pending`, and the rerun completes and audits them.
+A record that could not be decoded at all is sent back as the raw bytes it was. Records of a
+dead-letter stream that are not dead letters are left alone and counted.
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import sqlalchemy as sa
 
 from streamcore.log.api import LogManager, LogPartition
 from streamcore.log.config import TOOLS_GROUP
@@ -30,17 +34,24 @@ from streamcore.recovery.deadletters import (
     read_range,
     scan_dead_letters,
 )
-from streamcore.recovery.errors import SelectionError
+from streamcore.recovery.errors import RecoveryError, SelectionError
 from streamcore.recovery.ledger import DONE, PENDING, LedgerRow, RedriveLedger
 
 __all__ = ["RedriveResult", "redrive"]
+
+
+Landed = tuple[str, int, int, int | None, int | None]
+"""(dead-letter stream, partition, offset, target partition, target offset) of a redriven letter."""
+Trail = Callable[[sa.Connection, "RedriveResult"], str]
 
 
 @dataclass
 class RedriveResult:
     """What a redrive did (or, on a dry run, would do). `redriven`: appended now;
     `completed`: found appended by an earlier run that stopped before its ledger update;
-    `already`: redriven by an earlier run; `foreign`: records that are not dead letters."""
+    `already`: redriven by an earlier run; `foreign`: records that are not dead letters.
+    `audit_event_id`: the entry its trail wrote; `landed`: the letters a redrive run with
+    `finish=False` left for its caller to mark done."""
 
     dry_run: bool
     selected: int = 0
@@ -49,6 +60,8 @@ class RedriveResult:
     already: int = 0
     foreign: int = 0
     targets: Counter[str] = field(default_factory=Counter)
+    audit_event_id: str | None = None
+    landed: list[Landed] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -64,7 +77,7 @@ class RedriveResult:
 
 def redrive(
     manager: LogManager,
-    ledger: RedriveLedger,
+    ledger: RedriveLedger | None,
     selection: DeadLetterFilter,
     *,
     codec: Any,
@@ -73,10 +86,16 @@ def redrive(
     target: str | None = None,
     dry_run: bool = False,
     progress: Progress | None = None,
+    trail: Trail | None = None,
+    finish: bool = True,
 ) -> RedriveResult:
     """Redrive the dead letters `selection` matches (see the module doc). Every selected letter
     is checked (its stream, the target) before the first append. `progress`: as for
-    `scan_dead_letters`."""
+    `scan_dead_letters`. `ledger` None: no ledger database yet, so nothing was redriven before
+    (a dry run on a fresh home, which then creates none). `trail(conn, result)`: the audit
+    entry, written in the transaction that marks the letters done; it returns the entry's id.
+    `finish=False` leaves them `pending` in `result.landed` for the caller to finish (with the
+    rest of a larger redrive), under the claim it holds."""
     entries = list(scan_dead_letters(manager, selection, codec=codec, progress=progress))
     result = RedriveResult(dry_run=dry_run)
     letters = [e for e in entries if e.letter is not None]
@@ -84,13 +103,66 @@ def redrive(
     result.selected = len(letters)
     checked: dict[str, Name] = {}
     targets = {_position(e): _target(manager, e, target, checked) for e in letters}
+    if dry_run:
+        todo, _, _ = _sort_out(manager, ledger, letters, codec, result)
+        result.redriven = len(todo)
+        result.targets.update(targets[_position(e)].urn for e in todo)
+        return result
+    if ledger is None:
+        raise RecoveryError("a redrive that changes something needs the ledger")
+    with ledger.claim({e.dlq for e in letters}):
+        todo, replacing, landed = _sort_out(manager, ledger, letters, codec, result)
+        result.targets.update(targets[_position(e)].urn for e in todo)
+        if todo:
+            now = int(time.time() * 1000)
+            goes_to = {targets[_position(e)] for e in todo}
+            ends = {name: tuple(manager.end_offsets(name)) for name in goes_to}
+            ledger.begin(
+                [
+                    LedgerRow(
+                        e.dlq,
+                        e.partition,
+                        e.offset,
+                        targets[_position(e)].urn,
+                        PENDING,
+                        ends[targets[_position(e)]],
+                        None,
+                        None,
+                        now,
+                        principal,
+                        reason,
+                    )
+                    for e in todo
+                ],
+                replacing,
+            )
+            landed += _append(manager, todo, targets, codec)
+            result.redriven = len(todo)
+        if not finish:
+            result.landed = landed
+        elif landed:
+            written = None if trail is None else lambda conn: trail(conn, result)
+            result.audit_event_id = ledger.finish(landed, written)
+    return result
+
+
+def _sort_out(
+    manager: LogManager,
+    ledger: RedriveLedger | None,
+    letters: Sequence[DeadLetterEntry],
+    codec: Any,
+    result: RedriveResult,
+) -> tuple[list[DeadLetterEntry], list[tuple[str, int, int]], list[Landed]]:
+    """(letters to append, those among them whose stale `pending` row a new one replaces, the
+    pending letters found appended), counting `already` and `completed` in `result`."""
     todo: list[DeadLetterEntry] = []
     replacing: list[tuple[str, int, int]] = []
+    landed: list[Landed] = []
     by_dlq: dict[str, list[DeadLetterEntry]] = defaultdict(list)
     for entry in letters:
         by_dlq[entry.dlq].append(entry)
     for dlq, group in by_dlq.items():
-        known = ledger.rows(dlq, [(e.partition, e.offset) for e in group])
+        known = {} if ledger is None else ledger.rows(dlq, [(e.partition, e.offset) for e in group])
         pending: list[tuple[DeadLetterEntry, LedgerRow]] = []
         for entry in group:
             row = known.get((entry.partition, entry.offset))
@@ -100,47 +172,14 @@ def redrive(
                 result.already += 1
             else:
                 pending.append((entry, row))
-        landed = _find_landed(manager, pending, codec)
-        result.completed += len(landed)
-        if landed and not dry_run:
-            ledger.finish(landed)
-        done = {(d, p, o) for d, p, o, _, _ in landed}
+        found = _find_landed(manager, pending, codec)
+        result.completed += len(found)
+        landed += found
+        done = {(d, p, o) for d, p, o, _, _ in found}
         again = [e for e, _ in pending if (e.dlq, e.partition, e.offset) not in done]
         todo += again
         replacing += [_position(e) for e in again]
-    for entry in todo:
-        result.targets[targets[_position(entry)].urn] += 1
-    if dry_run:
-        result.redriven = len(todo)
-        return result
-    if not todo:
-        return result
-    now = int(time.time() * 1000)
-    ends = {
-        name: tuple(manager.end_offsets(name)) for name in {targets[_position(e)] for e in todo}
-    }
-    ledger.begin(
-        [
-            LedgerRow(
-                e.dlq,
-                e.partition,
-                e.offset,
-                targets[_position(e)].urn,
-                PENDING,
-                ends[targets[_position(e)]],
-                None,
-                None,
-                now,
-                principal,
-                reason,
-            )
-            for e in todo
-        ],
-        replacing,
-    )
-    ledger.finish(_append(manager, todo, targets, codec))
-    result.redriven = len(todo)
-    return result
+    return todo, replacing, landed
 
 
 def _position(entry: DeadLetterEntry) -> tuple[str, int, int]:
@@ -177,9 +216,9 @@ def _append(
     todo: Sequence[DeadLetterEntry],
     targets: dict[tuple[str, int, int], Name],
     codec: Any,
-) -> list[tuple[str, int, int, int, int]]:
+) -> list[Landed]:
     """Append each entry's original record to its target; where each landed."""
-    landed = []
+    landed: list[Landed] = []
     by_target: dict[tuple[Name, bool], list[DeadLetterEntry]] = defaultdict(list)
     for entry in todo:
         assert entry.letter is not None
@@ -210,11 +249,11 @@ def _message(entry: DeadLetterEntry, raw: bool) -> Any:
 
 def _find_landed(
     manager: LogManager, pending: Sequence[tuple[DeadLetterEntry, LedgerRow]], codec: Any
-) -> list[tuple[str, int, int, int, int]]:
+) -> list[Landed]:
     """The pending redrives whose record is in their target after the recorded end offsets:
     appended by a run that stopped before marking them done. A landed record answers for one
     pending row only (two dead letters may hold equal records)."""
-    landed = []
+    landed: list[Landed] = []
     claimed: set[tuple[str, int, int]] = set()
     for entry, row in pending:
         letter = entry.letter

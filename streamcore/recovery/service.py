@@ -11,7 +11,14 @@ the repairs, each checked before it changes anything, each with a dry run, each 
 
 Every change returns an `Outcome`: the action, whether it was a dry run, a summary, the before /
 after rows, and the event id of its audit entry (none for a dry run, which changes nothing and
-writes nothing). Position changes refuse while the group has live members unless `force`.
+writes nothing: it opens no outbox database that does not exist yet). Position changes refuse
+while the group has live members unless `force`.
+
+Each change and its audit entry commit together where one store holds both: a redrive's entry in
+the transaction that marks its ledger rows done, an outbox retry's or purge's in the change's own.
+A skip or a reset moves positions in the log, which shares no transaction with the database: its
+entry is written first in a transaction committed right after the move (a failure to write it
+stops the move; only a crash between the move and that commit leaves a move without its entry).
 """
 
 from __future__ import annotations
@@ -20,7 +27,10 @@ import getpass
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Any
+
+import sqlalchemy as sa
 
 from streamcore.audit import publish
 from streamcore.codecs import get_codec
@@ -48,7 +58,7 @@ from streamcore.recovery.positions import (
     plan_reset,
     plan_skip,
 )
-from streamcore.recovery.redrive import redrive
+from streamcore.recovery.redrive import RedriveResult, redrive
 from streamcore.recovery.trail import audit_entry
 
 __all__ = ["Outcome", "Recovery"]
@@ -109,6 +119,21 @@ class Recovery:
     def ledger(self) -> RedriveLedger:
         return RedriveLedger(self.outbox.engine)
 
+    def database_exists(self) -> bool:
+        """Whether the outbox database exists: a SQLite file is made by the first connection,
+        which a dry run or a read must not make."""
+        if "outbox" in self.__dict__:
+            return True
+        url = sa.engine.make_url(self._url or default_url(self.config))
+        if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+            return True
+        return Path(url.database).exists()
+
+    def read_ledger(self) -> RedriveLedger | None:
+        """The ledger to read only (a dry run): None while the outbox database does not exist,
+        as nothing was redriven then; reading creates neither the database nor the table."""
+        return self.ledger if self.database_exists() else None
+
     def close(self) -> None:
         if self._own_manager:
             self.manager.close()
@@ -150,9 +175,14 @@ class Recovery:
     ) -> Outcome:
         """Send the selected dead letters back (see `streamcore.recovery.redrive`)."""
         _check_reason(reason, dry_run)
+
+        def trail(conn: sa.Connection, result: RedriveResult) -> str:
+            details = {"selection": selection_details(selection), **result.to_dict()}
+            return self.publish_audit(conn, "redrive", reason, details)
+
         result = redrive(
             self.manager,
-            self.ledger,
+            self.read_ledger() if dry_run else self.ledger,
             selection,
             codec=self.codec,
             principal=self.principal,
@@ -160,13 +190,10 @@ class Recovery:
             target=target,
             dry_run=dry_run,
             progress=progress,
+            trail=trail,
         )
         rows = [{"target": t, "records": n} for t, n in sorted(result.targets.items())]
-        outcome = Outcome("redrive", dry_run, result.to_dict(), rows)
-        if not dry_run and (result.redriven or result.completed):
-            details = {"selection": selection_details(selection), **result.to_dict()}
-            outcome.audit_event_id = self.audit("redrive", reason, details)
-        return outcome
+        return Outcome("redrive", dry_run, result.to_dict(), rows, result.audit_event_id)
 
     # -- positions ----------------------------------------------------------------------------
     def skip(
@@ -221,14 +248,19 @@ class Recovery:
             return outcome
         if not force:
             check_no_live_members(plan.group, members)
-        apply_plan(self.manager, plan)
         details = {**summary, "forced": force, "partitions": plan.rows()}
-        outcome.audit_event_id = self.audit(action, reason, details)
+        with self.outbox.engine.begin() as conn:
+            # The entry first: if it cannot be written, nothing moves. It commits right after
+            # the move, which the log makes outside this transaction.
+            outcome.audit_event_id = self.publish_audit(conn, action, reason, details)
+            apply_plan(self.manager, plan)
         return outcome
 
     # -- outbox -------------------------------------------------------------------------------
     def outbox_errors(self, queue: str, *, limit: int = 100) -> list[JobError]:
-        """Jobs of `queue` in error, oldest error first."""
+        """Jobs of `queue` in error, oldest error first (none without a database yet)."""
+        if not self.database_exists():
+            return []
         return self.outbox.get_errors(queue, limit)
 
     def outbox_retry(
@@ -239,17 +271,17 @@ class Recovery:
         summary: dict[str, Any] = {"queue": queue, "job_id": job_id}
 
         def change(conn: Any) -> int:
-            count = outbox_store.force_retry(conn, queue, job_id)
-            if job_id is not None and count == 0:
-                raise SelectionError(
-                    f"outbox queue {queue!r} has no job {job_id!r} in error; list them with "
-                    f"`streamcore recovery outbox errors {queue}`"
-                )
-            return count
+            return outbox_store.force_retry(conn, queue, job_id)
 
-        return self._outbox_change(
+        outcome = self._outbox_change(
             "outbox-retry", summary, "retried", change, reason, dry_run, wake=True
         )
+        if job_id is not None and not summary["retried"]:  # so nothing changed
+            raise SelectionError(
+                f"outbox queue {queue!r} has no job {job_id!r} in error; list them with "
+                f"`streamcore recovery outbox errors {queue}`"
+            )
+        return outcome
 
     def outbox_purge(
         self, *, older_than_s: float, reason: str, queue: str | None = None, dry_run: bool = False
@@ -275,6 +307,9 @@ class Recovery:
         wake: bool = False,
     ) -> Outcome:
         """Run `change(conn)` and its audit entry in one transaction; `wake` the workers after."""
+        if dry_run and not self.database_exists():
+            summary[counted] = 0  # no database, no job: and a dry run creates none
+            return Outcome(action, dry_run, summary)
         # A dry run makes the very change and rolls it back: its count is the real one.
         with self.outbox.engine.connect() as conn:
             transaction = conn.begin()
@@ -283,7 +318,7 @@ class Recovery:
                 outcome = Outcome(action, dry_run, summary)
                 if not dry_run and summary[counted]:
                     # In the change's transaction: the entry exists if and only if it happened.
-                    outcome.audit_event_id = self._publish(conn, action, reason, summary)
+                    outcome.audit_event_id = self.publish_audit(conn, action, reason, summary)
                 if dry_run:
                     transaction.rollback()
                 else:
@@ -295,13 +330,12 @@ class Recovery:
             self.outbox.wake()
         return outcome
 
-    def audit(self, action: str, reason: str, details: dict[str, Any]) -> str:
-        """Write the audit entry of a change made outside this class (the Spark redrive of
-        jobs/recovery.py); its event id."""
-        with self.outbox.engine.begin() as conn:
-            return self._publish(conn, action, reason, details)
-
-    def _publish(self, conn: Any, action: str, reason: str, details: dict[str, Any]) -> str:
+    def publish_audit(
+        self, conn: sa.Connection, action: str, reason: str, details: dict[str, Any]
+    ) -> str:
+        """Write the audit entry of `action` in the transaction of `conn`, the change's own
+        (the Spark redrive of jobs/recovery.py gives the one that marks its rows done); its
+        event id."""
         entry = audit_entry(action, principal=self.principal, reason=reason, details=details)
         return publish(conn, entry)
 

@@ -6,6 +6,12 @@ before anything changes; dry runs that change nothing; audit entries written."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +19,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from recovery_support import T0, purged_stream
+from recovery_support import T0, purged_stream, source_records
 
 from streamcore.audit import QUEUE as AUDIT_QUEUE
 from streamcore.audit import decode_entry
@@ -26,12 +32,14 @@ from streamcore.computation import (
     Topology,
 )
 from streamcore.config import load_config
+from streamcore.log import open_log_manager
 from streamcore.log.api import LogManager, LogPartition
 from streamcore.log.config import TOOLS_GROUP
 from streamcore.outbox.schema import jobs
 from streamcore.record import Record
 from streamcore.recovery import (
     DeadLetterFilter,
+    LedgerBusyError,
     LiveMembersError,
     Recovery,
     RedriveLedger,
@@ -164,19 +172,21 @@ def test_a_redrive_stopped_before_its_ledger_update_is_completed_not_repeated(
     finish = RedriveLedger.finish
     calls = []
 
-    def crash_once(self: RedriveLedger, landed: Any) -> None:
+    def crash_once(self: RedriveLedger, landed: Any, trail: Any = None) -> Any:
         calls.append(1)
         if len(calls) == 1:
             raise RuntimeError("killed before the ledger update")
-        finish(self, landed)
+        return finish(self, landed, trail)
 
     monkeypatch.setattr(RedriveLedger, "finish", crash_once)
     with pytest.raises(RuntimeError, match="killed"):
         recovery.redrive(DeadLetterFilter(), reason="first try")
     assert manager.end_offsets("app/in") == [2]  # appended, not marked done
+    assert audit_entries(recovery) == []
     outcome = recovery.redrive(DeadLetterFilter(), reason="second try")
     assert (outcome.summary["redriven"], outcome.summary["completed"]) == (0, 1)
     assert manager.end_offsets("app/in") == [2]
+    assert [e.comment for e in audit_entries(recovery)] == ["second try"]
     assert recovery.redrive(DeadLetterFilter(), reason="third").summary["already"] == 1
 
 
@@ -444,3 +454,143 @@ def test_outbox_errors_retry_and_purge(on_outbox: Recovery) -> None:
     assert purged.summary["purged"] == 1 and "d" not in statuses()
     types = [e.event_type for e in audit_entries(on_outbox)]
     assert types == ["recoveryOutboxRetry", "recoveryOutboxRetry", "recoveryOutboxPurge"]
+
+
+# -- overlapping and crashed repairs, in real processes -------------------------------------------
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def start_python(code: str, **env: str) -> subprocess.Popen[str]:
+    """`code` in a Python process of its own, on this test's home and outbox database."""
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env={**os.environ, **env},
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for_file(path: Path, process: subprocess.Popen[str], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if process.poll() is not None:
+            pytest.fail(f"the process ended first: {process.stderr.read()[-3000:]}")
+        assert time.monotonic() < deadline, f"{path} did not appear in {timeout} s"
+        time.sleep(0.05)
+
+
+def ledger_states(recovery: Recovery) -> list[str]:
+    from streamcore.recovery.ledger import redrives
+
+    with recovery.outbox.engine.connect() as conn:
+        return sorted(conn.execute(sa.select(redrives.c.state)).scalars())
+
+
+@pytest.fixture
+def on_home(outbox_url: str, tmp_path: Path, clean_env: pytest.MonkeyPatch) -> Iterator[Recovery]:
+    """Recovery on this test's home (local log: `recovery_support`'s seven dead letters of
+    app/dlq-parse, failed on app/in) and outbox database; processes started by the test use
+    both (STREAMCORE_HOME, OUTBOX_URL)."""
+    from recovery_support import write_dead_letters
+
+    clean_env.setenv("STREAMCORE_HOME", str(tmp_path / "home"))
+    clean_env.setenv("OUTBOX_URL", outbox_url)
+    write_dead_letters(load_config())
+    with Recovery(load_config(), url=outbox_url, codec="avro", principal="ops") as recovery:
+        yield recovery
+
+
+def test_an_overlapping_redrive_is_refused_while_the_first_appends(
+    on_home: Recovery, tmp_path: Path
+) -> None:
+    """Run A has written its ledger rows `pending` and is about to append (held there); run B,
+    of the same dead letters, took A's live rows for a crashed run's, replaced them and
+    appended too: every record twice. B must be refused, and A finish alone."""
+    claimed, go = tmp_path / "claimed", tmp_path / "go"
+    first = start_python(
+        """
+        import importlib, json, os, time
+        from pathlib import Path
+        from streamcore.config import load_config
+        from streamcore.recovery import DeadLetterFilter, Recovery
+
+        redrive = importlib.import_module("streamcore.recovery.redrive")  # not the function
+        append = redrive._append
+        def held(*args, **kwargs):
+            Path(os.environ["CLAIMED"]).touch()
+            deadline = time.monotonic() + 120
+            while not Path(os.environ["GO"]).exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            return append(*args, **kwargs)
+        redrive._append = held
+        url = os.environ["OUTBOX_URL"]
+        with Recovery(load_config(), url=url, codec="avro", principal="a") as recovery:
+            print(json.dumps(recovery.redrive(DeadLetterFilter(), reason="first").to_dict()))
+        """,
+        CLAIMED=str(claimed),
+        GO=str(go),
+    )
+    try:
+        wait_for_file(claimed, first)
+        with pytest.raises(LedgerBusyError) as busy:
+            on_home.redrive(DeadLetterFilter(), reason="second")
+        assert "app/dlq-parse" in str(busy.value) and "run it again" in str(busy.value).lower()
+    finally:
+        go.touch()
+        out, err = first.communicate(timeout=120)
+    assert first.returncode == 0, err[-3000:]
+    assert json.loads(out.strip().splitlines()[-1])["summary"]["redriven"] == 7
+    assert len(source_records(load_config())[1]) == 7  # each record once
+    assert ledger_states(on_home) == ["done"] * 7
+    assert [e.comment for e in audit_entries(on_home)] == ["first"]
+    again = on_home.redrive(DeadLetterFilter(), reason="second")
+    assert (again.summary["already"], again.summary["redriven"]) == (7, 0)
+
+
+KILLED_AT_THE_TRAIL = """
+    import os, signal
+    import streamcore.recovery.service as service
+    from streamcore.config import load_config
+    from streamcore.recovery import DeadLetterFilter, Recovery, ResetTarget
+
+    def killed(conn, entry):  # the process dies where the audit entry is written
+        os.kill(os.getpid(), signal.SIGKILL)
+    service.publish = killed
+    url = os.environ["OUTBOX_URL"]
+    with Recovery(load_config(), url=url, codec="avro", principal="ops") as recovery:
+        if os.environ["ACTION"] == "redrive":
+            recovery.redrive(DeadLetterFilter(), reason="killed")
+        else:
+            recovery.reset("app/in", "parse", ResetTarget(start=True), reason="killed")
+"""
+
+
+def test_a_repair_killed_at_its_audit_entry_is_not_left_without_its_trail(
+    on_home: Recovery,
+) -> None:
+    """SIGKILL where a repair writes its audit entry. A redrive's rows are marked done in the
+    entry's transaction: they stay `pending`, and the rerun completes them (no second append)
+    and writes the entry. A reset's entry is written before the move: nothing moved."""
+    killed = start_python(KILLED_AT_THE_TRAIL, ACTION="redrive")
+    killed.communicate(timeout=120)
+    assert killed.returncode == -signal.SIGKILL
+    assert len(source_records(load_config())[1]) == 7  # appended
+    assert audit_entries(on_home) == []
+    assert ledger_states(on_home) == ["pending"] * 7, "the redrive is done without its trail"
+    rerun = on_home.redrive(DeadLetterFilter(), reason="after the crash")
+    assert (rerun.summary["completed"], rerun.summary["redriven"]) == (7, 0)
+    assert len(source_records(load_config())[1]) == 7
+    assert ledger_states(on_home) == ["done"] * 7
+    assert [e.comment for e in audit_entries(on_home)] == ["after the crash"]
+
+    with open_log_manager(load_config()) as manager:
+        manager.commit_position(LogPartition.of("app/in", 0), "parse", 4)
+    killed = start_python(KILLED_AT_THE_TRAIL, ACTION="reset")
+    killed.communicate(timeout=120)
+    assert killed.returncode == -signal.SIGKILL
+    with open_log_manager(load_config()) as manager:
+        assert manager.committed("app/in", "parse")[0] == 4, "the reset moved without its trail"
+    on_home.reset("app/in", "parse", ResetTarget(start=True), partitions=[0], reason="replay")
+    assert [e.event_type for e in audit_entries(on_home)][-1] == "recoveryReset"

@@ -125,6 +125,39 @@ def test_position_moves_refuse_a_date_before_purged_records(
     assert cli("position", "-l", "app/old", "-g", "replay", "--to-start").rc == 0
 
 
+def test_dry_runs_on_a_fresh_home_write_nothing(cli: Callable[..., Result], home: Path) -> None:
+    """A fresh home (logs and dead letters, no outbox database yet): every dry run, and the
+    in-process engine of jobs/recovery.py that the DAG runs, leaves it without a new file."""
+    from jobs import recovery as job
+    from jobs.spark.job import execute_job
+
+    def files() -> set[Path]:
+        return {p.relative_to(home) for p in home.rglob("*") if p.is_file()}
+
+    before = files()
+    assert not (home / "outbox.db").exists()
+    reset = ("recovery", "reset", "-l", "app/in", "-g", "parse", "--dry-run")
+    for argv in (
+        ("recovery", "redrive", "--all", "--dry-run", "--codec", "avro"),
+        ("recovery", "redrive", "--offsets", "0:0", "-l", "app/dlq-parse", "--dry-run"),
+        (*reset, "--to-start"),
+        (*reset, "--to-watermark", "1", "--codec", "avro"),
+        ("recovery", "skip", "-l", "app/in", "-g", "parse", "--offset", "0:1", "--dry-run"),
+        ("recovery", "outbox", "retry", "audit/entries", "--dry-run"),
+        ("recovery", "outbox", "purge", "--older-than", "0", "--dry-run"),
+        ("recovery", "outbox", "errors", "audit/entries"),
+    ):
+        result = cli(*argv)
+        assert result.rc in (0, 2), (argv, result.err)
+        assert files() == before, (argv, files() - before)
+    summary, code = execute_job(
+        job,
+        ["--action", "redrive", "--all", "--dry-run", "--engine", "process", "--home", str(home)],
+    )
+    assert (code, summary["redriven"]) == (0, 1), summary
+    assert files() == before, files() - before
+
+
 def test_outbox_commands(cli: Callable[..., Result]) -> None:
     errors = cli("recovery", "outbox", "errors", "mail")
     assert errors.rc == 0 and "0 job(s) in error in mail" in errors.out
