@@ -28,7 +28,9 @@
 # STREAMCORE_AIRFLOW_PASSWORD (the admin password; default: generated once, kept in AIRFLOW_HOME),
 # STREAMCORE_HOME (default ./data), STREAMCORE_AIRFLOW_START_TIMEOUT (seconds, default 180),
 # STREAMCORE_AIRFLOW_DB_URL (the metadata database; default airflow_<hash of AIRFLOW_HOME> on the
-# server of scripts/postgres.sh, STREAMCORE_POSTGRES_PORT).
+# server of scripts/postgres.sh, STREAMCORE_POSTGRES_PORT), STREAMCORE_SPARK_AUTH_SECRET
+# (docker-compose.yml: the spark-submits of tasks authenticate to the Spark master with it,
+# through AIRFLOW_HOME/spark-conf/spark-defaults.conf).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
@@ -181,6 +183,7 @@ EOF
 }
 
 init() {
+  spark_auth_conf "$AIRFLOW_HOME/spark-conf"
   start_postgres
   ensure_database
   compile_venv
@@ -393,6 +396,8 @@ run_component() {
     api-server | scheduler | dag-processor | triggerer) command=("$venv_bin/airflow" "$component") ;;
     *) fail "run: unknown component '$component'; one of init, api-server, scheduler, dag-processor, triggerer" ;;
   esac
+  # The scheduler's task runners spark-submit: their drivers authenticate to the master.
+  spark_auth_conf "$AIRFLOW_HOME/spark-conf"
   if [[ "$option" == --print ]]; then
     write_config
     echo "${command[*]}"

@@ -5,8 +5,10 @@
 # STREAMCORE_KAFKA_HOST and advertised as STREAMCORE_KAFKA_ADVERTISED_HOST.
 #
 # Two client listeners: PLAINTEXT on $STREAMCORE_KAFKA_PORT and SASL_PLAINTEXT (mechanism PLAIN) on
-# $STREAMCORE_KAFKA_SASL_PORT, whose users (streamcore / streamcore-secret, admin / admin-secret)
-# are in the listener's JAAS config in server.properties. Brokers and the controller talk PLAINTEXT.
+# $STREAMCORE_KAFKA_SASL_PORT, whose users (streamcore / $STREAMCORE_KAFKA_SASL_PASSWORD, default
+# streamcore-secret; admin / $STREAMCORE_KAFKA_ADMIN_PASSWORD, default admin-secret) are in the
+# listener's JAAS config in server.properties (readable by its owner only). Brokers and the
+# controller talk PLAINTEXT.
 #
 #   scripts/kafka.sh start    start it detached (no-op when it runs with the current config;
 #                             restarted when it runs with an older one), wait until it answers
@@ -36,6 +38,8 @@ heap="${STREAMCORE_KAFKA_HEAP:-512m}"
 start_timeout="${STREAMCORE_KAFKA_START_TIMEOUT:-30}"
 host="${STREAMCORE_KAFKA_HOST:-127.0.0.1}"
 advertised="${STREAMCORE_KAFKA_ADVERTISED_HOST:-127.0.0.1}"
+sasl_password="${STREAMCORE_KAFKA_SASL_PASSWORD:-streamcore-secret}"
+admin_password="${STREAMCORE_KAFKA_ADMIN_PASSWORD:-admin-secret}"
 address="127.0.0.1:$port"
 pid_file="$home/kafka.pid"
 config="$home/server.properties"
@@ -44,6 +48,12 @@ data="$home/data"
 
 say() { echo "kafka: $*"; }
 fail() { echo "kafka: $*" >&2; exit 1; }
+
+# The passwords go into a quoted JAAS value: a quote, a backslash or a line break would end it.
+for secret in "$sasl_password" "$admin_password"; do
+  [[ "$secret" =~ [\"\\[:cntrl:]] ]] \
+    && fail "STREAMCORE_KAFKA_SASL_PASSWORD and STREAMCORE_KAFKA_ADMIN_PASSWORD may not hold a quote, a backslash or a control character"
+done
 # shellcheck source=scripts/lib.sh
 source "$root/scripts/lib.sh"
 
@@ -92,7 +102,7 @@ controller.listener.names=CONTROLLER
 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT
 sasl.enabled.mechanisms=PLAIN
 listener.name.sasl_plaintext.sasl.enabled.mechanisms=PLAIN
-listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="admin-secret" user_admin="admin-secret" user_streamcore="streamcore-secret";
+listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" password="$admin_password" user_admin="$admin_password" user_streamcore="$sasl_password";
 log.dirs=$data
 num.partitions=1
 default.replication.factor=1
@@ -122,7 +132,10 @@ EOF
 
 write_config() {
   mkdir -p "$home/logs" "$data"
-  render_config >"$config"
+  (
+    umask 077
+    render_config >"$config"
+  )
   cat >"$home/log4j2.properties" <<EOF
 status = warn
 appender.console.type = Console

@@ -1,6 +1,6 @@
 # Shell functions the service scripts share (sourced, not run): one start at a time, finding the
-# process a pid file names, stopping it, and whether a loopback port is taken. Each script defines
-# say() and fail() first.
+# process a pid file names, stopping it, whether a loopback port is taken, and Spark's RPC
+# authentication. Each script defines say() and fail() first.
 
 # Hold `dir`/.lock (file descriptor 9) until the script exits, waiting up to `seconds`: parallel
 # test sessions and `make -j` then start (or init, or stop) a service one at a time. `what` names
@@ -56,4 +56,30 @@ try:
     socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=0.5).close()
 except OSError:
     sys.exit(1)' "$1"
+}
+
+# Spark's RPC authentication for every Spark JVM this script starts (the standalone master and
+# worker, spark-submit's driver): when STREAMCORE_SPARK_AUTH_SECRET is set (docker-compose.yml
+# sets it from .env), `dir`/spark-defaults.conf, readable by its owner only, turns on
+# spark.authenticate with that secret, and SPARK_CONF_DIR names `dir`. Each Spark JVM reads
+# spark-defaults.conf from SPARK_CONF_DIR, so the secret is on no command line and in no task
+# log. The file is also where the compose deployment passes Spark settings to all of them:
+# spark.sql.variable.substitute=false, so that no SQL text expands ${env:...} or ${spark:...}.
+spark_auth_conf() {
+  local dir="$1" secret="${STREAMCORE_SPARK_AUTH_SECRET:-}"
+  [[ -n "$secret" ]] || return 0
+  [[ "$secret" =~ ^[A-Za-z0-9._~+/=-]{32,}$ ]] \
+    || fail "STREAMCORE_SPARK_AUTH_SECRET must be 32 or more letters, digits or ._~+/=- (e.g. python3 -c 'import secrets; print(secrets.token_urlsafe(32))')"
+  mkdir -p "$dir"
+  (
+    umask 077
+    cat >"$dir/spark-defaults.conf.$$" <<CONF
+# Written from STREAMCORE_SPARK_AUTH_SECRET by scripts/lib.sh spark_auth_conf; set it, not this file.
+spark.authenticate true
+spark.authenticate.secret $secret
+spark.sql.variable.substitute false
+CONF
+  )
+  mv -f "$dir/spark-defaults.conf.$$" "$dir/spark-defaults.conf"
+  export SPARK_CONF_DIR="$dir"
 }

@@ -11,14 +11,19 @@
 #   scripts/spark-cluster.sh url      the master URL (spark://127.0.0.1:PORT)
 #   scripts/spark-cluster.sh run master|worker [--print]
 #                                     exec that one JVM in the foreground, logging to stdout (a
-#                                     container's command); --print: print its command line only
+#                                     container's command); --print: write its spark-defaults.conf
+#                                     (with STREAMCORE_SPARK_AUTH_SECRET) and print its command
+#                                     line only
 #
 # Environment: STREAMCORE_SPARK_MASTER_PORT (default 7077), STREAMCORE_SPARK_MASTER_UI_PORT (8089),
 # STREAMCORE_SPARK_WORKER_UI_PORT (8090), STREAMCORE_SPARK_WORKER_CORES (default: all cores),
 # STREAMCORE_SPARK_WORKER_MEMORY (4g), STREAMCORE_SPARK_CLUSTER_HOME (.cache/spark-cluster),
 # STREAMCORE_SPARK_START_TIMEOUT (seconds, default 60), STREAMCORE_SPARK_HOST (the address this
 # node's master, worker and executors bind and advertise: default 127.0.0.1; the service name in a
-# container), STREAMCORE_SPARK_MASTER_HOST (the master's host name: default STREAMCORE_SPARK_HOST).
+# container), STREAMCORE_SPARK_MASTER_HOST (the master's host name: default STREAMCORE_SPARK_HOST),
+# STREAMCORE_SPARK_AUTH_SECRET (docker-compose.yml: RPC authentication with this secret, written
+# to STREAMCORE_SPARK_CLUSTER_HOME/conf/spark-defaults.conf; unset in cluster mode, which binds
+# loopback only: docs/deployment.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
@@ -85,6 +90,7 @@ launch() {
 }
 
 start() {
+  spark_auth_conf "$home/conf"
   if ! running_pid master >/dev/null; then
     port_busy "$port" && fail "port $port is used by another process; stop it or set STREAMCORE_SPARK_MASTER_PORT"
     port_busy "$ui_port" && fail "port $ui_port is used by another process; stop it or set STREAMCORE_SPARK_MASTER_UI_PORT"
@@ -138,6 +144,7 @@ run() {
     worker) command=("$venv_bin/spark-class" "${worker_args[@]}") ;;
     *) fail "run: which role? \`$0 run master\` or \`$0 run worker\` (got '$role')" ;;
   esac
+  spark_auth_conf "$home/conf"
   if [[ "$option" == --print ]]; then
     printf '%q ' "${command[@]}"
     echo

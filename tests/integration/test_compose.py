@@ -1,11 +1,14 @@
 """docker-compose.yml against cluster mode, without a container engine. The file is loaded by
 compose-go, the library Docker Compose is built on (tools/compose-check, built here with Go from
-the Go module proxy), with .env.example as its env file. Then each service is compared with what
-`make cluster` runs: the same script in its `run` mode, asked with `--print` for the command and
-configuration it would run (nothing is started), once with the service's environment and once
-with cluster mode's (the profile of `scripts/cluster.sh env`). The two may differ only where a
-container needs it: the services' names for 127.0.0.1, bind addresses, and the secrets of .env.
-A broken file is refused with the parser's own message."""
+the Go module proxy), with .env.example as its env file, its empty secrets set here. Then each
+service is compared with what `make cluster` runs: the same script in its `run` mode, asked with
+`--print` for the command and configuration it would run (nothing is started), once with the
+service's environment and once with cluster mode's (the profile of `scripts/cluster.sh env`).
+The two may differ only where a container needs it: the services' names for 127.0.0.1, bind
+addresses, and the secrets of .env. What is published on the host, and how the rest is
+protected, is checked too: the Spark master and worker started with compose's Spark settings
+refuse a spark-submit without the secret. .env.example as it is, or a broken file, is refused
+with the parser's own message."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import shlex
 import shutil
 import subprocess
@@ -21,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from airflow_harness import ROOT, VENV_BIN, parse_exports
+from airflow_harness import ROOT, VENV_BIN, free_port, parse_exports
 
 TOOL = ROOT / "tools" / "compose-check"
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -41,6 +45,19 @@ CONTAINER_ONLY = {
     "AIRFLOW__API_AUTH__JWT_SECRET",
     "AIRFLOW__API__HOST",
     "AIRFLOW__CORE__EXECUTION_API_SERVER_URL",
+    "STREAMCORE_SPARK_AUTH_SECRET",
+    "STREAMCORE_KAFKA_SASL_PASSWORD",
+    "STREAMCORE_KAFKA_ADMIN_PASSWORD",
+}
+# The secrets .env.example leaves empty (`NAME=`): compose refuses to start until each is set.
+SECRETS = re.findall(r"^([A-Z_]+)=$", ENV_FILE.read_text(), flags=re.MULTILINE)
+# What the host sees: the Airflow UI on every interface (behind its login), the Spark UIs and
+# Kafka's SASL listener on loopback. Port -> (service, host address; "" for every interface).
+PUBLISHED = {
+    8080: ("airflow-api-server", ""),
+    8089: ("spark-master", "127.0.0.1"),
+    8090: ("spark-worker", "127.0.0.1"),
+    9094: ("kafka", "127.0.0.1"),
 }
 
 
@@ -88,8 +105,19 @@ def load(binary: Path, compose_file: Path, env_file: Path) -> subprocess.Complet
 
 
 @pytest.fixture(scope="module")
-def project(compose_check: Path) -> dict[str, Any]:
-    done = load(compose_check, COMPOSE_FILE, ENV_FILE)
+def env_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """.env.example with each of its secrets set, as a user's .env."""
+    text = ENV_FILE.read_text()
+    for name in SECRETS:
+        text = text.replace(f"\n{name}=\n", f"\n{name}={secrets.token_urlsafe(32)}\n")
+    path = tmp_path_factory.mktemp("compose") / ".env"
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture(scope="module")
+def project(compose_check: Path, env_file: Path) -> dict[str, Any]:
+    done = load(compose_check, COMPOSE_FILE, env_file)
     assert done.returncode == 0, f"compose-go refuses docker-compose.yml:\n{done.stderr}"
     return json.loads(done.stdout)
 
@@ -114,22 +142,41 @@ def profile() -> dict[str, str]:
     return parse_exports(run([str(ROOT / "scripts" / "cluster.sh"), "env"], {}))
 
 
-def published(project: dict[str, Any]) -> dict[int, str]:
-    """Each published port and the service publishing it."""
+def published(project: dict[str, Any]) -> dict[int, tuple[str, str]]:
+    """Each port published on the host: the service and the host address ("" for all)."""
     return {
-        port["target"]: name
+        port["target"]: (name, port.get("host_ip", ""))
         for name, service in project["services"].items()
         for port in service.get("ports", [])
     }
+
+
+def listening(project: dict[str, Any]) -> dict[int, str]:
+    """Each port a service listens on for the others, published or only exposed to the compose
+    network, and that service."""
+    found = {port: name for port, (name, _) in published(project).items()}
+    for name, service in project["services"].items():
+        found.update({int(port): name for port in service.get("expose", [])})
+    return found
 
 
 def in_container(value: str, project: dict[str, Any]) -> str:
     """A cluster-mode value as a container sees it: the project mounted at PROJECT_DIR, and each
     service reached by its name where cluster mode reaches it on 127.0.0.1."""
     value = value.replace(str(ROOT), PROJECT_DIR)
-    for port, service in published(project).items():
+    for port, service in listening(project).items():
         value = value.replace(f"127.0.0.1:{port}", f"{service}:{port}")
     return value
+
+
+def spark_defaults(folder: Path) -> dict[str, str]:
+    """The settings of `folder`/spark-defaults.conf, {} when there is none."""
+    path = folder / "spark-defaults.conf"
+    if not path.exists():
+        return {}
+    assert path.stat().st_mode & 0o077 == 0, f"{path} is readable by others"
+    lines = (line.split(None, 1) for line in path.read_text().splitlines())
+    return {line[0]: line[1] for line in lines if line and not line[0].startswith("#")}
 
 
 def without_password(url: str) -> str:
@@ -210,7 +257,7 @@ def test_postgres_is_the_cluster_database(project: dict[str, Any], profile: dict
     user, port, database = url.groups()
     env = service["environment"]
     assert (env["POSTGRES_USER"], env["PGPORT"], env["POSTGRES_DB"]) == (user, port, database)
-    assert [p["target"] for p in service["ports"]] == [int(port)]
+    assert "ports" not in service and service["expose"] == [port]  # the compose network only
     assert run([str(ROOT / "scripts" / "postgres.sh"), "url"], profile).strip() == url.group(0)
     assert service["healthcheck"]["test"][:2] == ["CMD", "pg_isready"]
 
@@ -225,16 +272,30 @@ def test_kafka_runs_the_cluster_broker(project: dict[str, Any], profile: dict[st
     env = service["environment"]
     assert env["STREAMCORE_KAFKA_HOST"] == "0.0.0.0"
     assert env["STREAMCORE_KAFKA_ADVERTISED_HOST"] == service["hostname"] == "kafka"
-    ports = {p["target"] for p in service["ports"]}
-    advertised = props["advertised.listeners"].split(",")
-    assert {int(listener.rsplit(":", 1)[1]) for listener in advertised} == ports
-    assert f"PLAINTEXT://{env['STREAMCORE_KAFKA_BOOTSTRAP_SERVERS']}" in advertised
+    protocols = dict(pair.split(":") for pair in props["listener.security.protocol.map"].split(","))
+    advertised = {
+        int(address.rsplit(":", 1)[1]): protocols[name]
+        for name, address in (a.split("://") for a in props["advertised.listeners"].split(","))
+    }
+    # PLAINTEXT for the services, in the compose network; outside it, SASL only.
+    bootstrap = env["STREAMCORE_KAFKA_BOOTSTRAP_SERVERS"]
+    assert f"PLAINTEXT://{bootstrap}" in props["advertised.listeners"]
+    for port in (p["target"] for p in service["ports"]):
+        assert advertised[port] == "SASL_PLAINTEXT", (port, advertised)
+    exposed = {int(port) for port in service["expose"]}
+    assert {p for p, protocol in advertised.items() if protocol == "PLAINTEXT"} <= exposed
     assert all(
         listener.split("://")[1].startswith("0.0.0.0:")
         for listener in props["listeners"].split(",")
     )
+    # The SASL users' passwords are .env's, not the ones loopback's broker has by default.
+    jaas = props["listener.name.sasl_plaintext.plain.sasl.jaas.config"]
+    sasl, admin = env["STREAMCORE_KAFKA_SASL_PASSWORD"], env["STREAMCORE_KAFKA_ADMIN_PASSWORD"]
+    assert f'user_streamcore="{sasl}"' in jaas and f'user_admin="{admin}"' in jaas
+    assert "streamcore-secret" not in in_compose and "admin-secret" not in in_compose
     # Everything else is cluster mode's broker: the same ports, SASL users, retention, ...
     as_loopback = in_compose.replace("0.0.0.0:", "127.0.0.1:").replace("kafka:", "127.0.0.1:")
+    as_loopback = as_loopback.replace(sasl, "streamcore-secret").replace(admin, "admin-secret")
     assert as_loopback == in_cluster
 
     refused = subprocess.run([script, "run", "--bogus"], capture_output=True, text=True)
@@ -242,26 +303,47 @@ def test_kafka_runs_the_cluster_broker(project: dict[str, Any], profile: dict[st
 
 
 def test_spark_runs_the_cluster_master_and_worker(
-    project: dict[str, Any], profile: dict[str, str]
+    project: dict[str, Any], profile: dict[str, str], tmp_path: Path
 ) -> None:
     script = str(ROOT / "scripts" / "spark-cluster.sh")
+    secret = project["services"]["spark-master"]["environment"]["STREAMCORE_SPARK_AUTH_SECRET"]
     for role in ("master", "worker"):
         service = project["services"][f"spark-{role}"]
         env = service["environment"]
         assert service["command"] == ["scripts/spark-cluster.sh", "run", role]
         assert env["STREAMCORE_SPARK_HOST"] == service["hostname"] == f"spark-{role}"
-        in_compose = shlex.split(run([script, "run", role, "--print"], env))
-        in_cluster = shlex.split(run([script, "run", role, "--print"], profile))
+        homes = {mode: tmp_path / mode / role for mode in ("compose", "cluster")}
+        in_compose = shlex.split(
+            run(
+                [script, "run", role, "--print"],
+                {**env, "STREAMCORE_SPARK_CLUSTER_HOME": str(homes["compose"])},
+            )
+        )
+        in_cluster = shlex.split(
+            run(
+                [script, "run", role, "--print"],
+                {**profile, "STREAMCORE_SPARK_CLUSTER_HOME": str(homes["cluster"])},
+            )
+        )
         host = in_compose[in_compose.index("--host") + 1]
         assert host == service["hostname"]
         loopback = [arg.replace("spark-master:", "127.0.0.1:") for arg in in_compose]
         loopback[loopback.index("--host") + 1] = "127.0.0.1"
+        loopback = [arg.replace(str(homes["compose"]), str(homes["cluster"])) for arg in loopback]
         assert loopback == in_cluster
         ports = {int(in_compose[i + 1]) for i, a in enumerate(in_compose) if a.endswith("-port")}
-        assert ports == {p["target"] for p in service["ports"]}, role
+        assert ports == {p for p, name in listening(project).items() if name == f"spark-{role}"}
         if role == "worker":
             assert in_compose[-1] == env["STREAMCORE_SPARK_MASTER"]
             assert env["STREAMCORE_SPARK_MASTER_HOST"] == "spark-master"
+        # RPC authentication with .env's secret in compose; none on cluster mode's loopback.
+        assert env["STREAMCORE_SPARK_AUTH_SECRET"] == secret
+        assert spark_defaults(homes["compose"] / "conf") == {
+            "spark.authenticate": "true",
+            "spark.authenticate.secret": secret,
+            "spark.sql.variable.substitute": "false",
+        }, role
+        assert spark_defaults(homes["cluster"] / "conf") == {}, role
 
 
 def test_airflow_runs_the_cluster_config(
@@ -283,6 +365,20 @@ def test_airflow_runs_the_cluster_config(
             text = (home / "airflow.cfg").read_text().replace(str(home), "AIRFLOW_HOME")
             config = configparser.ConfigParser(interpolation=None)
             config.read_string(text)
+            # Only the scheduler's task runners spark-submit: they present the master's secret.
+            conf = spark_defaults(home / "spark-conf")
+            if mode == "compose" and component == "scheduler":
+                secret = env["STREAMCORE_SPARK_AUTH_SECRET"]
+                assert conf["spark.authenticate"] == "true", conf
+                assert conf["spark.authenticate.secret"] == secret
+                assert (
+                    secret
+                    == project["services"]["spark-master"]["environment"][
+                        "STREAMCORE_SPARK_AUTH_SECRET"
+                    ]
+                )
+            else:
+                assert conf == {} and "STREAMCORE_SPARK_AUTH_SECRET" not in variables, component
             if mode == "compose":
                 passwords = json.loads((home / "passwords.json").read_text())
                 assert passwords == {"admin": env["STREAMCORE_AIRFLOW_PASSWORD"]}
@@ -311,11 +407,122 @@ def test_airflow_runs_the_cluster_config(
     assert [p["target"] for p in project["services"]["airflow-api-server"]["ports"]] == [port]
 
 
+JOB = """
+from pyspark.sql import SparkSession
+
+spark = SparkSession.builder.appName("compose-auth-check").getOrCreate()
+print("summed", spark.range(100).selectExpr("sum(id)").first()[0])
+spark.stop()
+"""
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(900)
+def test_the_spark_master_refuses_a_client_without_the_secret(
+    project: dict[str, Any], tmp_path: Path
+) -> None:
+    """Compose's Spark settings run for real, on loopback: the master and worker of
+    spark-cluster.sh with the services' secret, then one small job spark-submitted twice at
+    once. With the Spark settings airflow.sh writes for the scheduler, it runs on the worker;
+    without them the master refuses it (Spark's standalone RPC takes code from anyone who
+    reaches it unless spark.authenticate is on)."""
+    services = project["services"]
+    secret = services["spark-master"]["environment"]["STREAMCORE_SPARK_AUTH_SECRET"]
+    master_port = free_port()
+    cluster = {
+        "STREAMCORE_SPARK_CLUSTER_HOME": str(tmp_path / "spark"),
+        "STREAMCORE_SPARK_MASTER_PORT": str(master_port),
+        "STREAMCORE_SPARK_MASTER_UI_PORT": str(free_port()),
+        "STREAMCORE_SPARK_WORKER_UI_PORT": str(free_port()),
+        "STREAMCORE_SPARK_WORKER_CORES": "1",
+        "STREAMCORE_SPARK_WORKER_MEMORY": "1g",
+        "STREAMCORE_SPARK_START_TIMEOUT": "400",
+        "STREAMCORE_SPARK_AUTH_SECRET": secret,
+    }
+    script = str(ROOT / "scripts" / "spark-cluster.sh")
+    scheduler = {
+        **services["airflow-scheduler"]["environment"],
+        "AIRFLOW_HOME": str(tmp_path / "airflow"),
+    }
+    run([str(ROOT / "scripts" / "airflow.sh"), "run", "scheduler", "--print"], scheduler)
+    (tmp_path / "job.py").write_text(JOB)
+    submit = [
+        str(VENV_BIN / "spark-submit"),
+        *("--master", f"spark://127.0.0.1:{master_port}"),
+        str(tmp_path / "job.py"),
+    ]
+    client = {"PYSPARK_PYTHON": str(VENV_BIN / "python")}
+    started = subprocess.run(
+        [script, "start"], env=script_env(cluster), capture_output=True, text=True, timeout=500
+    )
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        jobs = {
+            name: subprocess.Popen(
+                submit,
+                env=script_env(variables),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for name, variables in (
+                ("with", {**client, "SPARK_CONF_DIR": str(tmp_path / "airflow" / "spark-conf")}),
+                ("without", client),
+            )
+        }
+        out = {name: job.communicate(timeout=600)[0] for name, job in jobs.items()}
+    finally:
+        subprocess.run([script, "stop"], env=script_env(cluster), capture_output=True, timeout=120)
+    assert jobs["with"].returncode == 0 and "summed 4950" in out["with"], out["with"][-3000:]
+    assert jobs["without"].returncode != 0, out["without"][-3000:]
+    assert "Expected SaslMessage" in out["without"], out["without"][-3000:]
+    assert "summed" not in out["without"]
+
+
+def test_only_what_a_person_needs_is_published(project: dict[str, Any]) -> None:
+    """The Airflow UI; on loopback only, the Spark UIs (no login) and Kafka's SASL listener. Not
+    the Spark master's RPC port (it runs the code it is sent), Kafka's PLAINTEXT listener or
+    PostgreSQL: those are for the services, in the compose network."""
+    assert published(project) == PUBLISHED
+    inside = {port: name for port, name in listening(project).items() if port not in PUBLISHED}
+    assert inside == {
+        55432: "postgres",
+        9092: "kafka",
+        9093: "kafka",
+        7077: "spark-master",
+    }
+
+
+def test_the_example_env_starts_nothing_until_its_secrets_are_set(
+    compose_check: Path, env_file: Path, tmp_path: Path
+) -> None:
+    """.env.example has no working secret (a user who copies it would keep it): loaded as it is,
+    every secret is refused by name; with all but one set, that one is."""
+    assert set(SECRETS) >= {
+        "STREAMCORE_POSTGRES_PASSWORD",
+        "AIRFLOW__CORE__FERNET_KEY",
+        "STREAMCORE_SPARK_AUTH_SECRET",
+        "STREAMCORE_KAFKA_SASL_PASSWORD",
+    }
+    done = load(compose_check, COMPOSE_FILE, ENV_FILE)
+    assert done.returncode == 1
+    for name in SECRETS:
+        assert f"required variable {name} is missing a value: set" in done.stderr, name
+    filled = env_file.read_text()
+    for name in SECRETS:
+        one_missing = tmp_path / f"{name}.env"
+        one_missing.write_text(re.sub(rf"(?m)^{name}=.*$", f"{name}=", filled))
+        done = load(compose_check, COMPOSE_FILE, one_missing)
+        assert done.returncode == 1, name
+        named = set(re.findall(r"required variable (\w+) is missing a value", done.stderr))
+        assert named == {name}, (name, done.stderr[-500:])
+
+
 def test_a_broken_file_is_refused_with_the_parser_message(
-    compose_check: Path, tmp_path: Path
+    compose_check: Path, env_file: Path, tmp_path: Path
 ) -> None:
     text = COMPOSE_FILE.read_text()
-    shutil.copy(ENV_FILE, tmp_path / ".env.example")
+    shutil.copy(env_file, tmp_path / ".env.example")
     cases = {
         "unknown-key": (
             text.replace("  kafka:\n", "  kafka:\n    restart_policy: always\n", 1),
@@ -338,7 +545,7 @@ def test_a_broken_file_is_refused_with_the_parser_message(
     (tmp_path / "no-secret.env").write_text(
         "".join(
             line
-            for line in ENV_FILE.read_text().splitlines(keepends=True)
+            for line in env_file.read_text().splitlines(keepends=True)
             if not line.startswith("STREAMCORE_POSTGRES_PASSWORD=")
         )
     )
