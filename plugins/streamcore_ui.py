@@ -5,8 +5,9 @@ Two tabs on every DAG run page ("Run summary", "Data Docs": Airflow 3 external v
 destination `dag_run`) show the pages of the FastAPI app of streamcore_ui_app.py, mounted at
 `/streamcore`. A request carries the UI's JWT cookie (or an `Authorization: Bearer` token from
 POST /auth/token), validated by Airflow's auth manager; a browser without a login is sent to
-Airflow's login page, an API client gets 401. Reading a run's summary needs permission to read
-that DAG's runs. See docs/ui.md.
+Airflow's login page, an API client gets 401. Reading a run's summary and Data Docs needs
+permission to read that DAG's runs, asked as Airflow's own API asks (with the DAG's team in
+multi-team mode); the whole Data Docs site, every DAG's runs. See docs/ui.md.
 """
 
 from __future__ import annotations
@@ -51,17 +52,34 @@ async def airflow_user(
 
 
 def may_read_runs(user: Any, dag_id: str | None) -> bool:
-    """Airflow's permission to read the runs of `dag_id` (any DAG's when None)."""
+    """Airflow's permission to read the runs of `dag_id`, or of every DAG when None. Each DAG is
+    asked with its team, as Airflow's `requires_access_dag` does: an auth manager scopes DAGs by
+    team (SimpleAuthManager's `user:role:team` in multi-team mode), and without the team it
+    would answer for any DAG."""
     from airflow.api_fastapi.auth.managers.models.resource_details import (
         DagAccessEntity,
         DagDetails,
     )
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
 
-    return _auth_manager().is_authorized_dag(
-        method="GET",
-        access_entity=DagAccessEntity.RUN,
-        details=DagDetails(id=dag_id) if dag_id else None,
-        user=user,
+    if dag_id is not None:
+        teams = {dag_id: DagModel.get_team_name(dag_id)}
+    else:
+        with create_session() as session:
+            dag_ids = list(session.scalars(select(DagModel.dag_id)))
+        teams = DagModel.get_dag_id_to_team_name_mapping(dag_ids)
+        teams = {dag: teams.get(dag) for dag in dag_ids}
+    manager = _auth_manager()
+    return all(
+        manager.is_authorized_dag(
+            method="GET",
+            access_entity=DagAccessEntity.RUN,
+            details=DagDetails(id=dag, team_name=team),
+            user=user,
+        )
+        for dag, team in teams.items()
     )
 
 

@@ -4,11 +4,18 @@ Routes (under the plugin's prefix, `/streamcore` in Airflow):
 
 - `/runs/{dag_id}/{run_id}`: the run's summary (its run record, written by the DAG's summary
   task to `STREAMCORE_HOME/runs/<job>/<dag id>+<run id>.json`, found by `streamcore.runs`) as a
-  page; `.../json` the record itself;
-  `.../data-docs` redirects to the Data Docs page of the run's validation (else the site index).
-- `/data-docs/{path}`: the Data Docs site under `STREAMCORE_HOME/gx/gx/uncommitted/data_docs`,
-  with the CDN asset URLs of its pages rewritten to `/assets/...` (streamcore_ui_assets).
-- `/assets/npm/{package}/{file}`, `/assets/gx/{file}`: those local copies.
+  page; `.../json` the record itself; `.../data-docs` redirects to the Data Docs page of the
+  run's validation, served under `.../data-docs/{path}` with what that page links to (its
+  expectation suite's page, the site's static files) and nothing else of the site.
+- `/data-docs/{path}`: the whole Data Docs site under
+  `STREAMCORE_HOME/gx/gx/uncommitted/data_docs`, for a user who may read every DAG's runs.
+- Pages are served with the CDN asset URLs rewritten to `/assets/...` (streamcore_ui_assets):
+  `/assets/npm/{package}/{file}`, `/assets/gx/{file}` serve those local copies.
+
+The Data Docs site holds every job's validation results, with sample values of failing rows, in
+one folder; GX knows nothing of DAGs. So a page is served under a run only when the run's
+record names its validation (`validation_run`, GX's run name), and that run's DAG is one the user
+may read: a user who may read DAG A's runs opens A's validations, never B's.
 
 The app knows nothing of Airflow: who may see what is decided by the two callables it is given
 (streamcore_ui.py passes Airflow's own login and permissions), so it can be tested alone.
@@ -19,8 +26,9 @@ import json
 import mimetypes
 import re
 from collections.abc import Callable, Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Any
+from urllib.parse import quote
 
 import streamcore_ui_assets as assets
 from fastapi import Depends, FastAPI, HTTPException
@@ -33,7 +41,7 @@ DOCS_SUBPATH = Path("gx") / "uncommitted" / "data_docs"  # GX's file-mode projec
 User = Any
 # (request) -> the user, raising HTTPException (or returning a Response to send) when not logged in
 Authenticate = Callable[..., Any]
-# (user, dag_id or None) -> whether the user may read that DAG's runs (None: any run data)
+# (user, dag_id or None) -> whether the user may read that DAG's runs (None: every DAG's)
 Authorize = Callable[[User, str | None], bool]
 
 
@@ -58,23 +66,52 @@ def _with_data_docs(record: Any) -> Iterator[dict[str, Any]]:
         yield from _with_data_docs(value)
 
 
+def validation_runs(record: dict[str, Any]) -> set[str]:
+    """GX's run names of the validations the run's steps made: each checked step's summary names
+    its own (`validation_run`); a record written before it did names its consumer group and batch
+    instead, which made the importer's run name `<group id>-batch-<n>`."""
+    names = set()
+    for step in _with_data_docs(record):
+        if step.get("validation_run"):
+            names.add(str(step["validation_run"]))
+        elif isinstance(step.get("batch"), int) and step.get("group"):
+            names.add(f"{str(step['group']).replace('/', '-')}-batch-{step['batch']}")
+    return {name for name in names if name and "/" not in name and name not in (".", "..")}
+
+
 def run_data_docs(docs_root: Path, record: dict[str, Any]) -> str | None:
-    """The Data Docs page of the run's validation, relative to `docs_root`: its validation result
-    page when one is found (the checked jobs name GX runs `<group id>-batch-<n>`), else the site
-    index; None when the run validated nothing."""
-    steps = list(_with_data_docs(record))
-    if not steps:
+    """The Data Docs page of the run's validation, relative to `docs_root` (the newest when a
+    retried step validated twice), or None when the run has none."""
+    pages = [
+        page
+        for name in validation_runs(record)
+        for page in docs_root.glob(f"local_site/validations/*/{name}/*/*.html")
+    ]
+    if not pages:
         return None
-    pages: list[Path] = []
-    for step in steps:
-        if isinstance(step.get("batch"), int) and step.get("group"):
-            run_name = f"{str(step['group']).replace('/', '-')}-batch-{step['batch']}"
-            pages.extend(docs_root.glob(f"local_site/validations/*/{run_name}/*/*.html"))
-    if pages:
-        newest = max(pages, key=lambda p: p.stat().st_mtime)
-        return newest.relative_to(docs_root).as_posix()
-    index = docs_root / "local_site" / "index.html"
-    return "local_site/index.html" if index.is_file() else None
+    newest = max(pages, key=lambda p: p.stat().st_mtime)
+    return newest.relative_to(docs_root).as_posix()
+
+
+def in_run_scope(docs_root: Path, target: Path, record: dict[str, Any]) -> bool:
+    """Whether `target` (resolved, under `docs_root`) is one of the pages a run may show: its own
+    validations' pages (`validations/<suite>/<run name>/...`), the pages of those validations'
+    suites (`expectations/<suite>.html`), and the site's static files. Not the index, which lists
+    every job's runs, nor another run's validation."""
+    parts = PurePosixPath(target.relative_to(docs_root).as_posix()).parts
+    if len(parts) < 3 or parts[0] != "local_site":
+        return False
+    section, rest = parts[1], parts[2:]
+    names = validation_runs(record)
+    if section == "static":
+        return True
+    if section == "validations":
+        return len(rest) >= 2 and rest[1] in names
+    if section == "expectations" and len(rest) == 1:
+        validations = docs_root / "local_site" / "validations"
+        suites = {found.parent.name for name in names for found in validations.glob(f"*/{name}")}
+        return rest[0].removesuffix(".html") in suites
+    return False
 
 
 def _page(title: str, body: str) -> str:
@@ -168,19 +205,12 @@ def create_app(
         allowed(user, dag_id)
         return JSONResponse(record_or_404(dag_id, run_id)[1])
 
-    @app.get("/runs/{dag_id}/{run_id}/data-docs")
-    def run_docs(dag_id: str, run_id: str, user: LoggedIn) -> Response:
-        allowed(user, dag_id)
-        _, record = record_or_404(dag_id, run_id)
-        docs = run_data_docs(docs_root(), record)
-        if docs is None:
-            raise HTTPException(404, f"run {run_id!r} of {dag_id!r} has no Data Docs")
-        return RedirectResponse(f"{prefix}/data-docs/{docs}", status_code=307)
+    def run_docs_url(dag_id: str, run_id: str, page: str) -> str:
+        return f"{prefix}/runs/{quote(dag_id, safe='')}/{quote(run_id, safe='')}/data-docs/{page}"
 
-    @app.get("/data-docs/{path:path}")
-    def data_docs(path: str, user: LoggedIn) -> Response:
-        allowed(user, None)
-        target = under(docs_root(), path)
+    def serve(target: Path | None, path: str) -> Response:
+        """A file of the Data Docs site (`target`, resolved under it, or None when `path` is
+        not), a page with its CDN asset URLs rewritten to the local copies."""
         if target is None:
             raise HTTPException(404, "not under the Data Docs folder")
         if target.is_dir():
@@ -198,9 +228,43 @@ def create_app(
         headers = {"X-Streamcore-Missing-Assets": " ".join(missing)} if missing else {}
         return HTMLResponse(page, headers=headers)
 
+    @app.get("/runs/{dag_id}/{run_id}/data-docs")
+    def run_docs(dag_id: str, run_id: str, user: LoggedIn) -> Response:
+        allowed(user, dag_id)
+        _, record = record_or_404(dag_id, run_id)
+        docs = run_data_docs(docs_root(), record)
+        if docs is None:
+            raise HTTPException(404, f"run {run_id!r} of {dag_id!r} has no Data Docs")
+        return RedirectResponse(run_docs_url(dag_id, run_id, docs), status_code=307)
+
+    @app.get("/runs/{dag_id}/{run_id}/data-docs/{path:path}")
+    def run_docs_page(dag_id: str, run_id: str, path: str, user: LoggedIn) -> Response:
+        allowed(user, dag_id)
+        _, record = record_or_404(dag_id, run_id)
+        root = docs_root().resolve()
+        target = under(root, path)
+        if target is not None and not in_run_scope(root, target, record):
+            raise HTTPException(
+                403,
+                f"{path!r} is not a Data Docs page of run {run_id!r} of {dag_id!r}: a run shows "
+                f"its own validations only; the whole site, every DAG's, is {prefix}/data-docs/ "
+                "for a role that may read every DAG's runs",
+            )
+        return serve(target, path)
+
+    @app.get("/data-docs/{path:path}")
+    def data_docs(path: str, user: LoggedIn) -> Response:
+        if not authorize(user, None):
+            raise HTTPException(
+                403,
+                "the whole Data Docs site holds every DAG's validations: your Airflow role may "
+                "not read every DAG's runs; open a run's Data Docs from its page instead",
+            )
+        return serve(under(docs_root(), path), path)
+
     @app.get("/assets/npm/{package}/{path:path}")
     def npm_asset(package: str, path: str, user: LoggedIn) -> Response:
-        allowed(user, None)
+        # Public npm packages' files: the login is enough.
         root = assets_root()
         folder = under(root, package)
         target = under(folder, path) if folder is not None and folder != root else None
@@ -212,7 +276,6 @@ def create_app(
 
     @app.get("/assets/gx/{name}")
     def gx_asset(name: str, user: LoggedIn) -> Response:
-        allowed(user, None)
         target = under(assets.GX_STATIC, name)
         if target is None or not target.is_file():
             raise HTTPException(404, f"Great Expectations ships no image {name!r}")

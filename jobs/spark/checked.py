@@ -78,8 +78,9 @@ def land_checked(
     to the first pass; `rows(decoded)` keeps the decoded rows the batch is about (an interval's,
     say; a row that does not decode has no fields to keep it by). Returns what `write` returned
     and the summary: `read`, `written`, `quarantined`, `validation` (GX's report with the failure
-    ratio and the rows quarantined per expectation), `data_docs`. Raises QualityThresholdError
-    (nothing written) when the failing rows are more than `failure_threshold` of the batch."""
+    ratio and the rows quarantined per expectation), `data_docs`, `validation_run` (GX's run
+    name). Raises QualityThresholdError (nothing written) when the failing rows are more than
+    `failure_threshold` of the batch."""
     from jobs.spark.avro import decode_payload
     from jobs.spark.gx_metrics import check_aggregates
     from jobs.spark.quarantine import quarantine_rows, write_quarantine
@@ -120,7 +121,14 @@ def land_checked(
                 "failure_ratio": round(ratio, 6),
                 "quarantined_by_expectation": per_expectation,
             }
-            return {"read": read, "validation": found, "data_docs": report.data_docs}
+            # validation_run: GX's run name, which names the validation's Data Docs pages (the
+            # UI plugin serves a run's own pages only, found by it).
+            return {
+                "read": read,
+                "validation": found,
+                "data_docs": report.data_docs,
+                "validation_run": batch.run_name,
+            }
 
         # Whether the batch lands is decided by the counts above (the same expectations); GX gives
         # the report and the Data Docs.

@@ -276,7 +276,9 @@ def test_importer_run_with_its_summary_and_data_docs(browser: Browser, af: Airfl
     page.get_by_role("tab", name="Data Docs").or_(page.get_by_text("Data Docs")).first.click()
     docs = page.frame_locator("iframe")
     expect(docs.locator("body")).to_contain_text("Document")
-    frame = next(f for f in page.frames if "/streamcore/data-docs/" in f.url)
+    # The run's own validation page, served under the run (the plugin shows no other DAG's).
+    frame = next(f for f in page.frames if "/data-docs/local_site/" in f.url)
+    assert "/streamcore/runs/streamcore_importer/" in frame.url, frame.url
     assert "/validations/" in frame.url, frame.url
     # Styled by the local bootstrap: its .card has a border radius (0px unstyled), its stylesheet
     # loaded with its rules, every stylesheet came from this server and none is reported missing.

@@ -2,7 +2,9 @@
 STREAMCORE_HOME made here and the Data Docs assets that `scripts/browser.sh assets` fetched. The
 app is given its login check as a dependency; Airflow's own (the JWT cookie or bearer token) is
 what tests/browser exercises against a running Airflow, so here a request is logged in when it
-carries the bearer token TOKEN, and user "viewer" may read only the importer's runs."""
+carries the bearer token TOKEN, and user "viewer" may read only the importer's runs
+(tests/integration/test_ui_plugin_access.py asks Airflow's own auth manager, through the
+api-server)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ import streamcore_ui_assets  # noqa: E402
 from streamcore.runs import record_path  # noqa: E402
 
 TOKEN = "token-of-ada"
+AUDIT_PAGE = ("AuditEntry", "audit-batch-7")
 RUN_ID = "manual__2026-11-24T17:20:29.293168+00:00"
 DOCS = Path("gx") / "gx" / "uncommitted" / "data_docs" / "local_site"
 PAGE = """<html><head>
@@ -60,9 +63,23 @@ def home(tmp_path: Path) -> Path:
     path = record_path("importer", "streamcore_importer", RUN_ID, tmp_path)
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(record))
-    validation = tmp_path / DOCS / "validations" / "Document" / "import-repository-batch-3" / "t"
-    validation.mkdir(parents=True)
-    (validation / "spark-Document-frames.html").write_text(PAGE)
+    audit = {  # another DAG's run, of the same run id, whose validation names its GX run
+        "dag_id": "streamcore_audit",
+        "run_id": RUN_ID,
+        "report": "entries landed 3",
+        "land": {"data_docs": "index.html", "validation_run": "audit-batch-7", "batch": 7},
+    }
+    path = record_path("audit", "streamcore_audit", RUN_ID, tmp_path)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(audit))
+    for suite, run_name in (("Document", "import-repository-batch-3"), AUDIT_PAGE):
+        validation = tmp_path / DOCS / "validations" / suite / run_name / "t"
+        validation.mkdir(parents=True)
+        (validation / f"spark-{suite}-frames.html").write_text(PAGE.replace("GX", run_name))
+        (tmp_path / DOCS / "expectations").mkdir(exist_ok=True)
+        (tmp_path / DOCS / "expectations" / f"{suite}.html").write_text(PAGE)
+    (tmp_path / DOCS / "static" / "styles").mkdir(parents=True)
+    (tmp_path / DOCS / "static" / "styles" / "data_docs.css").write_text("body {}")
     (tmp_path / DOCS / "index.html").write_text(PAGE)
     (tmp_path / "gx" / "great_expectations.yml").write_text("secret: not served\n")
     return tmp_path
@@ -118,16 +135,21 @@ def test_a_run_summary_page_and_its_record(client: TestClient) -> None:
     assert get(client, f"/runs/streamcore_importer/{RUN_ID}/json").json()["params"] == {
         "count": 2000
     }
-    # The run's own validation page, found by its consumer group and batch.
+    # The run's own validation page (the record of a run before `validation_run`: found by its
+    # consumer group and batch), served under the run.
     docs = get(client, f"/runs/streamcore_importer/{RUN_ID}/data-docs")
     assert docs.status_code == 307
+    quoted = RUN_ID.replace(":", "%3A").replace("+", "%2B")
     assert docs.headers["location"] == (
-        "/streamcore/data-docs/local_site/validations/Document/import-repository-batch-3/t/"
-        "spark-Document-frames.html"
+        f"/streamcore/runs/streamcore_importer/{quoted}/data-docs/local_site/validations/"
+        "Document/import-repository-batch-3/t/spark-Document-frames.html"
     )
+    page = get(client, docs.headers["location"].removeprefix("/streamcore"))
+    assert page.status_code == 200 and "import-repository-batch-3" in page.text
     missing = get(client, "/runs/streamcore_importer/manual__other")
     assert missing.status_code == 404 and "No run summary yet" in missing.text
-    assert get(client, f"/runs/streamcore_audit/{RUN_ID}").status_code == 404  # not its DAG
+    audit = get(client, f"/runs/streamcore_audit/{RUN_ID}")  # the same run id, another DAG
+    assert "entries landed 3" in audit.text and "documents imported" not in audit.text
 
 
 def test_runs_of_two_dags_with_one_run_id_keep_both_summaries(
@@ -160,6 +182,38 @@ def test_runs_of_two_dags_with_one_run_id_keep_both_summaries(
         page = get(client, f"/runs/{dag}/{run_id}")
         assert page.status_code == 200 and f"summary of {dag}" in page.text, dag
         assert get(client, f"/runs/{dag}/{run_id}/json").json()["dag_id"] == dag
+
+
+def test_data_docs_are_scoped_to_the_runs_a_user_may_read(client: TestClient) -> None:
+    """The site holds every DAG's validations with sample values. "viewer" may read the
+    importer's runs only: it opens the importer run's validation, its suite and the site's
+    static files under that run, and nothing of the audit DAG's: not under the audit run, not
+    under the importer run, not through the whole site (nor its index)."""
+    importer = f"/runs/streamcore_importer/{RUN_ID}/data-docs"
+    audit = f"/runs/streamcore_audit/{RUN_ID}/data-docs"
+    own = "local_site/validations/Document/import-repository-batch-3/t/spark-Document-frames.html"
+    other = "local_site/validations/AuditEntry/audit-batch-7/t/spark-AuditEntry-frames.html"
+    for path in (
+        own,
+        "local_site/expectations/Document.html",
+        "local_site/static/styles/data_docs.css",
+    ):
+        assert get(client, f"{importer}/{path}", "viewer").status_code == 200, path
+    for path in (other, "local_site/expectations/AuditEntry.html", "local_site/index.html", ""):
+        assert get(client, f"{importer}/{path}", "viewer").status_code == 403, path
+    assert get(client, audit, "viewer").status_code == 403
+    assert get(client, f"{audit}/{other}", "viewer").status_code == 403
+    for path in (other, own, "local_site/index.html"):
+        assert get(client, f"/data-docs/{path}", "viewer").status_code == 403, path
+    # A user who may read every DAG's runs: the audit run's own page, and the whole site.
+    located = get(client, audit).headers["location"].removeprefix("/streamcore")
+    assert located.endswith(other) and "audit-batch-7" in get(client, located).text
+    assert get(client, f"{importer}/{other}").status_code == 403  # still not the importer's
+    for path in (other, own, "local_site/index.html"):
+        assert get(client, f"/data-docs/{path}").status_code == 200, path
+    # The local copies of public CSS/JS need the login only.
+    css = "/assets/npm/bootstrap@4.3.1/dist/css/bootstrap.min.css"
+    assert get(client, css, "viewer").status_code == 200
 
 
 def test_paths_outside_the_data_docs_are_refused(client: TestClient, home: Path) -> None:
