@@ -70,6 +70,10 @@ def make_airflow_env(home: Path, streamcore_home: Path) -> AirflowEnv:
         "PYSPARK_PYTHON": str(VENV_BIN / "python"),
     }
     af.env.pop("PYTEST_CURRENT_TEST", None)
+    # Each home gets a database of its own (named after it), dropped at exit: never a database
+    # a shell's environment names (the cluster's, after `eval "$(scripts/cluster.sh env)"`).
+    for name in ("STREAMCORE_AIRFLOW_DB_URL", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"):
+        af.env.pop(name, None)
     done = subprocess.run(
         [str(ROOT / "scripts" / "airflow.sh"), "init"],
         env=af.env,
