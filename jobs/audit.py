@@ -5,9 +5,10 @@ section 6; Nuxeo's stream audit writer, landed by Spark), exactly once.
     spark-submit jobs/audit.py interval --start 2026-11-23T10:00 --end 2026-11-23T10:05
 
 `batch` (the schedule) reads the group `audit/delta` from its committed positions to the end seen
-at the start, checks the entries (the suite generated from AuditEntry.avsc, the hand-written
-include/expectations/AuditEntry.json, and no event date beyond `--max-future-skew` in the
-future), sends failing rows to `quarantine`, and MERGEs the others into `audit` on the event id:
+at the start, checks the entries (the suite generated from AuditEntry.avsc and the rules on
+whole entries of streamcore.audit.rules: known event types, a document event has a path, no
+event date beyond `--max-future-skew` in the future; `publish` checks the same), sends failing
+rows to `quarantine`, and MERGEs the others into `audit` on the event id:
 an event id the table has is a duplicate of the relay's at-least-once delivery and is left as
 it is. Then it commits the group's positions (`jobs.spark.batches`).
 
@@ -27,7 +28,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,7 @@ from jobs.spark.job import (
     job_parser,
     run_job,
 )
+from streamcore.audit.rules import MAX_FUTURE_SKEW, EntryRules, configured_rules
 from streamcore.errors import InvalidNameError
 from streamcore.names import Name
 
@@ -68,8 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--max-future-skew",
         type=float,
-        default=600.0,
-        help="seconds an event date may lie ahead of the job's clock (default 600)",
+        default=MAX_FUTURE_SKEW,
+        help=f"seconds an event date may lie ahead of the job's clock (default "
+        f"{MAX_FUTURE_SKEW:g}, what publish allows: less can refuse entries publish accepted)",
     )
     for name in ("home", "master"):  # also after the step, as the importer takes them
         common.add_argument(f"--{name}", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
@@ -143,7 +145,21 @@ def _batch(
         max_records=args.batch_size,
     )
     lag = ctx.logs.lag(args.stream, args.group)
-    return {"landed": 0, "quarantined": 0, **summary, "lag": lag.lag}
+    return {**nothing_landed(), **summary, "lag": lag.lag}
+
+
+def nothing_landed() -> dict[str, Any]:
+    """The landing's part of the summary of a run that read nothing: the keys a landing
+    reports, so a summary has the same keys whether the run read entries or not."""
+    return {
+        "landed": 0,
+        "duplicates": 0,
+        "quarantined": 0,
+        "by_event_type": {},
+        "validation": None,
+        "data_docs": None,
+        "entries_per_s": 0.0,
+    }
 
 
 def _interval(
@@ -205,29 +221,11 @@ class _AuditLanding:
     insert-only MERGE on the event id, as the batch mode's `land` or for an interval."""
 
     def __init__(self, args: argparse.Namespace, ctx: JobContext, catalog: Any) -> None:
-        from jobs.spark.expectations import Expectation, load_suite
-
         self.args, self.ctx, self.catalog = args, ctx, catalog
         self.schema = ctx.schemas.by_name(SCHEMA)
-        suite = load_suite(self.schema)
-        # Fixed when the job starts, so both passes over a batch judge an entry the same way.
-        # A datetime, as GX keeps it (a string bound would be parsed into one by GX and no
-        # longer match this expectation, whose metrics the row-check pass gives GX).
-        bound = (datetime.now(UTC) + timedelta(seconds=args.max_future_skew)).replace(microsecond=0)
-        suite.expectations.append(
-            Expectation(
-                "expect_column_values_to_be_between",
-                {"column": "event_date", "max_value": bound},
-                "job",
-                f"no event date more than {args.max_future_skew:g} s after the job's start",
-            )
-        )
-        self.suite = suite
-        self.known_types = next(
-            e.kwargs["value_set"]
-            for e in suite.expectations
-            if e.type == "expect_column_values_to_be_in_set" and e.kwargs["column"] == "event_type"
-        )
+        rules = configured_rules(ctx.config, max_future_skew=args.max_future_skew)
+        self.suite = audit_suite(self.schema, rules)
+        self.known_types = rules.event_types
 
     def __call__(self, records: Any, plan: Any, sink: Any) -> Landed:
         from jobs.spark.checked import CheckedBatch
@@ -315,6 +313,28 @@ class _AuditLanding:
         summary["by_event_type"] = by_type
         summary["entries_per_s"] = round(summary["read"] / seconds, 1) if seconds > 0 else None
         return version, summary
+
+
+def audit_suite(schema: Any, rules: EntryRules) -> Any:
+    """The expectations of entries: those generated from AuditEntry.avsc's field attributes and
+    the rules on whole entries of `streamcore.audit.rules`, judged at the job's start (so both
+    passes over a batch judge an entry the same way). `publish` checks both kinds, so
+    expectations kept only here, in include/expectations/AuditEntry.json, are refused."""
+    from jobs.spark.expectations import EXPECTATIONS_DIR, Expectation, load_suite
+
+    suite = load_suite(schema)
+    if any(e.origin != "schema" for e in suite.expectations):
+        raise JobError(
+            f"{EXPECTATIONS_DIR / 'AuditEntry.json'} adds expectations that publish would not "
+            "check, so an entry it accepts could stop the audit job: declare the rule in "
+            "streamcore/audit/rules.py (event types: [audit] event_types in "
+            "include/streamcore.toml) and delete the file"
+        )
+    now_ms = time.time_ns() // 1_000_000
+    for rule in rules.rules:
+        kind, kwargs = rule.expectation(now_ms)
+        suite.expectations.append(Expectation(kind, kwargs, "streamcore.audit", rule.notes))
+    return suite
 
 
 def _merge_entries(spark: Any, path: str, rows: Any) -> Any:

@@ -198,6 +198,20 @@ class StreamcoreConfig:
         return parse_cron_schedule(value, "audit.schedule")
 
     @property
+    def audit_event_types(self) -> tuple[str, ...]:
+        """`[audit] event_types` (STREAMCORE_AUDIT_EVENT_TYPES, separated by commas): an
+        application's own audit event types, which `publish` and the audit job accept besides
+        the built-in ones (streamcore.audit.rules)."""
+        value = _lookup(self.table, "audit", "event_types", [])
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
+            raise ConfigError(
+                f"audit.event_types must be a list of event type names (or one string "
+                f"separated by commas), got {value!r}"
+            )
+        return tuple(i.strip() for i in items if i.strip())
+
+    @property
     def log_dir(self) -> Path:
         return self.home / "log"
 

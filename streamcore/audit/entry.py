@@ -26,6 +26,7 @@ from streamcore.audit.checks import (
 )
 from streamcore.audit.encoding import Written, entry_writer
 from streamcore.audit.errors import InvalidAuditEntryError
+from streamcore.audit.rules import publish_rules
 from streamcore.codecs import AvroCodec, ParsedSchema
 from streamcore.codecs.avro import default_store
 from streamcore.codecs.framing import single_object_header
@@ -75,13 +76,24 @@ def write_entry(entry: AuditEntry | Mapping[str, Any]) -> Written:
     """`entry` in Avro single-object encoding (`C3 01`, the schema fingerprint, the body; as
     `entry_codec().encode(entry.to_datum())` writes it, several times faster), with its event
     id, document id and event date. A mapping is checked as `AuditEntry.from_dict` checks it,
-    while it is written (`InvalidAuditEntryError`)."""
+    while it is written; then either is checked against the audit job's rules on whole entries
+    (`streamcore.audit.rules`), which depend on the configuration and the clock and so are not
+    checked when an `AuditEntry` is made (`InvalidAuditEntryError`)."""
     if isinstance(entry, AuditEntry):
-        return _writer()(entry, False)
-    if isinstance(entry, Mapping):
+        written = _writer()(entry, False)
+        get: Callable[[str], Any] = functools.partial(getattr, entry)
+    elif isinstance(entry, Mapping):
         _check_known(entry)
-        return _writer()(entry, True)
-    raise _not_an_entry(entry)
+        written = _writer()(entry, True)
+        get = entry.get
+    else:
+        raise _not_an_entry(entry)
+    millis = written.event_date_ms
+    publish_rules().check(
+        lambda name: millis if name == "event_date" else get(name),
+        f"audit entry {written.event_id!r}",
+    )
+    return written
 
 
 def _check_known(data: Mapping[str, Any]) -> None:

@@ -18,7 +18,7 @@ from streamcore.audit import AuditEntry
 
 __all__ = ["EVENT_TYPES", "audit_entry"]
 
-# The audit job's expectations list them (include/expectations/AuditEntry.json).
+# Known to the audit job and to publish (streamcore.audit.rules.KNOWN_EVENT_TYPES).
 EVENT_TYPES = {
     "redrive": "recoveryRedrive",
     "skip": "recoverySkip",
