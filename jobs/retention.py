@@ -3,7 +3,7 @@
 the Delta tables tidied. Four steps, run in this order by dags/streamcore_retention.py:
 
     spark-submit jobs/retention.py archive [--streams import/docs,audit/entries] [--horizon 1d]
-        [--batch-size 1000000] [--dry-run]
+        [--batch-size 1000000] [--partial-ok] [--dry-run]
     spark-submit jobs/retention.py purge [--streams ...] [--force] [--dry-run]
     spark-submit jobs/retention.py compact [--streams ...] [--min-lag 0] [--delete-retention 1d]
         [--dry-run]
@@ -14,9 +14,15 @@ the Delta tables tidied. Four steps, run in this order by dags/streamcore_retent
 default) or those of `--streams`, the records appended before the horizon (now minus
 `--horizon`) that the archiver has not archived yet: one offset-range batch per stream for the
 consumer group `retention/archiver` (`jobs.spark.batches`), appended to `archive` as it was in
-the log (key, watermark, flags, data, the payload's schema fingerprint), partitioned by stream
-and UTC day. The Delta commit carries the batch's txn id, so a crash at any point and a rerun
-land every record once.
+the log (key, watermark, flags, data, the payload's schema fingerprint) with the log's
+incarnation, partitioned by stream and UTC day. The Delta commit carries the batch's txn id, so
+a crash at any point and a rerun land every record once. The batches of a stream are numbered
+per incarnation of its log (app id `archive/<stream>@<incarnation>`): a stream deleted and
+created again starts its own batches at offset 0, and its rows stand beside the old
+incarnation's. Each stream is archived on its own: one that fails (its error is in its summary
+and in `failed_streams`) leaves the others archived; the step then exits 1, or 0 with
+`--partial-ok` and `status: partial` (the DAG's way: its later steps still run, and it fails the
+run at the end).
 
 `purge` applies retention to every local log (or those of `--streams`): expired segments go
 once every group, the archiver included, has read past them
@@ -52,9 +58,9 @@ if __package__ in (None, ""):  # run as a script (spark-submit): make `jobs` imp
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from jobs.spark.batches import Landed
-from jobs.spark.job import JobArgumentError, JobContext, job_parser, run_job
+from jobs.spark.job import JobArgumentError, JobContext, JobError, job_parser, run_job
 from streamcore.config import parse_duration_ms
-from streamcore.errors import ConfigError, InvalidNameError
+from streamcore.errors import ConfigError, InvalidNameError, StreamcoreError
 from streamcore.log.config import ARCHIVER
 from streamcore.names import Name
 from streamcore.tables import DELTA_MIN_RETENTION_HOURS, TABLES
@@ -99,6 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=0,
         help="most records archived per stream in this run (0 = all; the rest waits)",
+    )
+    archive.add_argument(
+        "--partial-ok",
+        action="store_true",
+        help="exit 0 when some streams failed (status partial, listed in failed_streams), so "
+        "the steps after it still run",
     )
     compact = steps.add_parser(
         "compact", parents=[common, streams], help="keep the latest record per key"
@@ -241,20 +253,41 @@ def _archive(
         if skipped is not None:
             streams[name.urn] = {"skipped": skipped, "archived": 0}
             continue
-        until = offsets_at(ctx.logs, name, before_ms)
-        if args.dry_run:
-            streams[name.urn] = _preview(ctx, name, until, args.batch_size)
-        else:
-            streams[name.urn] = _archive_stream(ctx, name, until, args.batch_size, archive_path())
-    return {
+        path = None if args.dry_run else archive_path()  # the table's failure fails them all
+        # One stream's failure (a position moved past its log's end, a damaged segment, a
+        # broker out of reach) must not keep the others from their archive and purge.
+        try:
+            until = offsets_at(ctx.logs, name, before_ms)
+            if path is None:
+                streams[name.urn] = _preview(ctx, name, until, args.batch_size)
+            else:
+                streams[name.urn] = _archive_stream(ctx, name, until, args.batch_size, path)
+        except Exception as exc:
+            logger.exception("archiving %s failed; going on with the other streams", name)
+            done = exc.summary if isinstance(exc, JobError) else {}
+            error = str(exc) if isinstance(exc, StreamcoreError) else f"{type(exc).__name__}: {exc}"
+            streams[name.urn] = {**done, "status": "failed", "error": error, "archived": 0}
+    failed = [urn for urn, s in streams.items() if s.get("status") == "failed"]
+    summary = {
         "step": "archive",
         "dry_run": args.dry_run,
         "horizon": args.horizon,
         "before_ms": before_ms,
         "archived": sum(s.get("archived", 0) for s in streams.values()),
         "bytes": sum(s.get("bytes", 0) for s in streams.values()),
+        "failed_streams": failed,
         "streams": streams,
     }
+    if not failed:
+        return summary
+    message = f"archiving failed for {len(failed)} of {len(streams)} stream(s) (" + "; ".join(
+        f"{urn}: {streams[urn]['error']}" for urn in failed
+    )
+    message += ")" if len(failed) == len(streams) else "); the other streams were archived"
+    if not args.partial_ok:
+        raise JobError(message, summary)
+    logger.error("%s", message)
+    return {**summary, "status": "partial"}
 
 
 def _why_not_archived(name: Name, routing: Any) -> str | None:
@@ -280,30 +313,62 @@ def _preview(ctx: JobContext, name: Name, until: dict[int, int], limit: int) -> 
 def _archive_stream(
     ctx: JobContext, name: Name, until: dict[int, int], limit: int, path: str
 ) -> dict[str, Any]:
+    """One batch of `name` for the archiver, numbered per incarnation of the log: offsets and
+    positions restart with a new incarnation, and so do its batches (the former app id's
+    record of a batch would describe another log)."""
     from jobs.spark.batches import run_offset_batch
 
+    incarnation = ctx.logs.incarnation(name)
+    unkeyed = f"archive/{name.urn}"
+    app = unkeyed if incarnation is None else f"{unkeyed}@{incarnation}"
+    recovered = _finish_unkeyed_batch(ctx, name, incarnation, path, f"{app}/{ARCHIVER}")
+
     def land(records: Any, plan: Any, sink: Any) -> Landed:
-        rows = archive_rows(records, name.urn)
+        rows = archive_rows(records, name.urn, plan.incarnation)
         ctx.fault_point("retention.before_delta_commit")
         with ctx.phases("write"):
             version = sink.write(plan, lambda: rows.write.format("delta").mode("append").save(path))
         written = _written(ctx.spark, path, version) if version is not None else {}
         return Landed(version, {"archived": plan.records, **written})
 
-    return run_offset_batch(
+    summary = run_offset_batch(
         ctx,
-        app=f"archive/{name.urn}",
+        app=app,
         stream=name,
         group=ARCHIVER,
         table_path=path,
         land=land,
         max_records=limit,
         until=until,
-    ) | {"archived_until": {str(p): o for p, o in until.items()}}
+    )
+    return summary | {
+        "incarnation": incarnation,
+        "recovered_positions": {**recovered, **summary["recovered_positions"]},
+        "archived_until": {str(p): o for p, o in until.items()},
+    }
 
 
-def archive_rows(records: Any, stream: str) -> Any:
-    """The `archive` table's rows of `stream`'s records as `read_stream` gives them."""
+def _finish_unkeyed_batch(
+    ctx: JobContext, name: Name, incarnation: str | None, path: str, keyed: str
+) -> dict[str, int]:
+    """Before the archiver was keyed by incarnation, its app id was `archive/<stream>` for every
+    incarnation. A batch of that id read from this very incarnation may have reached Delta but
+    not the positions: commit them (the recovery of that id) before the keyed app's first
+    batch, which would read its records again. Returns the positions committed."""
+    from jobs.spark.delta_sink import DeltaBatchSink, recover
+
+    if incarnation is None or DeltaBatchSink(ctx.spark, path, keyed).txn_version() is not None:
+        return {}
+    former = DeltaBatchSink(ctx.spark, path, f"archive/{name.urn}/{ARCHIVER}")
+    landed = former.last_batch()
+    if landed is None or landed.incarnation != incarnation:
+        return {}
+    return {str(p): o for p, o in recover(former, ctx.logs, name, ARCHIVER, incarnation)[1].items()}
+
+
+def archive_rows(records: Any, stream: str, incarnation: str | None) -> Any:
+    """The `archive` table's rows of `stream`'s records as `read_stream` gives them, read from
+    its log's `incarnation`."""
     from pyspark.sql import functions as F
 
     data = F.col("data")
@@ -322,6 +387,7 @@ def archive_rows(records: Any, stream: str) -> Any:
         F.date_from_unix_date(
             F.floor(F.unix_millis(F.col("timestamp")) / _DAY_MS).cast("int")
         ).alias("date"),
+        F.lit(incarnation).cast("string").alias("incarnation"),
     )
 
 

@@ -324,9 +324,18 @@ def _archive() -> TableSpec:
                 doc="hex of the 8 fingerprint bytes of a single-object payload, else null",
             ),
             Column("date", "date", False, "UTC day of timestamp (the partition)"),
+            # Last and nullable: Catalog.ensure adds it to a table made before it (Delta adds
+            # columns at the end), whose rows read it as null.
+            Column(
+                "incarnation",
+                "string",
+                doc="LogManager.incarnation of the log the record was read from (offsets restart "
+                "when a stream is deleted and created again); null: unknown (archived before "
+                "this column, or a local log created before it kept one)",
+            ),
         ),
         partition_by=("stream", "date"),
-        key=("stream", "partition", "offset"),
+        key=("stream", "incarnation", "partition", "offset"),
         # Backfills replay offset ranges of one partition.
         zorder_by=("partition", "offset"),
     )

@@ -80,12 +80,36 @@ def _write_history(
 
 
 def _archived(stream: str) -> dict[tuple[int, int], dict[str, Any]]:
+    """The archived rows of `stream` by (partition, offset), of one incarnation or another."""
+    rows = _archived_by_incarnation(stream)
+    by_offset = {(p, o): row for (_, p, o), row in rows.items()}
+    assert len(by_offset) == len(rows), "a record was archived twice"
+    return by_offset
+
+
+def _archived_by_incarnation(stream: str) -> dict[tuple[str | None, int, int], dict[str, Any]]:
     if not _archive_path().exists():
         return {}
     rows = [r for r in read_delta(_archive_path()).to_pylist() if r["stream"] == stream]
-    by_offset = {(r["partition"], r["offset"]): r for r in rows}
+    by_offset = {(r["incarnation"], r["partition"], r["offset"]): r for r in rows}
     assert len(by_offset) == len(rows), "a record was archived twice"
     return by_offset
+
+
+def _incarnation(stream: str) -> str | None:
+    manager = open_log_manager(load_config())
+    try:
+        return manager.incarnation(stream)
+    finally:
+        manager.close()
+
+
+def _delete(stream: str) -> None:
+    manager = open_log_manager(load_config())
+    try:
+        assert manager.delete(stream)
+    finally:
+        manager.close()
 
 
 def _positions(stream: str) -> list[int | None]:
@@ -156,7 +180,7 @@ def test_a_crash_then_a_rerun_archives_every_record_once(spark: Any, fault: str)
     point = (
         "retention.before_delta_commit"
         if fault == "before_delta_commit"
-        else f"archive/{stream}.after_delta_commit"
+        else f"archive/{stream}@{_incarnation(stream)}.after_delta_commit"
     )
     crashed = subprocess.run(
         [sys.executable, str(ROOT / "jobs" / "retention.py"), "archive", "--streams", stream],
@@ -247,3 +271,108 @@ def test_purge_waits_for_the_archiver_and_every_group_then_maintain(spark: Any) 
     assert optimize["files_after"] < optimize["files_before"] == sizes["snapshot_files"]
     assert vacuum["files_after"] == optimize["files_after"] and vacuum["bytes_removed"] > 0
     assert _archived(stream) == archived  # the same rows, fewer files
+
+
+def test_a_recreated_stream_archives_under_its_new_incarnation_and_stops_no_other(
+    spark: Any,
+) -> None:
+    """Two archived streams; one is deleted and created again (offsets start at 0 again). One
+    run archives both: the recreated stream's new records under its new incarnation, beside
+    the old incarnation's rows, and the other stream's history, which the purge then takes
+    from the log. (The archiver's batch of the recreated log used to be refused as another
+    log's, failing the whole step before the other stream.)"""
+    recreated, steady = "hist/a-recreated", "hist/b-steady"
+    old = _write_history(recreated, days=2, per_day=10)
+    code, first = _run("archive", "--streams", recreated, "--horizon", "0")
+    assert code == 0 and first["archived"] == len(old), first
+    old_incarnation = _incarnation(recreated)
+    _delete(recreated)
+    new = _write_history(recreated, days=1, per_day=6)
+    new_incarnation = _incarnation(recreated)
+    assert new_incarnation not in (None, old_incarnation)
+    history = _write_history(steady, retention="1d", segment_bytes=2048)
+
+    code, second = _run("archive", "--streams", f"{recreated},{steady}", "--horizon", "0")
+    assert code == 0, second
+    assert second["failed_streams"] == [], second
+    again = second["streams"][recreated]
+    assert (again["incarnation"], again["batch"], again["archived"]) == (
+        new_incarnation,
+        0,
+        len(new),
+    )
+    assert second["streams"][steady]["archived"] == len(history)
+    rows = _archived_by_incarnation(recreated)
+    assert sorted(rows) == sorted(
+        [(old_incarnation, *w["at"]) for w in old] + [(new_incarnation, *w["at"]) for w in new]
+    )
+    for w in new[:-1]:  # the last one is the raw value, not a Record
+        assert rows[(new_incarnation, *w["at"])]["data"] == w["record"].data
+    assert len(_archived(steady)) == len(history)
+
+    code, purged = _run("purge", "--streams", f"{recreated},{steady}")
+    assert code == 0 and purged["streams"][steady]["segments_purged"] > 0, purged
+    assert purged["streams"][steady]["held_by"] == {}
+
+
+def test_a_failing_stream_is_reported_while_the_others_are_archived(spark: Any) -> None:
+    """A stream whose batch is refused (here the archiver's position lies beyond the log's
+    end) fails alone: the others are archived, the summary says which stream failed and why,
+    and the exit code is 1, or 0 with --partial-ok (the retention DAG's way, so its purge,
+    compact and maintain still run)."""
+    broken, fine = "hist/c-broken", "hist/d-fine"
+    _write_history(broken, days=1, per_day=4)
+    written = _write_history(fine, days=2, per_day=10)
+    _commit(broken, ARCHIVER, 1, 10_000)
+
+    code, failed = _run("archive", "--streams", f"{broken},{fine}", "--horizon", "0")
+    assert code == 1 and failed["status"] == "failed", failed
+    assert failed["failed_streams"] == [broken]
+    assert broken in failed["error"] and "beyond the" in failed["error"], failed["error"]
+    assert failed["streams"][broken]["status"] == "failed"
+    assert "streamcore position" in failed["streams"][broken]["error"]
+    assert failed["streams"][fine]["archived"] == len(written)
+    assert sorted(_archived(fine)) == sorted(w["at"] for w in written)
+    assert _archived(broken) == {}
+
+    more = _write_history(fine, days=1, per_day=4)
+    code, partial = _run(
+        "archive", "--streams", f"{broken},{fine}", "--horizon", "0", "--partial-ok"
+    )
+    assert code == 0 and partial["status"] == "partial", partial
+    assert partial["failed_streams"] == [broken]
+    assert partial["streams"][fine]["archived"] == len(more)
+
+
+def test_a_batch_of_the_archiver_before_incarnations_keyed_it_is_finished_once(
+    spark: Any,
+) -> None:
+    """A batch the archiver landed under its former app id (`archive/<stream>`, before it was
+    keyed by incarnation) whose positions the job died before committing: the first keyed run
+    commits them, as the recovery of that app id would have, rather than archive the records
+    a second time."""
+    from jobs.retention import archive_rows
+    from jobs.spark.catalog import Catalog
+    from jobs.spark.delta_sink import DeltaBatchSink, plan_batch
+    from jobs.spark.streams import read_stream
+    from streamcore.names import Name
+
+    stream = "hist/unkeyed"
+    written = _write_history(stream, days=2, per_day=10)
+    config = load_config()
+    manager = open_log_manager(config)
+    try:
+        path = Catalog(spark, config).ensure("archive")
+        sink = DeltaBatchSink(spark, path, f"archive/{stream}/{ARCHIVER}")
+        plan = plan_batch(sink, manager, stream, ARCHIVER)
+        rows = archive_rows(read_stream(spark, manager, Name.of(stream), plan.ranges), stream, None)
+        sink.write(plan, lambda: rows.write.format("delta").mode("append").save(path))
+    finally:
+        manager.close()
+    assert _positions(stream) == [None, None] and len(_archived(stream)) == len(written)
+
+    code, summary = _run("archive", "--streams", stream, "--horizon", "0")
+    assert code == 0 and summary["archived"] == 0, summary
+    assert summary["streams"][stream]["recovered_positions"], summary
+    assert len(_archived(stream)) == len(written)  # _archived checks each row is there once
+    assert _positions(stream) == [plan.ranges[0][1], plan.ranges[1][1]]

@@ -47,7 +47,7 @@ def test_partitioning_and_keys(config) -> None:
     assert specs["audit"].partition_by == ("event_day",)
     assert specs["audit"].key == ("event_id",)
     assert specs["archive"].partition_by == ("stream", "date")
-    assert specs["archive"].key == ("stream", "partition", "offset")
+    assert specs["archive"].key == ("stream", "incarnation", "partition", "offset")
     assert specs["quarantine"].partition_by == ("stream",)
     assert specs["quarantine"].key == ("stream", "partition", "offset")
     assert specs["repository"].partition_by == ()
