@@ -161,6 +161,7 @@ def check_args(args: argparse.Namespace) -> None:
             )
         if args.drain_timeout <= 0:
             raise JobArgumentError(f"--drain-timeout must be > 0 s, got {args.drain_timeout}")
+        _check_topology_allowed(args)
         topology, _ = _load_topology(args.topology)
         inputs = sorted(
             {s for n in topology.computation_names() for s in topology.input_streams(n)}
@@ -171,6 +172,30 @@ def check_args(args: argparse.Namespace) -> None:
                 f"are {', '.join(inputs) or 'none'}. Give one of them as --target, or a "
                 f"topology reading {target}"
             )
+
+
+def _check_topology_allowed(args: argparse.Namespace) -> None:
+    """`--topology`'s module is under a prefix `[backfill] topologies` lists, before anything
+    imports it: whoever may trigger the backfill DAG names it, and loading it runs its code."""
+    from streamcore.config import load_config
+
+    try:
+        allowed = load_config(**({"home": args.home} if args.home else {})).backfill_topologies
+    except StreamcoreError as exc:
+        raise JobArgumentError(f"--topology: {exc}") from None
+    module, colon, factory = args.topology.partition(":")
+    if not (module and colon and factory):
+        return  # not MODULE:FACTORY: refused by the loader, which then imports nothing
+    if any(module == prefix or module.startswith(f"{prefix}.") for prefix in allowed):
+        return
+    shown = ", ".join(allowed) if allowed else "none"
+    raise JobArgumentError(
+        f"--topology {args.topology}: module {module!r} is not one a backfill may run (allowed "
+        f"module prefixes: {shown}). Add its package to `[backfill] topologies` in "
+        f'include/streamcore.toml (e.g. topologies = ["{module.split(".")[0]}"]), or to '
+        "STREAMCORE_BACKFILL_TOPOLOGIES (comma-separated), where the job and the DAG's validate "
+        "task run"
+    )
 
 
 def _load_topology(spec: str) -> tuple[Any, Any]:

@@ -212,6 +212,15 @@ class StreamcoreConfig:
         return tuple(i.strip() for i in items if i.strip())
 
     @property
+    def backfill_topologies(self) -> tuple[str, ...]:
+        """`[backfill] topologies` (STREAMCORE_BACKFILL_TOPOLOGIES, comma-separated): the module
+        prefixes whose topology factories a backfill may import and run (`--topology
+        MODULE:FACTORY`, the backfill DAG's `topology` Param). Empty, the default: none. Checked
+        when asked, as `audit_schedule`."""
+        value = _lookup(self.table, "backfill", "topologies", [])
+        return _module_prefixes(value, "backfill.topologies")
+
+    @property
     def log_dir(self) -> Path:
         return self.home / "log"
 
@@ -262,6 +271,27 @@ def _paths(value: Any, what: str) -> tuple[Path, ...]:
             f"got {value!r}"
         )
     return tuple(Path(i).expanduser().resolve() for i in items if i.strip())
+
+
+_MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def _module_prefixes(value: Any, what: str) -> tuple[str, ...]:
+    """Dotted module names: a TOML array of strings, or one string separated by commas."""
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
+        raise ConfigError(
+            f"{what} must be a list of module names (or one string separated by commas), "
+            f'got {value!r}; e.g. ["myapp.flows"]'
+        )
+    names = tuple(i.strip() for i in items if i.strip())
+    for name in names:
+        if not _MODULE.match(name):
+            raise ConfigError(
+                f"{what} has {name!r}, which is not a module name (dotted Python identifiers, "
+                'e.g. "myapp.flows")'
+            )
+    return names
 
 
 def _warehouse(value: str, home: Path) -> str:

@@ -49,6 +49,12 @@ def copy_topology() -> tuple[Topology, Settings]:
     return topology, Settings(drain_quiet=0.3)
 
 
+@pytest.fixture(autouse=True)
+def _topologies_of_this_module(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`[backfill] topologies`: a backfill may run this module's topology."""
+    monkeypatch.setenv("STREAMCORE_BACKFILL_TOPOLOGIES", __name__)
+
+
 def _backfill(*args: str) -> tuple[int, dict[str, Any]]:
     from jobs import backfill
 

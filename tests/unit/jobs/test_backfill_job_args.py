@@ -1,7 +1,10 @@
 """jobs/backfill.py without Spark: what `check_args` (and so the DAG's validate task, through
-`argument_errors`) accepts and refuses, the topology and table targets included."""
+`argument_errors`) accepts and refuses, the topology and table targets included: a topology only
+from the modules `[backfill] topologies` allows, refused before its module is imported."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -27,6 +30,13 @@ def copy_topology() -> Topology:
 
 TOPOLOGY = f"{__name__}:copy_topology"
 REPLAY = ["--stream", "import/docs", *WINDOW, "--target", "replay/docs"]
+
+
+@pytest.fixture(autouse=True)
+def _allowed_topologies(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This module's topologies, and the modules the refusals below name, may be loaded."""
+    allowed = [__name__, "no_such_module_x"]
+    monkeypatch.setenv("STREAMCORE_BACKFILL_TOPOLOGIES", ",".join(allowed))
 
 
 @pytest.mark.parametrize(
@@ -111,3 +121,37 @@ def test_good_arguments_pass(argv: list[str]) -> None:
 def test_bad_arguments_are_refused_with_the_fix(argv: list[str], message: str) -> None:
     error = argument_errors(backfill, argv)
     assert error is not None and message in error, error
+
+
+def test_a_topology_outside_the_configured_modules_is_refused_before_its_import(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Param lets whoever triggers the DAG name any module:attribute: only modules under
+    `[backfill] topologies` (STREAMCORE_BACKFILL_TOPOLOGIES) are imported and called."""
+    (tmp_path / "side_effects.py").write_text(
+        "from pathlib import Path\n"
+        "Path(__file__).with_suffix('.imported').touch()\n"
+        "def build():\n    return None\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    imported = tmp_path / "side_effects.imported"
+    topology = [*REPLAY, "--target-kind", "topology", "--topology"]
+    for allowed in ("", "side", "tests.unit, side_effects_other"):
+        monkeypatch.setenv("STREAMCORE_BACKFILL_TOPOLOGIES", allowed)
+        for spec in ("side_effects:build", "os:getcwd", "shutil:rmtree"):
+            error = argument_errors(backfill, [*topology, spec])
+            assert error is not None and f"--topology {spec}" in error, error
+            assert "[backfill] topologies" in error and "STREAMCORE_BACKFILL_TOPOLOGIES" in error
+    assert not imported.exists()
+    monkeypatch.setenv("STREAMCORE_BACKFILL_TOPOLOGIES", "side_effects")
+    error = argument_errors(backfill, [*topology, "side_effects:build"])
+    assert error is not None and "it must return a Topology" in error, error  # loaded, then checked
+    assert imported.exists()
+
+
+def test_a_bad_topologies_setting_is_refused_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STREAMCORE_BACKFILL_TOPOLOGIES", "myapp/flows")
+    error = argument_errors(
+        backfill, [*REPLAY, "--target-kind", "topology", "--topology", TOPOLOGY]
+    )
+    assert error is not None and "backfill.topologies has 'myapp/flows'" in error, error
