@@ -1,7 +1,8 @@
 """Retention compaction, daily: `jobs/retention.py` archive → purge → compact → maintain.
 
 validate → archive → purge → compact → maintain (four spark-submits of jobs/retention.py) →
-summary, made by `job_tasks`.
+summary, made by `job_tasks`, → archive_failures, which fails the run if a stream could not be
+archived (the archive step reports it and lets the later steps run).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from _streamcore import (
     render_rows,
     streamcore_home,
 )
-from airflow.sdk import CronTriggerTimetable, Param, dag
+from airflow.sdk import CronTriggerTimetable, Param, dag, task
 from airflow.sdk.exceptions import AirflowFailException
 
 DOC = """
@@ -32,7 +33,10 @@ Keeps the hot logs bounded and their history durable (`jobs/retention.py`, docs/
 - **archive**: the records appended before now minus `horizon` that the archiver (consumer group
   `retention/archiver`) has not archived yet land in the Delta table **`archive`**, exactly once,
   for every stream the configuration archives (`archive = true` on its `[[log.match]]` rule, the
-  default), or the `streams` given.
+  default), or the `streams` given. Each row carries its log's incarnation: a stream deleted and
+  created again is archived from its new offset 0 on, beside the old rows. Each stream is
+  archived on its own: one that fails is reported (summary, and the **archive_failures** task
+  fails the run with its error) while the others are archived, purged, compacted.
 - **purge**: expired segments of the local logs (newest record older than the log's retention)
   are deleted once every consumer group and the archiver have read past them. The others stay,
   and the summary says which groups keep how many records; `force` purges them anyway (the groups
@@ -99,7 +103,16 @@ def retention_arguments(params: dict[str, Any], context: Any) -> dict[str, list[
     common = ["--home", str(streamcore_home()), *(["--dry-run"] if dry_run else [])]
     chosen = ["--streams", ",".join(streams)] if streams else []
     return {
-        "archive": ["archive", "--horizon", params["horizon"].strip(), *chosen, *common],
+        # --partial-ok: a stream that fails must not stop purge, compact and maintain for the
+        # others; archive_failures fails the run once they ran.
+        "archive": [
+            "archive",
+            "--horizon",
+            params["horizon"].strip(),
+            "--partial-ok",
+            *chosen,
+            *common,
+        ],
         "purge": ["purge", *chosen, *(["--force"] if params["force"] else []), *common],
         "compact": ["compact", *chosen, *common],
         "maintain": ["maintain", *common],
@@ -146,7 +159,9 @@ def render_summary(outputs: Mapping[str, Mapping[str, Any]]) -> str:
     compacted = outputs["compact"].get("streams") or {}
     for stream in sorted(set(purged) | set(archived) | set(compacted)):
         a, p, c = archived.get(stream, {}), purged.get(stream, {}), compacted.get(stream, {})
-        if "would_archive" in a:
+        if a.get("status") == "failed":
+            got = "FAILED (below)"
+        elif "would_archive" in a:
             got = f"{a['would_archive']:,} records"
         elif "skipped" in a:
             got = f"skipped ({a['skipped']})"
@@ -185,7 +200,24 @@ def render_summary(outputs: Mapping[str, Mapping[str, Any]]) -> str:
         "lost (records)",
     ]
     dry = "dry run: nothing changed; what a real run would do\n\n" if archive.get("dry_run") else ""
-    return f"{dry}{render_table(header, streams)}\n\n{render_rows(rows)}"
+    failures = "".join(
+        f"\n\narchive of {stream} FAILED: {archived[stream]['error']}"
+        for stream in archive.get("failed_streams", [])
+    )
+    return f"{dry}{render_table(header, streams)}{failures}\n\n{render_rows(rows)}"
+
+
+def check_archive_failures(record: Mapping[str, Any]) -> None:
+    """Fail (AirflowFailException) if the run's archive step could not archive some stream:
+    once the summary is kept and the other streams are purged, compacted and maintained."""
+    archive = record.get("archive") or {}
+    failed = archive.get("failed_streams") or []
+    if failed:
+        errors = "; ".join(f"{s}: {archive['streams'][s]['error']}" for s in failed)
+        raise AirflowFailException(
+            f"the archive step failed for {', '.join(failed)} (the other streams were archived, "
+            f"purged and compacted; see the summary): {errors}"
+        )
 
 
 @dag(
@@ -200,13 +232,14 @@ def render_summary(outputs: Mapping[str, Mapping[str, Any]]) -> str:
     default_args=default_args(retries=1),
 )
 def streamcore_retention() -> None:
-    job_tasks(
+    report = job_tasks(
         "retention",
         ["archive", "purge", "compact", "maintain"],
         retention_arguments,
         retries={"archive": 2, "purge": 1, "compact": 1, "maintain": 1},  # each is idempotent
         render=render_summary,
     )
+    task(task_id="archive_failures", retries=0)(check_archive_failures)(report)
 
 
 streamcore_retention()

@@ -158,6 +158,7 @@ def nothing_landed() -> dict[str, Any]:
         "by_event_type": {},
         "validation": None,
         "data_docs": None,
+        "validation_run": None,
         "entries_per_s": 0.0,
     }
 

@@ -497,13 +497,21 @@ def test_retention_validate_builds_dry_runs_for_people_and_real_runs_for_the_sch
     )
     home = ["--home", str(af.streamcore_home)]
     assert result["manual"] == {
-        "archive": ["archive", "--horizon", "1d", *home, "--dry-run"],
+        "archive": ["archive", "--horizon", "1d", "--partial-ok", *home, "--dry-run"],
         "purge": ["purge", *home, "--dry-run"],
         "compact": ["compact", *home, "--dry-run"],
         "maintain": ["maintain", *home, "--dry-run"],
     }
     real = result["manual_real"]
-    assert real["archive"] == ["archive", "--horizon", "1d", "--streams", "hist/known", *home]
+    assert real["archive"] == [
+        "archive",
+        "--horizon",
+        "1d",
+        "--partial-ok",
+        "--streams",
+        "hist/known",
+        *home,
+    ]
     assert real["purge"] == ["purge", "--streams", "hist/known", "--force", *home]
     assert real["compact"] == ["compact", "--streams", "hist/known", *home]
     assert all("--dry-run" not in argv for argv in result["scheduled"].values())

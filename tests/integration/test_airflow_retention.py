@@ -1,8 +1,10 @@
 """One `dag.test()` of the retention DAG, for real (`dry_run` off): a week of back-dated history
 of a compacted stream is archived to Delta, the segments past its 3-day retention are purged
 once archived, the other archived segments keep the latest record per key, and `archive` is
-optimized; the summary task keeps the per-stream table in the run record. The job tasks run on
-a Spark Connect server (docs/spark-connect.md)."""
+optimized; the summary task keeps the per-stream table in the run record. A second stream that
+cannot be archived is reported there and fails the run at its end, without stopping the first
+stream's purge, compaction and maintenance. The job tasks run on a Spark Connect server
+(docs/spark-connect.md)."""
 
 from __future__ import annotations
 
@@ -14,13 +16,15 @@ from airflow_harness import ROOT, dag_test, make_airflow_env, spark_connect
 
 from streamcore.codecs import get_codec
 from streamcore.config import load_config
-from streamcore.log import open_log_manager
+from streamcore.log import LogPartition, open_log_manager
+from streamcore.log.config import ARCHIVER
 from streamcore.record import Record
 from streamcore.watermark import Watermark
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 
 STREAM = "hist/dag"
+BROKEN = "hist/broken"
 DAY_MS = 86_400_000
 
 
@@ -47,16 +51,23 @@ def test_a_run_archives_then_purges_then_maintains(
             ts = now - 7 * DAY_MS + n * (DAY_MS // 20)
             record = Record(f"k{n % 10}", f"event-{n}".encode(), Watermark.of(ts).value)
             appender.append_batch([(record.key, codec.encode(record))], timestamps=[ts])
+        manager.create(BROKEN, 1)
+        manager.appender(BROKEN).append_batch([("k", b"x")], timestamps=[now - 2 * DAY_MS])
+        # The archiver's position beyond the log's end: its batch is refused.
+        manager.commit_position(LogPartition.of(BROKEN, 0), ARCHIVER, 10_000)
     finally:
         manager.close()
-    conf = {"dry_run": False, "streams": [STREAM], "horizon": "1d"}
+    conf = {"dry_run": False, "streams": [BROKEN, STREAM], "horizon": "1d"}
     with spark_connect(af, tmp_path_factory.mktemp("spark-connect")):
         run = dag_test(af, "streamcore_retention", conf)
-    assert run["state"] == "success", run
+    assert run["state"] == "failed", run
     steps = ("validate", "archive", "purge", "compact", "maintain", "summary")
-    assert run["tasks"] == dict.fromkeys(steps, "success"), run
+    assert run["tasks"] == {**dict.fromkeys(steps, "success"), "archive_failures": "failed"}, run
     (path,) = (af.streamcore_home / "runs" / "retention").glob("*.json")
     record = json.loads(path.read_text())
+    assert record["archive"]["failed_streams"] == [BROKEN]
+    assert f"archive of {BROKEN} FAILED" in record["report"], record["report"]
+    assert "beyond the end" in record["report"]
     archived = record["archive"]["streams"][STREAM]
     purged = record["purge"]["streams"][STREAM]
     compacted = record["compact"]["streams"][STREAM]
