@@ -231,7 +231,7 @@ def spark_connect(af: AirflowEnv, folder: Path, master: str = "local[2]") -> Ite
         "STREAMCORE_SPARK_CONNECT_HOME": str(folder),
         "STREAMCORE_SPARK_MASTER": master,
         "STREAMCORE_SPARK_DRIVER_MEMORY": "2g",
-        # The script's 60 s assume an idle machine: a CI run at load 25 took longer to answer.
+        # The script's 60 s assume an idle machine: at load 25 the server took longer to answer.
         "STREAMCORE_SPARK_START_TIMEOUT": "300",
     }
     script = [str(ROOT / "scripts" / "spark-connect.sh")]
