@@ -171,3 +171,58 @@ def test_a_job_killed_before_its_ledger_update_is_completed_not_repeated(
     assert (resumed["completed"], resumed["redriven"], resumed["already"]) == (7, 0, 0)
     assert len(source_records(load_config())[1]) == 7
     assert _audit_comments() == [("recoveryRedrive", "after the crash")]
+
+
+@pytest.mark.airflow
+def test_the_recovery_dag_refuses_a_reset_into_purged_records(tmp_path: Path) -> None:
+    """The DAG's validate (`plan`) previews a reset through the same plan as the commands: a date
+    or watermark whose first record retention may have purged is refused there, before anything
+    moves, naming the backfill."""
+    import subprocess
+    import sys
+    import textwrap
+    from datetime import UTC, datetime
+
+    from recovery_support import T0, purged_stream
+
+    from streamcore.log import LocalLogManager, LogPartition
+
+    home = Path(os.environ["STREAMCORE_HOME"])
+    with LocalLogManager(home / "log", config=load_config(home=home)) as manager:
+        purged_stream(manager, "local", "app/old")
+        manager.commit_position(LogPartition.of("app/old", 0), "replay", 10)
+    before = datetime.fromtimestamp(T0 / 1000, UTC).isoformat()
+    root = Path(__file__).resolve().parents[2]
+    code = f"""
+        import json, sys
+        sys.path.insert(0, {str(root / "dags")!r})
+        import streamcore_recovery as m
+        from airflow.sdk.exceptions import AirflowFailException
+        defaults = {{k: p.value for k, p in m.PARAMS.items()}}
+        reset = {{"action": "reset", "stream": "app/old", "group": "replay"}}
+        out = {{}}
+        for kind, value in (("date", {before!r}), ("watermark", "100"), ("start", None)):
+            params = {{**defaults, **reset, "reset_to": kind, "reset_value": value}}
+            try:
+                out[kind] = m.plan(params, "manual__r1", "ops")["preview"]["rows"]
+            except AirflowFailException as exc:
+                out[kind] = str(exc)
+        print(json.dumps(out))
+    """
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow")}
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=env,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    for kind in ("date", "watermark"):
+        assert isinstance(out[kind], str), f"reset_to {kind} was accepted: {out[kind]}"
+        assert "purged" in out[kind] and "backfill" in out[kind], out[kind]
+    assert out["start"][0]["after"] == 5  # the start skips the purged records knowingly
+    with LocalLogManager(home / "log", config=load_config(home=home)) as manager:
+        assert manager.committed("app/old", "replay") == [10]
