@@ -21,6 +21,7 @@ The app knows nothing of Airflow: who may see what is decided by the two callabl
 (streamcore_ui.py passes Airflow's own login and permissions), so it can be tested alone.
 """
 
+import glob
 import html
 import json
 import mimetypes
@@ -85,7 +86,7 @@ def run_data_docs(docs_root: Path, record: dict[str, Any]) -> str | None:
     pages = [
         page
         for name in validation_runs(record)
-        for page in docs_root.glob(f"local_site/validations/*/{name}/*/*.html")
+        for page in docs_root.glob(f"local_site/validations/*/{glob.escape(name)}/*/*.html")
     ]
     if not pages:
         return None
@@ -109,7 +110,8 @@ def in_run_scope(docs_root: Path, target: Path, record: dict[str, Any]) -> bool:
         return len(rest) >= 2 and rest[1] in names
     if section == "expectations" and len(rest) == 1:
         validations = docs_root / "local_site" / "validations"
-        suites = {found.parent.name for name in names for found in validations.glob(f"*/{name}")}
+        found = (validations.glob(f"*/{glob.escape(name)}") for name in names)
+        suites = {folder.parent.name for folders in found for folder in folders}
         return rest[0].removesuffix(".html") in suites
     return False
 

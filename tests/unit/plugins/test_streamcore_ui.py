@@ -216,6 +216,18 @@ def test_data_docs_are_scoped_to_the_runs_a_user_may_read(client: TestClient) ->
     assert get(client, css, "viewer").status_code == 200
 
 
+def test_a_run_name_is_not_a_pattern(client: TestClient, home: Path) -> None:
+    """A record's GX run name is matched as it is: `*` names no other run's pages."""
+    path = record_path("audit", "streamcore_glob", RUN_ID, home)
+    step = {"data_docs": "index.html", "validation_run": "*"}
+    path.write_text(json.dumps({"dag_id": "streamcore_glob", "run_id": RUN_ID, "land": step}))
+    base = f"/runs/streamcore_glob/{RUN_ID}/data-docs"
+    assert get(client, base).status_code == 404
+    own = "local_site/validations/Document/import-repository-batch-3/t/spark-Document-frames.html"
+    for path in (own, "local_site/expectations/Document.html"):
+        assert get(client, f"{base}/{path}").status_code == 403, path
+
+
 def test_paths_outside_the_data_docs_are_refused(client: TestClient, home: Path) -> None:
     for path in (
         "/data-docs/../../great_expectations.yml",
