@@ -178,7 +178,10 @@ def test_a_relay_frozen_between_append_and_acknowledgement_loses_nothing(
     appended = event_ids(records)
     assert sorted(set(appended)) == ids  # none lost
     assert appended == ids[:50] + ids[25:]  # the second batch twice, in order
-    assert log_manager.appends == [25, 25, 25, 10]
+    # How the hung detector's hand-back splits the re-run into batches depends on when the
+    # workers poll (under load: 1 + 25 + 9), so only the two first appends are fixed.
+    assert log_manager.appends[:2] == [25, 25]
+    assert sum(log_manager.appends[2:]) == 35
 
 
 @on_databases
