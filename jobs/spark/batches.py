@@ -3,8 +3,10 @@
 **Offset-range batches** (`run_offset_batch`): plan (recover a batch that reached Delta but not
 the log, then the group's committed positions to the end observed now) → read the ranges as
 decoded Records → the job's `land` (transform, checks, one Delta write through the sink) → check
-that a skipped write was this very batch → commit the group's positions. A crash at any point,
-then a rerun, gives no duplicate and no loss. A job supplies only `land`.
+that a skipped write was this very batch → commit the group's positions (and the sink's record of
+that commit, `delta_sink.landed_group`). A crash at any point, then a rerun, gives no duplicate
+and no loss; an operator's rewind of the group, even to exactly the last batch's starts, is read
+from, not taken for a crash. A job supplies only `land`.
 
 Batches over a time interval instead of a group's positions: `jobs.spark.intervals`.
 """

@@ -23,6 +23,18 @@ Recovery only ever moves positions that are exactly at the landed batch's starts
 elsewhere were set on purpose (a rewind re-reads; the MERGE by id makes that idempotent), and a log
 that ends before the landed batch was recreated: planning refuses it rather than skip its records.
 
+A rewind to exactly the landed batch's starts (`streamcore recovery reset --to-start` on a group
+whose last batch began at offset 0) leaves the positions where a crash does. What tells them apart
+is the sink's own record of its position commits: after committing the group's positions, the
+sink gives them to the companion group `<group>_landed` too (`landed_group`), and a batch's
+metadata keeps that group's positions as they were when it was planned. Positions at the
+batch's starts with the companion as it was then: the sink never committed the batch's positions,
+a crash, recovered. With the companion moved since: the sink committed them, and someone moved the
+group back after, a rewind, read from. (A batch of an older version, without that record, is
+recovered as before. A batch whose ends the companion held already leaves no trace when committed:
+after a rewind, a batch that found no new record, then a second rewind to the same starts, that
+rewind is taken for a crash; nothing is lost, those records landed again with the batch.)
+
 Offsets cannot tell a recreated log that already grew past the landed ends from the old one, and
 deleting a log deletes its groups' positions too: a first batch (starts 0) would look like a crash
 to recover, and committing the old ends would skip the new log's first records. So planning also
@@ -51,6 +63,7 @@ __all__ = [
     "DeltaBatchSink",
     "LogMismatchError",
     "commit_metrics",
+    "landed_group",
     "plan_batch",
     "read_positions",
 ]
@@ -77,6 +90,8 @@ class BatchPlan:
     ranges: dict[int, tuple[int, int]]
     recovered: dict[int, int] = field(default_factory=dict)
     incarnation: str | None = None  # of the log the ranges are offsets of (None: unknown)
+    # The companion group's positions when the batch was planned (`landed_group`).
+    landed_before: dict[int, int | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for partition, (start, end) in self.ranges.items():
@@ -101,6 +116,7 @@ class BatchPlan:
                 "group": self.group,
                 "offsets": {str(p): list(r) for p, r in sorted(self.ranges.items())},
                 "incarnation": self.incarnation,
+                "landed_before": {str(p): o for p, o in sorted(self.landed_before.items())},
             },
             separators=(",", ":"),
         )
@@ -109,13 +125,15 @@ class BatchPlan:
 @dataclass(frozen=True)
 class LandedBatch:
     """The newest batch of an app in a table: its number (Delta's transaction version of the app
-    id) and, while its commit is still in the table history, its offset ranges, version and the
-    incarnation of the log it read (None if its commit predates their recording)."""
+    id) and, while its commit is still in the table history, its offset ranges, version, the
+    incarnation of the log it read and the companion group's positions when it was planned (None
+    if its commit predates their recording)."""
 
     batch: int
     ranges: dict[int, tuple[int, int]] | None = None
     version: int | None = None
     incarnation: str | None = None
+    landed_before: dict[int, int | None] | None = None
 
     @property
     def ends(self) -> dict[int, int] | None:
@@ -152,7 +170,14 @@ class DeltaBatchSink:
             return LandedBatch(batch)
         meta = json.loads(rows[0]["userMetadata"])
         ranges = {int(p): (int(r[0]), int(r[1])) for p, r in meta["offsets"].items()}
-        return LandedBatch(batch, ranges, int(rows[0]["version"]), meta.get("incarnation"))
+        before = meta.get("landed_before")
+        return LandedBatch(
+            batch,
+            ranges,
+            int(rows[0]["version"]),
+            meta.get("incarnation"),
+            None if before is None else {int(p): o for p, o in before.items()},
+        )
 
     def txn_version(self) -> int | None:
         """The newest batch number Delta recorded for this app id (None if none): the table
@@ -244,9 +269,22 @@ def recover(
             landed.ranges,
         )
         return landed, {}
+    if _committed_since(manager, name, group, landed, at_start):
+        logger.info(
+            "group %s on %s was moved back to the starts of batch %d of %s after the batch's "
+            "positions were committed (%s moved since the batch was planned): reading from its "
+            "positions, not recovering the batch",
+            group,
+            name,
+            landed.batch,
+            sink.app_id,
+            landed_group(group),
+        )
+        return landed, {}
     fixed = {p: landed.ranges[p][1] for p in sorted(at_start)}
     for partition, end in fixed.items():
         manager.commit_position(LogPartition(name, partition), group, end)
+        manager.commit_position(LogPartition(name, partition), landed_group(group), end)
     logger.warning(
         "batch %d of %s reached Delta (version %d) but its positions were not committed (the "
         "previous run stopped in between); committed them now: %s",
@@ -293,6 +331,23 @@ def _check_log_holds(
             )
 
 
+def landed_group(group: str) -> str:
+    """The companion group whose positions record the sink's last commit of `group`'s (the
+    module doc says why)."""
+    return Name.of(f"{group}_landed").urn
+
+
+def _committed_since(
+    manager: LogManager, name: Name, group: str, landed: LandedBatch, partitions: set[int]
+) -> bool:
+    """Did the sink commit `landed`'s positions on any of `partitions` (its companion group moved
+    since the batch was planned)? False when the batch has no record of the companion."""
+    if landed.landed_before is None:
+        return False
+    now = manager.committed(name, landed_group(group))
+    return any(now[p] != landed.landed_before.get(p) for p in partitions)
+
+
 def read_positions(manager: LogManager, name: Name, group: str) -> list[int]:
     """Where `group` reads each partition of `name` next: its committed position, or the oldest
     retained offset if it has none (or its position was purged)."""
@@ -337,7 +392,8 @@ def plan_batch(
         ]
     ranges = _cap(dict(enumerate(zip(positions, ends, strict=True))), max_records)
     batch = landed.batch + 1 if landed is not None else 0
-    return BatchPlan(sink.app_id, name.urn, group, batch, ranges, fixed, incarnation)
+    before = dict(enumerate(manager.committed(name, landed_group(group))))
+    return BatchPlan(sink.app_id, name.urn, group, batch, ranges, fixed, incarnation, before)
 
 
 def _cap(ranges: Mapping[int, tuple[int, int]], max_records: int) -> dict[int, tuple[int, int]]:
@@ -367,8 +423,15 @@ def _cap(ranges: Mapping[int, tuple[int, int]], max_records: int) -> dict[int, t
 
 
 def commit_positions(manager: LogManager, plan: BatchPlan) -> None:
-    """Move the group to the end of the batch (after its Delta commit, never before)."""
+    """Move the group to the end of the batch (after its Delta commit, never before), then
+    record that commit: the companion group (`landed_group`) takes the group's positions, so it
+    also holds back no purge the group allows."""
     name = Name.of(plan.stream)
     for partition, (start, end) in sorted(plan.ranges.items()):
         if end > start:
             manager.commit_position(LogPartition(name, partition), plan.group, end)
+    companion = landed_group(plan.group)
+    recorded = manager.committed(name, companion)
+    for partition, pos in enumerate(manager.committed(name, plan.group)):
+        if pos is not None and pos != recorded[partition]:
+            manager.commit_position(LogPartition(name, partition), companion, pos)

@@ -54,14 +54,16 @@ def _offsets(path: str) -> list[tuple[int, int]]:
 
 @pytest.mark.parametrize(
     "rewind",
-    [{0: 0, 1: 0}, {0: 3, 1: 12}],
-    ids=["to_start", "into_the_batch"],
+    [{0: 0, 1: 0}, {0: 3, 1: 12}, {0: 10, 1: 10}, {0: 10, 1: 15}],
+    ids=["to_start", "into_the_batch", "to_the_last_batch_start", "one_partition_to_its_start"],
 )
 @spark_test
 def test_a_rewound_group_rereads_instead_of_recovering(spark, tmp_path: Path, rewind) -> None:
     """`streamcore position --to-start` (or --to-offset) after two batches: the operator asked for
     a re-read. Planning must not commit the landed ends back (that skipped every record below
-    them); the next batch reads from the rewound positions."""
+    them); the next batch reads from the rewound positions. A rewind to exactly the last batch's
+    starts puts the positions where a crash between the Delta commit and the positions leaves
+    them: the sink's record of its own commit of the positions tells them apart."""
     from jobs.spark.delta_sink import DeltaBatchSink, plan_batch
 
     with LocalLogManager(tmp_path / "log") as manager:
@@ -109,6 +111,61 @@ def test_a_crash_between_the_two_commits_is_still_recovered(spark, tmp_path: Pat
         assert again.recovered == {1: 7}
         assert manager.committed(STREAM, GROUP) == [7, 7]
         assert (again.batch, again.records) == (2, 0)
+
+
+@spark_test
+def test_a_crash_after_a_rewind_is_still_recovered(spark, tmp_path: Path) -> None:
+    """A rewind to the last batch's starts, a run that plans and fails before landing (the rewind
+    must still read as one), then a batch over the rewound records whose job dies between its
+    Delta commit and its positions: those positions are a crash's, and are recovered."""
+    from jobs.spark.delta_sink import DeltaBatchSink, plan_batch
+
+    with LocalLogManager(tmp_path / "log") as manager:
+        manager.create(STREAM, 2)
+        sink = DeltaBatchSink(spark, str(tmp_path / "delta" / "t"), "test/app")
+        _append(manager, 5)
+        _land(spark, sink, manager)
+        _append(manager, 5)
+        assert _land(spark, sink, manager).ranges == {0: (5, 10), 1: (5, 10)}
+        for partition in (0, 1):
+            manager.commit_position(LogPartition.of(STREAM, partition), GROUP, 5)
+        assert plan_batch(sink, manager, STREAM, GROUP).recovered == {}  # a run that failed
+        _append(manager, 2)
+        plan = plan_batch(sink, manager, STREAM, GROUP)
+        assert (plan.recovered, plan.ranges) == ({}, {0: (5, 12), 1: (5, 12)})
+        rows = spark.createDataFrame([(0, 5)], "partition int, offset long")
+        sink.write(plan, lambda: rows.write.format("delta").mode("append").save(sink.path))
+        # the job died here, after the Delta commit and before the positions
+
+        again = plan_batch(sink, manager, STREAM, GROUP)
+        assert again.recovered == {0: 12, 1: 12}
+        assert manager.committed(STREAM, GROUP) == [12, 12]
+        assert (again.batch, again.records) == (3, 0)
+
+
+@spark_test
+def test_the_importer_rereads_after_a_reset_to_the_start_of_its_only_batch(spark) -> None:
+    """`streamcore recovery reset --to-start` on the importer's group, whose one batch began at
+    offset 0: the positions are then that batch's starts, as after a crash between its Delta
+    commit and its positions. The next run must read every record again (the rewind was
+    undone: it committed the batch's ends back and read nothing)."""
+    from streamcore.cli.main import main
+
+    code, _ = run_importer("produce", "--count", "30", "--partitions", "2", "--seed", "31")
+    assert code == 0
+    code, first = run_importer("consume", *FAST)
+    assert code == 0 and first["batch"] == 0, first
+    assert {p: r[0] for p, r in first["offsets"].items()} == {"0": 0, "1": 0}
+    argv = ["recovery", "reset", "-l", "import/docs", "-g", "import/repository", "--to-start"]
+    assert main(["--home", str(_home()), *argv, "--reason", "re-import"]) == 0
+
+    code, second = run_importer("consume", *FAST)
+    assert code == 0, second
+    assert second["recovered_positions"] == {}, "the rewind was taken for a crash and undone"
+    assert (second["batch"], second["read"], second["imported"]) == (1, 30, 30), second
+    assert len(set(read_delta(second["table_path"]).column("id").to_pylist())) == 30
+    code, third = run_importer("consume", *FAST)
+    assert code == 0 and (third["read"], third["recovered_positions"]) == (0, {}), third
 
 
 @spark_test
