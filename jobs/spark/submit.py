@@ -50,8 +50,13 @@ def delta_confs() -> dict[str, str]:
     (a small shuffle and file-listing parallelism for 2-core machines, Arrow for Python
     exchanges). Delta's VACUUM lists a table's files with up to
     `parallelPartitionDiscovery.parallelism` tasks per listing (Spark's default 10,000): a
-    VACUUM of a 20-file table ran 170,000 tasks, 30-75 s, against 7.5 s with 4."""
+    VACUUM of a 20-file table ran 170,000 tasks, 30-75 s, against 7.5 s with 4.
+
+    Variable substitution is off: Spark would replace `${env:NAME}`, `${spark:conf}`, ... in
+    the text of any SQL it parses, string literals included, so a bulk query (user text) could
+    read the job's secrets. The Spark Connect server takes these confs too."""
     return {
+        "spark.sql.variable.substitute": "false",
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.shuffle.partitions": os.environ.get("STREAMCORE_SPARK_SHUFFLE_PARTITIONS", "4"),

@@ -7,6 +7,12 @@ comments, anonymous placeholders, qualified or unknown columns, and functions ou
 list of pure ones. Named placeholders (`:days`) are bound to literals in the tree. The job
 filters with the SQL sqlglot regenerates from the checked tree, never with the text as given, so
 what runs is what was checked.
+
+Spark replaces `${env:NAME}`, `${system:...}`, `${spark:...}` and the like in the SQL text before
+it parses it, string literals included, so a query holding one would read the job's environment
+and configuration (a LIKE on it answers a guess). The jobs' sessions turn that substitution off
+(`spark.sql.variable.substitute=false`, jobs/spark/submit.py); the check refuses `${` in the SQL
+that would run as well, so a session configured elsewhere leaks nothing either.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from sqlglot.errors import ParseError, SqlglotError
 
 from streamcore.bulk.columns import repository_columns
 from streamcore.bulk.errors import BulkQueryError
+from streamcore.bulk.values import VARIABLE, VARIABLE_FIX, value_problem
 
 # The pure functions a query may call, by the name users write. sqlglot turns several into
 # other nodes (`date(x)` is a CAST, `date_sub` a DATE_ADD of a negated count): the allowed node
@@ -164,13 +171,22 @@ def check_query(
         raise _refuse(f"the query holds {len(trees)} statements; give one condition, without ';'")
     tree = _bind(trees[0], values or {})
     for node in tree.walk():
-        _check_node(node, known)
+        _check_node(node, query, known)
     if not _is_predicate(tree, known):
         raise _refuse(
             f"the query `{_shown(tree)}` is not a condition: it must be true or false for each "
             "document (a comparison, IN, LIKE, IS NULL, a boolean column, ...)"
         )
-    return tree.sql(dialect="spark")
+    sql = tree.sql(dialect="spark")
+    if VARIABLE in sql:
+        # The SQL that runs, not the text given: sqlglot writes escapes such as '\u0024{' back
+        # as the characters they stand for.
+        found = next(
+            (n for n in tree.walk() if isinstance(n, exp.Literal) and VARIABLE in n.sql("spark")),
+            tree,
+        )
+        raise BulkQueryError(f"the query holds `${{` in `{_shown(found)}`: {VARIABLE_FIX}")
+    return sql
 
 
 def _bind(tree: exp.Expression, values: Mapping[str, bool | int | float | str]) -> exp.Expression:
@@ -183,23 +199,24 @@ def _bind(tree: exp.Expression, values: Mapping[str, bool | int | float | str]) 
             given = ", ".join(sorted(values)) or "none"
             raise _refuse(f"the query uses :{name}, which has no value (values given: {given})")
         value = values[name]
+        problem = value_problem(value)
+        if problem is not None:
+            raise BulkQueryError(f"the value of :{name} {problem}")
         if isinstance(value, bool):
             literal: exp.Expression = exp.Boolean(this=value)
         elif isinstance(value, int | float):
             literal = exp.Literal.number(value)
-        elif isinstance(value, str):
-            literal = exp.Literal.string(value)
         else:
-            raise _refuse(f":{name} is {value!r}; a value is a boolean, a number or a string")
+            literal = exp.Literal.string(value)
         if node is tree:
             return literal
         node.replace(literal)
     return tree
 
 
-def _check_node(node: exp.Expression, columns: Mapping[str, str]) -> None:
+def _check_node(node: exp.Expression, query: str, columns: Mapping[str, str]) -> None:
     if node.comments:
-        raise _refuse(f"comments are not allowed in a query (found /* {node.comments[0]} */)")
+        raise _refuse(f"comments are not allowed in a query (found {_comment(query, node)})")
     if isinstance(node, exp.Query | exp.Subquery):
         raise _refuse(f"subqueries are not allowed: `{_shown(node)}`")
     if isinstance(node, exp.Column):
@@ -221,6 +238,15 @@ def _check_node(node: exp.Expression, columns: Mapping[str, str]) -> None:
         raise _refuse(f"function {name.lower()} is not allowed: `{_shown(node)}`")
     else:
         raise _refuse(f"`{_shown(node)}` ({type(node).__name__}) is not allowed in a query")
+
+
+def _comment(query: str, node: exp.Expression) -> str:
+    """The first comment of `node` as the query wrote it (sqlglot keeps only its text)."""
+    text = node.comments[0]
+    for written in (f"--{text}", f"/*{text}*/"):
+        if written in query:
+            return written.strip()
+    return f"/*{text}*/"
 
 
 def _check_column(node: exp.Column, columns: Mapping[str, str]) -> None:

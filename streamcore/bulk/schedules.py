@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from streamcore.bulk.values import value_problem
 from streamcore.config import CronSchedule, StreamcoreConfig, load_config, parse_cron_schedule
 from streamcore.errors import ConfigError
 
@@ -94,6 +95,10 @@ def _schedule(name: str, raw: Any) -> Schedule:
             f"{key}.values must be a table of booleans, numbers and strings (the query's "
             f":placeholders), got {values!r}"
         )
+    for value_name, value in values.items():
+        problem = value_problem(value)
+        if problem is not None:
+            raise ConfigError(f"{key}.values.{value_name} {problem}")
     sizes = {}
     for size in ("bucket_size", "batch_size", "query_limit"):
         value = raw.get(size)

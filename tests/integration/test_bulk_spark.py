@@ -92,6 +92,39 @@ def test_scroll_matching_nothing(spark, repository, tmp_path) -> None:
     assert found == Scroll(0, 0, False) == load_scroll(spark, out)
 
 
+# Each prefix of Spark's variable substitution, with a name that exists, so a substitution
+# would change the text: the job's environment, a JVM property, Spark and Hive confs.
+VARIABLES = [
+    "${env:PATH}",
+    "${system:java.version}",
+    "${spark:spark.app.name}",
+    "${sparkconf:spark.app.name}",
+    "${hiveconf:spark.app.name}",
+    "${hivevar:spark.app.name}",
+    "${spark.app.name}",
+]
+
+
+@pytest.mark.parametrize("variable", VARIABLES)
+def test_sessions_do_not_substitute_variables(spark, repository, tmp_path, variable) -> None:
+    """A query that got past the checker reads no secret: the jobs' sessions (this one is built
+    by jobs.spark.session like theirs) keep `${...}` as the text it is."""
+    from pyspark.sql import functions as F
+
+    from jobs.spark.bulk.scroll import scroll
+
+    literal = spark.range(1).select(F.expr(f"'{variable}'").alias("v")).first()["v"]
+    assert literal == variable
+    assert spark.sql(f"SELECT '{variable}' AS v").first()["v"] == variable
+    # The scroll's filter, as the job runs it: a substituted variable would match no row.
+    out = str(tmp_path / "scroll")
+    found = scroll(
+        spark, repository, f"'{variable}' LIKE '$%'", bucket_size=5, query_limit=0, out_path=out
+    )
+    assert found.total == 20
+    assert spark.conf.get("spark.sql.variable.substitute") == "false"
+
+
 def test_bucket_docs_are_the_current_rows_of_a_batch(spark, repository, tmp_path) -> None:
     from jobs.spark.bulk.scroll import IdRange, bucket_docs, id_ranges, scroll, whole_bucket
 

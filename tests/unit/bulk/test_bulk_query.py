@@ -86,3 +86,71 @@ def test_repository_columns_include_the_bulk_columns() -> None:
     columns = repository_columns()
     assert columns["id"] == "string" and columns["properties"] == "map<string,string>"
     assert columns["isTrashed"] == "boolean" and columns["lifecycleState"] == "string"
+
+
+# Spark replaces `${prefix:name}` in the SQL text before parsing it, string literals included:
+# each prefix reads another secret (the job's environment, JVM properties, Spark and Hive confs).
+SUBSTITUTIONS = [
+    "${env:KAFKA_PASSWORD}",
+    "${system:user.home}",
+    "${spark:spark.hadoop.fs.s3a.secret.key}",
+    "${sparkconf:spark.hadoop.fs.s3a.secret.key}",
+    "${hiveconf:spark.app.name}",
+    "${hivevar:name}",
+    "${spark.app.name}",
+]
+
+
+@pytest.mark.parametrize("variable", SUBSTITUTIONS)
+def test_variable_substitution_is_refused(variable: str) -> None:
+    for query in (
+        f"'{variable}' LIKE 'a%'",
+        f"title = '{variable}'",
+        f"properties['{variable}'] = 'a'",
+        f'title = "{variable}"',
+    ):
+        with pytest.raises(BulkQueryError) as caught:
+            check_query(query)
+        assert "${" in str(caught.value) and "variable" in str(caught.value), query
+        assert "concat('$', '{" in str(caught.value), "the message says how to write the text"
+
+
+@pytest.mark.parametrize(
+    "query",
+    # sqlglot reads the escapes and writes `${` back: the SQL that would run holds it.
+    ["title = '\\u0024{env:KAFKA_PASSWORD}'", "title = '$\\{env:KAFKA_PASSWORD}'"],
+)
+def test_escaped_variable_substitution_is_refused(query: str) -> None:
+    with pytest.raises(BulkQueryError, match=r"\$\{env:KAFKA_PASSWORD\}"):
+        check_query(query)
+
+
+def test_the_characters_themselves_stay_possible() -> None:
+    assert check_query("title = concat('$', '{x}')") == "title = CONCAT('$', '{x}')"
+    assert check_query("title = '$ {x}'") == "title = '$ {x}'"
+
+
+@pytest.mark.parametrize("variable", SUBSTITUTIONS)
+def test_bound_values_cannot_hold_a_variable(variable: str) -> None:
+    with pytest.raises(BulkQueryError, match=r":t holds `\$\{`"):
+        check_query("title = :t", values={"t": f"x{variable}"})
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_values_are_refused(value: float) -> None:
+    with pytest.raises(BulkQueryError, match=r":n is .*; a number value must be finite"):
+        check_query("blobSize > :n", values={"n": value})
+
+
+@pytest.mark.parametrize(
+    ("query", "shown"),
+    [
+        ("type = 'a' -- hidden", "-- hidden"),
+        ("type = /* x */ 'a'", "/* x */"),
+        ("type = 'a' --x\n AND blobSize > 1", "--x"),
+    ],
+)
+def test_comments_are_quoted_as_written(query: str, shown: str) -> None:
+    with pytest.raises(BulkQueryError) as caught:
+        check_query(query)
+    assert f"(found {shown})" in str(caught.value)

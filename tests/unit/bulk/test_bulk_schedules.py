@@ -65,6 +65,12 @@ def test_a_schedule_with_every_key() -> None:
         (GOOD.replace('kind = "Note"', "kind = [1]"), "values must be a table of booleans"),
         (GOOD.replace("params = {properties", "params = 3 #"), "params must be a table"),
         ('[bulk]\nschedules = "nightly"\n', "must hold tables"),
+        # TOML's nan and inf: sqlglot would write them as bare words, which Spark reads as
+        # columns.
+        (GOOD.replace('kind = "Note"', "kind = nan"), "values.kind is nan"),
+        (GOOD.replace('kind = "Note"', "kind = inf"), "values.kind is inf"),
+        (GOOD.replace('kind = "Note"', "kind = -inf"), "values.kind is -inf"),
+        (GOOD.replace('kind = "Note"', 'kind = "${env:KAFKA_PASSWORD}"'), "values.kind holds"),
     ],
 )
 def test_bad_schedules_are_refused_with_the_key(text: str, message: str) -> None:
