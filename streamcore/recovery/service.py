@@ -119,7 +119,7 @@ class Recovery:
     def ledger(self) -> RedriveLedger:
         return RedriveLedger(self.outbox.engine)
 
-    def database_exists(self) -> bool:
+    def _database_exists(self) -> bool:
         """Whether the outbox database exists: a SQLite file is made by the first connection,
         which a dry run or a read must not make."""
         if "outbox" in self.__dict__:
@@ -132,7 +132,7 @@ class Recovery:
     def read_ledger(self) -> RedriveLedger | None:
         """The ledger to read only (a dry run): None while the outbox database does not exist,
         as nothing was redriven then; reading creates neither the database nor the table."""
-        return self.ledger if self.database_exists() else None
+        return self.ledger if self._database_exists() else None
 
     def close(self) -> None:
         if self._own_manager:
@@ -259,7 +259,7 @@ class Recovery:
     # -- outbox -------------------------------------------------------------------------------
     def outbox_errors(self, queue: str, *, limit: int = 100) -> list[JobError]:
         """Jobs of `queue` in error, oldest error first (none without a database yet)."""
-        if not self.database_exists():
+        if not self._database_exists():
             return []
         return self.outbox.get_errors(queue, limit)
 
@@ -307,7 +307,7 @@ class Recovery:
         wake: bool = False,
     ) -> Outcome:
         """Run `change(conn)` and its audit entry in one transaction; `wake` the workers after."""
-        if dry_run and not self.database_exists():
+        if dry_run and not self._database_exists():
             summary[counted] = 0  # no database, no job: and a dry run creates none
             return Outcome(action, dry_run, summary)
         # A dry run makes the very change and rolls it back: its count is the real one.
