@@ -243,6 +243,31 @@ def check_job_arguments(job: str, argv: list[str]) -> None:
         raise AirflowFailException(f"jobs/{job}.py rejects `{' '.join(argv)}`: {error}")
 
 
+def empty_steps(job: str, argvs: Mapping[str, list[str]]) -> str | None:
+    """Why no step of the run has anything to do, from `jobs/<job>.py`'s own `empty_summary`
+    (an interval with no record, told without Spark: jobs.spark.job.empty_run), or None. A
+    refusal the job makes before Spark (an archive with a hole) fails the task for good; a
+    backend that cannot be asked leaves the decision to the job."""
+    from jobs.spark.job import JobError, empty_run
+    from streamcore.errors import StreamcoreError
+
+    module = importlib.import_module(f"jobs.{job}")
+    reasons = []
+    for step, argv in argvs.items():
+        try:
+            found = empty_run(module, argv)
+        except JobError as exc:
+            raise AirflowFailException(f"jobs/{job}.py {step}: {exc}") from None
+        except StreamcoreError as exc:  # a broker down, say: the job fails on it with retries
+            logger.warning("cannot tell whether %s %s has anything to do (%s)", job, step, exc)
+            return None
+        if found is None:
+            return None
+        logger.info("%s %s has nothing to do: %s", job, step, json.dumps(found, default=str))
+        reasons.append(f"{step}: {found['reason']}")
+    return "; ".join(reasons) if reasons else None
+
+
 def write_run_record(job: str, dag_id: str, run_id: str, record: Mapping[str, Any]) -> Path:
     """Keeps the summary of run `run_id` of DAG `dag_id` where `streamcore.runs` says (and the UI
     plugin looks): STREAMCORE_HOME/runs/<job>/<dag id>+<run id>.json."""
@@ -362,6 +387,7 @@ def submit_bulk_command(
     per run; the arguments of `jobs/bulk_action.py`'s `run` step. A refused command fails the
     task with the reason, before Spark."""
     from streamcore.bulk import BulkError, BulkService
+    from streamcore.bulk.dispatch import runner
 
     run = context["dag_run"]
     command_id = str(uuid.uuid5(BULK_RUN_NAMESPACE, f"{run.dag_id}/{run.run_id}"))
@@ -375,6 +401,7 @@ def submit_bulk_command(
                 username=username,
                 command_id=command_id,
                 values=values,
+                runner=runner(run.dag_id, run.run_id),  # this run runs it: not dispatched
                 **(sizes or {}),
             )
     except BulkError as exc:
@@ -431,9 +458,10 @@ def job_tasks(
     the job's own `check_args` (a bad run fails there, without retries). The summary task logs
     `render(summaries)` (by default a table of each step's scalar fields) and keeps the run record
     under STREAMCORE_HOME/runs/<job>/. `skip(arguments)`, asked once the arguments are valid,
-    says why the run has nothing to do (or None): validate is then skipped, and with it every
-    later task in the same scheduling pass (each is directly downstream of validate), so an idle
-    scheduled run costs no Spark start-up. Returns the summary task."""
+    says why the run has nothing to do (or None), as does the job itself for every step
+    (`empty_steps`): validate is then skipped, and with it every later task in the same
+    scheduling pass (each is directly downstream of validate), so an idle scheduled run costs no
+    Spark start-up. Returns the summary task."""
     from airflow.sdk import get_current_context, task
 
     # multiple_outputs: each step's spark-submit pulls its own key (`checked[step]`); said
@@ -448,6 +476,8 @@ def job_tasks(
         for argv in argvs.values():
             check_job_arguments(job, argv)
         reason = skip(argvs) if skip is not None else None
+        if reason is None:
+            reason = empty_steps(job, argvs)
         if reason is not None:
             raise AirflowSkipException(f"{reason}: the run skips its other tasks")
         logger.info("%s steps: %s", job, argvs)

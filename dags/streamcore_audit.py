@@ -42,10 +42,10 @@ application's transactions) in the Delta table **`audit`**, one row per event id
 event day: `spark-submit jobs/audit.py batch | interval`.
 
 - **validate** checks the Spark set-up, picks the mode (below) and checks the job's arguments
-  with the job's own `check_args`. A bad run stops here, without retries, before Spark. A batch
-  run with nothing to land (the group has landed every entry, or nothing was ever published)
-  ends here too: validate and the other tasks are *skipped*, the run succeeds, and no Spark
-  job starts.
+  with the job's own `check_args`. A bad run stops here, without retries, before Spark. A run
+  with nothing to land ends here too: a batch run when the group has landed every entry (or
+  nothing was ever published), an interval run when nothing was appended since its start;
+  validate and the other tasks are *skipped*, the run succeeds, and no Spark job starts.
 - **land** runs the job. Entries failing their expectations (unknown event type, event date in
   the future, ...) go to `quarantine`; more than `failure_threshold` of them fails the run and
   lands nothing.
@@ -62,8 +62,10 @@ No catch-up; one run at a time.
   runs and manual runs without `start`/`end`.
 - **interval**: the entries whose event date is in the run's data interval, or in
   [`start`, `end`) when given, that the table lacks are added (a MERGE on the event id that
-  deletes nothing), so a rerun adds nothing, and no position moves. `auto` picks it for
-  backfill runs and for runs given `start`/`end`.
+  deletes nothing), so a rerun adds nothing, and no position moves. It finds them whatever their
+  append time (it reads everything appended since the interval's start), so to rebuild a long
+  range trigger one run with `start`/`end` over all of it. `auto` picks it for backfill runs and
+  for runs given `start`/`end`.
 
 **Backfill** past intervals (CLI, REST `POST /api/v2/backfills`, or the UI's *Backfill*): the
 dates bound the runs' scheduled times, which end their intervals, so to replay [A, B) give
@@ -135,7 +137,7 @@ def nothing_to_land(argvs: Mapping[str, list[str]]) -> str | None:
     """Why a batch run has nothing to land (its stream does not exist yet, or its group has
     landed every entry), or None. Asked by validate, without Spark: on a schedule of minutes most
     runs of a quiet system find nothing, and a spark-submit costs a minute of CPU. Interval runs
-    always run (they land an interval, whatever the group did)."""
+    are the job's to judge (`jobs.audit.empty_summary`, which validate asks next)."""
     if argvs["land"][0] != "batch":
         return None
     from jobs.audit import GROUP, STREAM

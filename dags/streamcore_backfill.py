@@ -46,10 +46,13 @@ table `archive` for what retention purged, in source order, into a target of `ta
 Steps:
 
 - **validate** checks the Params before Spark with the job's own argument checks (the kind, a
-  `topology` given for that kind only and reading `target`, a table that has a writer), then
-  that `stream` exists and, for a stream or topology target, that `target` exists (create it
-  first: `streamcore create -l NAME -p PARTITIONS`, as many partitions as the source to keep
-  each record in its partition), `start` before `end`.
+  `topology` given for that kind only, from a module under `[backfill] topologies` in
+  include/streamcore.toml, and reading `target`; a table that has a writer), then that `stream`
+  exists and, for a stream or topology target, that `target` exists (create it first:
+  `streamcore create -l NAME -p PARTITIONS`, as many partitions as the source to keep each
+  record in its partition), `start` before `end`. An interval with no record (told from the
+  log's offsets and the archive's rows, without Spark) skips the other tasks; one the archive
+  holds with a hole fails here, naming the missing offset.
 - **replay** runs the job. Each interval is replayed once: a rerun (a cleared task, the same
   dates again) appends nothing (a topology's drain then finds nothing left), a run that crashed
   in the middle resumes where it stopped, and a table rerun changes no row.
@@ -93,7 +96,8 @@ PARAMS = {
         type=["null", "string"],
         title="Topology",
         description="With target kind topology: module:factory returning the Topology (or "
-        "(Topology, Settings)) to drain; it must read target. Importable by the job's driver.",
+        "(Topology, Settings)) to drain; it must read target. Importable by the job's driver, "
+        "from a module under [backfill] topologies of include/streamcore.toml.",
     ),
     **interval_params("replay"),
     "dry_run": dry_run_param(

@@ -20,7 +20,8 @@ Counts, per partition, the records of a stream appended during the run's **data 
 range (`spark-submit jobs/stream_stats.py --stream S --start ... --end ...`).
 
 - **validate** checks the Spark set-up and the job's arguments with the job's own `check_args`
-  (a bad `stream` fails here, without retries, before any Spark job).
+  (a bad `stream` fails here, without retries, before any Spark job). A day with no record
+  skips the other tasks (the job's `empty_summary`, from the log's offsets): no spark-submit.
 - **stats** runs the job; its JSON summary is the task's XCom. It only reads the stream.
 - **summary** logs the counts and keeps the run record in
   `STREAMCORE_HOME/runs/stream_stats/<dag id>+<run id>.json`.

@@ -15,12 +15,14 @@ it is. Then it commits the group's positions (`jobs.spark.batches`).
 `interval` (backfills, re-runs) lands the entries whose event date is in `[--start, --end)`
 with the same insert-only MERGE: the entries the table lacks are added, the others left as they
 are, so running it again changes nothing, and it never deletes a row (replacing the interval
-would remove an entry it could not read again). It finds them through the append times of the
-log: an entry is appended after its event (the relay runs after the commit), so it reads what was
-appended from `--start` minus the skew to `--end` plus `--lateness`; an entry the relay appended
-later than that is not in the rerun (the scheduled batches landed it). It refuses an interval
-older than the log's retention, whose entries it could only partly give back, and never moves the
-batch mode's positions.
+would remove an entry it could not read again). An entry is appended after its event (the relay
+runs after the commit), but how long after has no bound (a relay down for hours, a computation
+replaying old events), so it reads everything appended from `--start` minus the skew up to the
+end of the log seen at its start, and keeps the entries by their event date: a rebuild finds
+every entry of its interval the log holds, whatever its append time. When nothing was appended
+since then, the interval has no entry and the run ends before Spark (`empty_summary`). It
+refuses an interval older than the log's retention, whose entries it could only partly give
+back, and never moves the batch mode's positions.
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 if __package__ in (None, ""):  # run as a script (spark-submit): make `jobs` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -49,6 +52,9 @@ from jobs.spark.job import (
 from streamcore.audit.rules import MAX_FUTURE_SKEW, EntryRules, configured_rules
 from streamcore.errors import InvalidNameError
 from streamcore.names import Name
+
+if TYPE_CHECKING:
+    from jobs.spark.intervals import IntervalRanges
 
 SCHEMA = "org.streamcore.audit.AuditEntry"
 STREAM, GROUP, TABLE = "audit/entries", "audit/delta", "audit"
@@ -84,13 +90,6 @@ def build_parser() -> argparse.ArgumentParser:
         "interval", parents=[common], help="land the entries of a time interval the table lacks"
     )
     add_interval(interval)
-    interval.add_argument(
-        "--lateness",
-        type=float,
-        default=3600.0,
-        help="seconds after --end the relay may have appended an entry of the interval "
-        "(default 3600)",
-    )
     return parser
 
 
@@ -108,19 +107,37 @@ def check_args(args: argparse.Namespace) -> None:
         raise JobArgumentError(f"--batch-size must be >= 0 (0 = all), got {args.batch_size}")
     if args.step == "interval":
         interval_ms(args)
-        if args.lateness < 0:
-            raise JobArgumentError(f"--lateness must be >= 0 s, got {args.lateness}")
+
+
+def empty_summary(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any] | None:
+    """An interval run when nothing was appended since `--start` minus the skew: no entry of
+    the interval can be in the log, told by its offsets before Spark. None otherwise, and for
+    batch mode (the DAG's validate task skips an idle batch run itself)."""
+    from streamcore.tables import table_spec
+
+    if args.step != "interval":
+        return None
+    _check_stream(args, ctx)
+    found = _appended_since(args, ctx)
+    if found.records:
+        return None
+    since = (args.start - timedelta(seconds=args.max_future_skew)).isoformat()
+    return {
+        "stream": Name.of(args.stream).urn,
+        "table_path": table_spec(TABLE, ctx.config).location,
+        **_interval_summary(args, found),
+        "read": 0,
+        **nothing_landed(),
+        "reason": f"nothing was appended to {args.stream} since {since} (--start minus "
+        "--max-future-skew), so it holds no entry of the interval",
+    }
 
 
 def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     from jobs.spark.catalog import Catalog
     from jobs.spark.validation import preload
 
-    if not ctx.logs.exists(args.stream):
-        raise JobError(
-            f"stream {args.stream} does not exist: nothing was ever published to it. Run the "
-            "audit relay (streamcore.audit.relay) first, or check --stream"
-        )
+    _check_stream(args, ctx)
     catalog = Catalog(ctx.spark, ctx.config)
     preload()
     landing = _AuditLanding(args, ctx, catalog)
@@ -128,6 +145,14 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     if args.step == "batch":
         return {**base, **_batch(args, ctx, catalog, landing)}
     return {**base, **_interval(args, ctx, catalog, landing)}
+
+
+def _check_stream(args: argparse.Namespace, ctx: JobContext) -> None:
+    if not ctx.logs.exists(args.stream):
+        raise JobError(
+            f"stream {args.stream} does not exist: nothing was ever published to it. Run the "
+            "audit relay (streamcore.audit.relay) first, or check --stream"
+        )
 
 
 def _batch(
@@ -163,6 +188,32 @@ def nothing_landed() -> dict[str, Any]:
     }
 
 
+def _appended_since(args: argparse.Namespace, ctx: JobContext) -> IntervalRanges:
+    """The offsets of everything appended since `--start` minus the skew (where the interval's
+    entries can be, whatever their lateness); JobError if the log purged part of that."""
+    from jobs.spark.intervals import interval_ranges
+
+    start_ms, _end_ms = interval_ms(args)
+    since_ms = start_ms - int(args.max_future_skew * 1000)
+    found = interval_ranges(ctx.logs, args.stream, since_ms, None)
+    if not found.complete:
+        raise JobError(
+            f"the interval [{args.start.isoformat()}, {args.end.isoformat()}) begins before "
+            f"the oldest entry {args.stream} still holds: a rerun would give back only part of "
+            "it. Nothing was written; rerun a more recent interval",
+            _interval_summary(args, found),
+        )
+    return found
+
+
+def _interval_summary(args: argparse.Namespace, found: IntervalRanges) -> dict[str, Any]:
+    return {
+        "start": args.start.isoformat(),
+        "end": args.end.isoformat(),
+        "offsets": {str(p): list(r) for p, r in sorted(found.ranges.items())},
+    }
+
+
 def _interval(
     args: argparse.Namespace, ctx: JobContext, catalog: Any, landing: _AuditLanding
 ) -> dict[str, Any]:
@@ -170,25 +221,11 @@ def _interval(
 
     from jobs.spark.checked import CheckedBatch
     from jobs.spark.delta_sql import latest_version
-    from jobs.spark.intervals import interval_ranges
     from jobs.spark.streams import read_stream
 
     start_ms, end_ms = interval_ms(args)
-    skew_ms, late_ms = int(args.max_future_skew * 1000), int(args.lateness * 1000)
-    found = interval_ranges(ctx.logs, args.stream, start_ms - skew_ms, end_ms + late_ms)
-    summary: dict[str, Any] = {
-        "start": args.start.isoformat(),
-        "end": args.end.isoformat(),
-        "offsets": {str(p): list(r) for p, r in sorted(found.ranges.items())},
-    }
-    if not found.complete:
-        raise JobError(
-            f"the interval [{args.start.isoformat()}, {args.end.isoformat()}) begins before "
-            f"the oldest entry {args.stream} still holds ({found.before_retention_ms} ms per "
-            "partition are purged): a rerun would give back only part of it. Nothing was "
-            "written; rerun a more recent interval",
-            summary,
-        )
+    found = _appended_since(args, ctx)
+    summary = _interval_summary(args, found)
     catalog.ensure(TABLE)
     records = read_stream(ctx.spark, ctx.logs, args.stream, found.ranges)
     event_ms = F.unix_millis(F.col("event_date"))

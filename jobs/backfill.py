@@ -8,10 +8,15 @@ Delta table `archive` for the part retention purged, seamlessly.
 
 Records are those appended (their append time) in the interval. Per source partition, the
 offsets the hot log no longer holds come from `archive` (which the retention job fills before it
-purges), the rest from the log through `offset_for_timestamp`; an interval that reaches before
-both is refused, as is an archive with a hole. On a log LogConfig compacts (`compact = true`),
-`archive` serves every offset below the archiver's position, since compaction removed older
-versions there that the archive keeps: a replay gives back every version, not the survivors.
+purges), the rest from the log through `offset_for_timestamp`. Before anything is read, the
+archive's part is proven to have no hole, from both ends of each partition's run of offsets
+(`jobs.spark.coverage`); records purged before they were archived (a stream LogConfig does not
+archive, a forced purge) refuse the run with nothing written. On a log LogConfig compacts
+(`compact = true`), `archive` serves every offset below the archiver's position, since
+compaction removed older versions there that the archive keeps: a replay gives back every
+version, not the survivors. An interval with no record is told before Spark (`empty_summary`:
+the log's offsets, the archive's rows read with delta-rs), so a replay over quiet intervals
+costs seconds each.
 
 `--target-kind stream` (the default): they are appended to `--target` (an existing log) in
 source order, keeping key, data, watermark and append time, each Record flagged `REPLAYED`
@@ -28,7 +33,8 @@ append to the target while a backfill runs.
 
 `--target-kind topology --topology MODULE:FACTORY`: the records are replayed into `--target`
 exactly as above (same replay record), then the topology the factory builds (loaded as
-`streamcore run` loads it) runs in the job's driver process until it has consumed everything
+`streamcore run` loads it, from a module under a prefix `[backfill] topologies` lists) runs in
+the job's driver process until it has consumed everything
 (`StreamProcessor.drain_and_stop(--drain-timeout)`), and stops. The topology must read
 `--target`: one that does not is refused before anything is appended. Its computations' groups
 commit what they processed, so a rerun of a done interval appends nothing and its drain finds
@@ -61,7 +67,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script (spark-submit): make `jobs` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from jobs.spark.history import check_archive_covers, history_ranges, history_records
+from jobs.spark.history import HistoryPlan, history_records, locate_history, prove_archive
 from jobs.spark.job import (
     JobArgumentError,
     JobContext,
@@ -208,11 +214,66 @@ def _load_topology(spec: str) -> tuple[Any, Any]:
         raise JobArgumentError(f"--topology: {exc}") from None
 
 
-def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
+def empty_summary(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any] | None:
+    """The summary of a run whose interval holds no record, decided before Spark from the log's
+    offsets and, where retention purged part of the interval, the archive's own rows (read with
+    delta-rs; a hole there fails the run now); None when there is something to replay, a replay
+    record to report, or the archive is remote (only Spark reads it)."""
+    plan = _locate(args, ctx)
+    if plan.hot_records:
+        return None
+    if args.target_kind != "table" and _replay_state(args, ctx) is not None:
+        return None
+    plan = prove_archive(ctx, plan)
+    if plan.records != 0:
+        return None
+    done: dict[str, Any]
+    if args.dry_run:
+        done = {"dry_run": True, "would_land" if args.target_kind == "table" else "would_append": 0}
+    elif args.target_kind == "table":
+        done = {"read": 0, "imported": 0, "quarantined": 0, "inserted": 0, "updated": 0}
+    else:
+        done = {"appended": 0}
+    return {
+        **_summary(args, plan),
+        "records": 0,
+        "from_archive": 0,
+        **done,
+        "reason": f"no record of {plan.stream} was appended in [{args.start.isoformat()}, "
+        f"{args.end.isoformat()})",
+    }
 
-    source, target, kind = Name.of(args.stream), Name.of(args.target), args.target_kind
+
+def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
+    plan = _locate(args, ctx)
+    summary = _summary(args, plan)
+    if args.target_kind == "table":
+        return _land_table(args, ctx, summary, plan)
+    marker = _marker_path(ctx, args)
+    state = _replay_state(args, ctx)
+    if state is not None and state["state"] == "done":
+        summary |= {"appended": 0, "already_replayed": True, "replay_record": str(marker)}
+    else:
+        # Proven before anything is read: a hole refuses the run with nothing written.
+        frame, counts = history_records(ctx, prove_archive(ctx, plan, spark=True))
+        summary |= counts
+        if args.dry_run:
+            return {**summary, "dry_run": True, "would_append": counts["records"]}
+        with ctx.phases("append"):
+            ordered = frame.orderBy("partition", "offset").toLocalIterator(prefetchPartitions=True)
+            source, target = plan.stream, Name.of(args.target)
+            appended = _append(ctx, target, ordered, ctx.logs.size(source), marker, state)
+        summary |= {"appended": appended, "replay_record": str(marker)}
+    if args.target_kind == "topology" and not args.dry_run:
+        summary |= _drain(args, ctx, summary)
+    return summary
+
+
+def _locate(args: argparse.Namespace, ctx: JobContext) -> HistoryPlan:
+    """Where the interval's records are, once the logs are known to exist."""
+    source, target = Name.of(args.stream), Name.of(args.target)
     logs = [(source, "--stream")]
-    if kind != "table":  # a table target is created by its writer
+    if args.target_kind != "table":  # a table target is created by its writer
         logs.append((target, "--target"))
     for name, what in logs:
         if not ctx.logs.exists(name):
@@ -220,49 +281,34 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
                 f"{what} {name} does not exist; list the logs with `streamcore logs` (create "
                 "the target first, e.g. `streamcore create -l NAME -p PARTITIONS`)"
             )
-    start_ms, end_ms = interval_ms(args)
-    hot, below = history_ranges(ctx, source, start_ms, end_ms)
-    summary: dict[str, Any] = {
-        "stream": source.urn,
-        "target": target.urn,
-        "target_kind": kind,
+    return locate_history(ctx, source, *interval_ms(args))
+
+
+def _summary(args: argparse.Namespace, plan: HistoryPlan) -> dict[str, Any]:
+    return {
+        "stream": plan.stream.urn,
+        "target": Name.of(args.target).urn,
+        "target_kind": args.target_kind,
         "start": args.start.isoformat(),
         "end": args.end.isoformat(),
-        "hot_offsets": {str(p): list(r) for p, r in sorted(hot.items())},
+        "hot_offsets": {str(p): list(r) for p, r in sorted(plan.hot.items())},
     }
-    if kind == "table":
-        return _land_table(args, ctx, summary, source, hot, below)
-    marker = _marker_path(ctx, source, target, start_ms, end_ms)
-    state = json.loads(marker.read_text()) if marker.exists() else None
-    if state is not None and state["state"] == "done":
-        summary |= {"appended": 0, "already_replayed": True, "replay_record": str(marker)}
-    else:
-        frame, archived, counts = history_records(ctx, source, hot, below, start_ms, end_ms)
-        summary |= counts
-        if args.dry_run:
-            return {**summary, "dry_run": True, "would_append": counts["records"]}
-        if archived is not None:
-            check_archive_covers(ctx, archived, below, source)
-        with ctx.phases("append"):
-            ordered = frame.orderBy("partition", "offset").toLocalIterator(prefetchPartitions=True)
-            appended = _append(ctx, target, ordered, ctx.logs.size(source), marker, state)
-        summary |= {"appended": appended, "replay_record": str(marker)}
-    if kind == "topology" and not args.dry_run:
-        summary |= _drain(args, ctx, summary)
-    return summary
 
 
-def _marker_path(ctx: JobContext, source: Name, target: Name, start: int, end: int) -> Path:
+def _replay_state(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any] | None:
+    """The replay record of this interval into this target, None before a first replay."""
+    marker = _marker_path(ctx, args)
+    return json.loads(marker.read_text()) if marker.exists() else None
+
+
+def _marker_path(ctx: JobContext, args: argparse.Namespace) -> Path:
+    source, target = Name.of(args.stream), Name.of(args.target)
+    start, end = interval_ms(args)
     return Path(ctx.config.home) / "backfill" / target.id / f"{source.id}-{start}-{end}.json"
 
 
 def _land_table(
-    args: argparse.Namespace,
-    ctx: JobContext,
-    summary: dict[str, Any],
-    source: Name,
-    hot: dict[int, tuple[int, int]],
-    below: dict[int, int],
+    args: argparse.Namespace, ctx: JobContext, summary: dict[str, Any], plan: HistoryPlan
 ) -> dict[str, Any]:
     """Land the interval's Documents into the table `--target` through the importer's landing,
     with a MERGE that only inserts missing ids and updates older versions (see the module doc)."""
@@ -275,14 +321,13 @@ def _land_table(
     from jobs.spark.validation import preload
 
     start_ms, end_ms = interval_ms(args)
-    frame, archived, counts = history_records(ctx, source, hot, below, start_ms, end_ms)
+    source = plan.stream
+    frame, counts = history_records(ctx, prove_archive(ctx, plan, spark=True))
     summary |= counts
     if args.dry_run:
         return {**summary, "dry_run": True, "would_land": counts["records"]}
     if counts["records"] == 0:  # as the importer's empty batch: nothing to check or merge
         return {**summary, "read": 0, "imported": 0, "quarantined": 0, "inserted": 0, "updated": 0}
-    if archived is not None:
-        check_archive_covers(ctx, archived, below, source)
     catalog = Catalog(ctx.spark, ctx.config)
     preload()
     table = args.target

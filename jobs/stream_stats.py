@@ -1,6 +1,7 @@
 """Counts the records, distinct keys and bytes of a stream appended in a time interval, per
 partition. The example job of docs/spark-jobs.md "How to add a job": argument checks before
-Spark, a `run` that returns the summary, and one call of the shared runner.
+Spark, an empty interval told without Spark, a `run` that returns the summary, and one call of
+the shared runner.
 
     spark-submit jobs/stream_stats.py --stream import/docs --start 2026-11-23 --end 2026-11-24
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 if __package__ in (None, ""):  # run as a script (spark-submit): make `jobs` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -26,6 +27,9 @@ from jobs.spark.job import (
 )
 from streamcore.errors import InvalidNameError
 from streamcore.names import Name
+
+if TYPE_CHECKING:
+    from jobs.spark.intervals import IntervalRanges
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,13 +47,31 @@ def check_args(args: argparse.Namespace) -> None:
     interval_ms(args)
 
 
+def empty_summary(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any] | None:
+    """An interval with no record, told by its offsets: the runner ends the run here, no Spark."""
+    found = _interval(args, ctx)
+    if found.records:
+        return None
+    interval = f"[{args.start.isoformat()}, {args.end.isoformat()})"
+    return {**_summary(args, found, {}), "reason": f"no record of {args.stream} in {interval}"}
+
+
 def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
+    found = _interval(args, ctx)
+    return _summary(args, found, _count(ctx, args.stream, found.ranges))
+
+
+def _interval(args: argparse.Namespace, ctx: JobContext) -> IntervalRanges:
     from jobs.spark.intervals import interval_ranges
 
     if not ctx.logs.exists(args.stream):
         raise JobError(f"stream {args.stream} does not exist; check --stream (streamcore logs)")
-    found = interval_ranges(ctx.logs, args.stream, *interval_ms(args))
-    counted = _count(ctx, args.stream, found.ranges) if found.records else {}
+    return interval_ranges(ctx.logs, args.stream, *interval_ms(args))
+
+
+def _summary(
+    args: argparse.Namespace, found: IntervalRanges, counted: dict[int, Any]
+) -> dict[str, Any]:
     return {
         "stream": args.stream,
         "start": args.start.isoformat(),

@@ -3,6 +3,7 @@
 
     found = interval_ranges(manager, "audit/entries", start_ms, end_ms)
     found.ranges                 # {partition: (first offset, end offset)} on the hot log
+    interval_ranges(manager, "audit/entries", start_ms, None)   # all appended since start_ms
     found.complete               # False: part of the interval is older than retention
     found.before_retention_ms    # {partition: ms of the interval the archive must serve}
     replace_interval(df, path, "event_date", start_ms, end_ms)   # rerun-safe write
@@ -27,6 +28,7 @@ with no time) is refused and nothing is written.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -83,24 +85,28 @@ def _check_interval(start_ms: int, end_ms: int) -> None:
 
 
 def interval_ranges(
-    manager: LogManager, stream: str | Name, start_ms: int, end_ms: int
+    manager: LogManager, stream: str | Name, start_ms: int, end_ms: int | None
 ) -> IntervalRanges:
-    """The offset ranges of `stream` whose append timestamps fall in `[start_ms, end_ms)`."""
-    _check_interval(start_ms, end_ms)
+    """The offset ranges of `stream` whose append timestamps fall in `[start_ms, end_ms)`; with
+    `end_ms` None, every record appended at or after `start_ms` (what its purged part may have
+    held is then counted up to now)."""
+    if end_ms is not None:
+        _check_interval(start_ms, end_ms)
     name = Name.of(stream)
     starts, ends = manager.start_offsets(name), manager.end_offsets(name)
+    until = end_ms if end_ms is not None else max(start_ms, time.time_ns() // 1_000_000)
     ranges: dict[int, tuple[int, int]] = {}
     missing: dict[int, int] = {}
     with manager.tailer(INTERVAL_PROBE_GROUP, name) as tailer:
         for p, (oldest, end) in enumerate(zip(starts, ends, strict=True)):
             partition = LogPartition(name, p)
             first = tailer.offset_for_timestamp(partition, start_ms)
-            after = tailer.offset_for_timestamp(partition, end_ms)
+            after = None if end_ms is None else tailer.offset_for_timestamp(partition, end_ms)
             # Bounded by the end seen above: records appended meanwhile are not in this batch.
             lo = end if first is None else min(first.offset, end)
             hi = end if after is None else min(after.offset, end)
             ranges[p] = (lo, max(lo, hi))
-            missing[p] = _before_retention(manager, partition, oldest, end, start_ms, end_ms)
+            missing[p] = _before_retention(manager, partition, oldest, end, start_ms, until)
     return IntervalRanges(ranges, missing)
 
 

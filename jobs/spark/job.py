@@ -16,6 +16,14 @@ the `JobContext` (configuration, log manager, schema store, Spark session on fir
 job failed (`JobError`, or any `StreamcoreError`), 2 for bad arguments. A `JobError` carries the
 summary of what the job did before it failed, so the failure line says as much as a success line.
 
+A job whose runs may have nothing to do (an interval job over a quiet interval) also defines
+
+    def empty_summary(args, ctx) -> dict[str, Any] | None: ...   # no Spark, no writes
+
+which the runner asks before `run`: a summary (with a `reason`) ends the run there, `empty: true`
+added, so no Spark session starts; None runs `run`. The DAG's validate task asks it too
+(`empty_run`) and skips the spark-submit, and with it the JVM.
+
 Crash tests kill a job at a named point: `ctx.fault_point("importer.before_delta_commit")` sends
 SIGKILL to the process when `STREAMCORE_FAULT` names that point, and does nothing otherwise.
 """
@@ -56,6 +64,7 @@ __all__ = [
     "JobError",
     "add_interval",
     "argument_errors",
+    "empty_run",
     "execute_job",
     "instant",
     "interval_ms",
@@ -101,12 +110,13 @@ class JobContext:
     name: str
     master: str | None = None
     session_conf: dict[str, str] = field(default_factory=dict)
+    home: str | None = None  # STREAMCORE_HOME when not the environment's
 
     @cached_property
     def config(self) -> StreamcoreConfig:
         from streamcore.config import load_config
 
-        return load_config()
+        return load_config(home=self.home) if self.home else load_config()
 
     @cached_property
     def logs(self) -> LogManager:
@@ -252,7 +262,9 @@ def execute_job(job: Job | ModuleType, argv: list[str] | None = None) -> tuple[d
     base = {"job": name, **_step(args)}
     started = time.monotonic()
     try:
-        summary, code = dict(job.run(args, ctx)), EXIT_OK
+        empty = _empty_summary(job, args, ctx)
+        summary = empty if empty is not None else dict(job.run(args, ctx))
+        code = EXIT_OK
     except JobError as exc:
         logger.error("%s failed: %s", name, exc)
         summary, code = {**exc.summary, "status": "failed", "error": str(exc)}, EXIT_FAILED
@@ -266,6 +278,32 @@ def execute_job(job: Job | ModuleType, argv: list[str] | None = None) -> tuple[d
     summary = {**base, **summary, "seconds": round(time.monotonic() - started, 3)}
     summary.setdefault("status", "ok")
     return summary, code
+
+
+def empty_run(job: Job | ModuleType, argv: list[str]) -> dict[str, Any] | None:
+    """The summary a run of `job` with `argv` (already checked) gives without Spark because it
+    has nothing to do (the job's `empty_summary`), or None: it has work, or the job cannot tell
+    before Spark. How a DAG's validate task skips the spark-submit of an empty interval. Raises
+    the job's JobError when it would fail before Spark (an archive with a hole, say)."""
+    if getattr(job, "empty_summary", None) is None:
+        return None
+    args = job.build_parser().parse_args(argv)
+    home = getattr(args, "home", None)
+    ctx = JobContext(_job_name(job), home=str(Path(home).resolve()) if home else None)
+    try:
+        return _empty_summary(job, args, ctx)
+    finally:
+        ctx.close()
+
+
+def _empty_summary(job: Job | ModuleType, args: argparse.Namespace, ctx: JobContext) -> Any:
+    check = getattr(job, "empty_summary", None)
+    found = check(args, ctx) if check is not None else None
+    if found is None:
+        return None
+    if "spark" in ctx.__dict__:
+        raise RuntimeError(f"{_job_name(job)}.empty_summary started Spark; it must decide without")
+    return {**found, "empty": True}
 
 
 def _job_name(job: Job | ModuleType) -> str:

@@ -1,13 +1,15 @@
-"""`airflow backfill create` over 2 daily intervals of the backfill DAG, with the api-server,
-scheduler and dag-processor running: each run replays its day of a week of history into another
-stream with its job on a Spark Connect server, so the target holds exactly those two days, in
-order, once (two, not more: two already show the order). And `airflow backfill create` on the
+"""`airflow backfill create` over 4 daily intervals of the backfill DAG, with the api-server,
+scheduler and dag-processor running: each of the two days with records replays its day into
+another stream with its job on a Spark Connect server, so the target holds exactly those two
+days, in order, once (two, not more: two already show the order); the two quiet days that follow
+succeed with their replay skipped in validate, no Spark job. And `airflow backfill create` on the
 default metadata database succeeds while another Airflow process writes it without pause (on
 SQLite it failed with "database is locked")."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from datetime import UTC, datetime, timedelta
@@ -19,6 +21,7 @@ from airflow_harness import (
     VENV_BIN,
     AirflowServices,
     RestClient,
+    dag_test,
     make_airflow_env,
     metadata_db_url,
     run_python,
@@ -59,7 +62,9 @@ print(writes, flush=True)
 
 
 @pytest.mark.timeout(1500)
-def test_backfill_create_replays_two_days(tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_backfill_create_replays_days_and_skips_quiet_ones(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
     af = make_airflow_env(
         tmp_path_factory.mktemp("airflow-home"), tmp_path_factory.mktemp("sc-home")
     )
@@ -75,14 +80,14 @@ def test_backfill_create_replays_two_days(tmp_path_factory: pytest.TempPathFacto
         manager.create(SOURCE, 1)
         manager.create(TARGET, 1)
         appender = manager.appender(SOURCE)
-        for h in range(6 * 24):  # one record an hour over six days
+        for h in [*range(3 * 24), *range(5 * 24, 6 * 24)]:  # an hour apart; days 3, 4 quiet
             at = first + h * HOUR
             ms = int(at.timestamp() * 1000)
             record = Record(f"h{h}", at.isoformat().encode(), Watermark.of(ms).value)
             appender.append_batch([(record.key, codec.encode(record))], timestamps=[ms])
     finally:
         manager.close()
-    days = [first + timedelta(days=d) for d in (1, 2)]  # replay [D, D + 1) for these
+    days = [first + timedelta(days=d) for d in (1, 2, 3, 4)]  # replay [D, D + 1) for these
 
     with spark_connect(af, tmp_path_factory.mktemp("spark-connect")):
         services = AirflowServices(af)
@@ -107,11 +112,17 @@ def test_backfill_create_replays_two_days(tmp_path_factory: pytest.TempPathFacto
             done = subprocess.run(command, env=af.env, capture_output=True, text=True, timeout=120)
             assert done.returncode == 0, done.stdout + done.stderr
             runs = _wait_for_backfill(rest, len(days), timeout=900)
+            replayed = {
+                datetime.fromisoformat(r["data_interval_start"]): _task_states(rest, r)
+                for r in runs
+            }
         finally:
             services.stop()
-    assert [r["state"] for r in runs] == ["success"] * 2, runs
-    starts = sorted(datetime.fromisoformat(r["data_interval_start"]) for r in runs)
-    assert starts == days
+    assert [r["state"] for r in runs] == ["success"] * 4, runs
+    assert sorted(replayed) == days
+    ran = {"validate": "success", "replay": "success", "summary": "success"}
+    quiet = {"validate": "skipped", "replay": "skipped", "summary": "skipped"}
+    assert [replayed[d] for d in days] == [ran, ran, quiet, quiet], replayed
     records = {}
     for path in (af.streamcore_home / "runs" / "backfill").glob("*.json"):
         record = json.loads(path.read_text())
@@ -128,6 +139,12 @@ def test_backfill_create_replays_two_days(tmp_path_factory: pytest.TempPathFacto
     finally:
         manager.close()
     assert keys == [f"h{h}" for h in range(24, 3 * 24)]  # days 1, 2: in order, once
+
+
+def _task_states(rest: RestClient, run: dict[str, Any]) -> dict[str, str]:
+    status, body = rest.get(f"/api/v2/dags/{DAG}/dagRuns/{run['dag_run_id']}/taskInstances")
+    assert status == 200, body
+    return {t["task_id"]: t["state"] for t in body["task_instances"]}
 
 
 def _wait_for_backfill(rest: RestClient, count: int, timeout: float) -> list[dict[str, Any]]:
@@ -202,3 +219,54 @@ def test_backfill_create_beside_a_busy_writer(tmp_path_factory: pytest.TempPathF
         """,
     )
     assert created == 31, created  # one a day, both ends included
+
+
+@pytest.mark.timeout(600)
+def test_validate_refuses_a_topology_outside_the_configured_modules(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """The `topology` Param names any module:attribute; a dag.test() run with a module outside
+    `[backfill] topologies` fails in validate, which imports nothing, and says what to set."""
+    af = make_airflow_env(
+        tmp_path_factory.mktemp("airflow-home"), tmp_path_factory.mktemp("sc-home")
+    )
+    modules = tmp_path_factory.mktemp("modules")
+    (modules / "probe_flows.py").write_text(
+        "from pathlib import Path\n"
+        "Path(__file__).with_suffix('.imported').touch()\n"
+        "def build():\n    return None\n"
+    )
+    af.env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(modules), af.env.get("PYTHONPATH")]))
+    with open_log_manager(load_config(home=af.streamcore_home)) as manager:
+        manager.create("hist/a", 1)
+        manager.create("replay/a", 1)
+    conf = {"stream": "hist/a", "target": "replay/a", "target_kind": "topology", "dry_run": False}
+    run = dag_test(af, DAG, {**conf, "topology": "probe_flows:build"})
+    assert run["state"] == "failed" and run["tasks"]["validate"] == "failed", run
+    assert run["tasks"]["replay"] == "upstream_failed", run
+    checked = run_python(
+        af,
+        f"""
+        from types import SimpleNamespace
+        import streamcore_backfill as m
+        from _streamcore import check_job_arguments
+        from airflow.sdk.exceptions import AirflowFailException
+        params = {{**{{k: p.value for k, p in m.PARAMS.items()}}, **{conf!r}}}
+        context = {{"dag_run": SimpleNamespace(run_type="backfill"),
+                    "data_interval_start": None, "data_interval_end": None}}
+        out = {{}}
+        for spec in ("probe_flows:build", "os:getcwd"):
+            argv = m.backfill_arguments({{**params, "topology": spec, "start": "2026-11-01",
+                                          "end": "2026-11-02"}}, context)["replay"]
+            try:
+                check_job_arguments("backfill", argv)
+                out[spec] = None
+            except AirflowFailException as exc:
+                out[spec] = str(exc)
+        print(json.dumps(out))
+        """,
+    )
+    for spec, error in checked.items():
+        assert error is not None and "[backfill] topologies" in error, checked
+        assert "STREAMCORE_BACKFILL_TOPOLOGIES" in error and f"--topology {spec}" in error
+    assert not (modules / "probe_flows.imported").exists()  # never imported, not even to check

@@ -278,6 +278,23 @@ def test_an_interval_rebuilds_its_rows_and_moves_no_position(spark) -> None:
     assert refused.value.code == 2
 
 
+def test_an_interval_rebuild_finds_entries_the_relay_appended_hours_late(spark) -> None:
+    """The relay was down for an hour and a half: the first interval's entries reached the log
+    that long after their events, behind the next interval's. A rebuild of the first interval
+    (its rows lost from the table) lands every one of them, whatever their append time."""
+    on_time = [_entry(n) for n in range(30, 60)]  # [T0 + 10 min, T0 + 20 min), relayed at once
+    late = [_entry(n) for n in range(30)]  # [T0, T0 + 10 min), relayed 90 minutes later
+    _append(*on_time)
+    late_ms = int((T0 + timedelta(minutes=100)).timestamp() * 1000)
+    append_entries(late, timestamps=[late_ms + n for n in range(len(late))])
+
+    start, end = T0, T0 + timedelta(minutes=10)
+    code, rebuilt = _run("interval", "--start", start.isoformat(), "--end", end.isoformat())
+    assert code == 0, rebuilt
+    assert (rebuilt["read"], rebuilt["landed"]) == (30, 30), rebuilt
+    assert sorted(_table()) == sorted(e["event_id"] for e in late)
+
+
 def test_an_interval_older_than_retention_is_refused(spark, monkeypatch) -> None:
     """Replacing an interval the log purged would delete rows nothing can give back."""
     monkeypatch.setenv("STREAMCORE_LOG_SEGMENT_BYTES", "4096")

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -228,4 +229,151 @@ def test_bad_replays_are_refused_with_the_fix(spark: Any) -> None:
     code, hole = _run(
         "backfill", "--stream", "hist/unarchived", *window, "--target", "replay/unarchived"
     )
-    assert code == 1 and "nothing was ever archived" in hole["error"], hole
+    assert code == 1 and "partition 0 of hist/unarchived" in hole["error"], hole
+    assert "Nothing was written" in hole["error"] and _read("replay/unarchived") == {0: []}
+
+
+def _hourly(name: str, hours: int = 72) -> int:
+    """`name` (1 partition, 1-day retention, small segments) with a record an hour over the
+    last `hours` hours; returns now (ms)."""
+    now = int(time.time() * 1000)
+    manager = _manager()
+    try:
+        manager.create(name, 1, retention="1d", segment_bytes=1024)
+        appender = manager.appender(name)
+        for n in range(hours):
+            appender.append_batch(
+                [(f"k{n}", b"x" * 64)], timestamps=[now - (hours - n) * 3_600_000]
+            )
+    finally:
+        manager.close()
+    return now
+
+
+def _purge(name: str, *, force: bool, days_later: int = 0) -> int:
+    """Apply retention to `name` (forced: whether the archiver ran or not), `days_later` days
+    from now; the log's first offset after it, which must be past 0."""
+    manager = _manager()
+    try:
+        later = int(time.time() * 1000) + days_later * DAY_MS
+        manager.backend_for(name).purge(name, now_ms=later, force=force)
+        first = manager.start_offsets(name)[0]
+    finally:
+        manager.close()
+    assert first > 0, f"retention purged nothing of {name}"
+    return first
+
+
+def _refused_unwritten(window: list[str], target: str) -> str:
+    """Run the backfill of `window` into `target` (created empty): it must fail, append nothing
+    and leave no replay record. Returns its error."""
+    _create(target, 1)
+    code, refused = _run("backfill", *window, "--target", target)
+    assert code == 1 and refused["status"] == "failed", refused
+    assert _read(target) == {0: []}
+    assert not list((Path(os.environ["STREAMCORE_HOME"]) / "backfill").rglob("*.json"))
+    return refused["error"]
+
+
+def test_a_purge_before_the_archiver_ran_is_refused_when_other_streams_are_archived(spark) -> None:
+    """The issue's case: 72 records over 3 days, those older than a day purged unarchived; the
+    table `archive` exists (another stream was archived), so "nothing was ever archived" does not
+    apply, and the replay must still refuse the hole."""
+    now = _hourly("hist/unarchived")
+    _hourly("hist/archived")
+    assert _run("retention", "archive", "--streams", "hist/archived", "--horizon", "0")[0] == 0
+    _purge("hist/unarchived", force=True)
+    window = ["--stream", "hist/unarchived", "--start", _iso(now - 3 * DAY_MS), "--end", _iso(now)]
+    error = _refused_unwritten(window, "replay/unarchived")
+    assert "partition 0 of hist/unarchived" in error and "Nothing was written" in error, error
+
+
+def test_a_stream_the_config_does_not_archive_is_refused_once_purged(
+    spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "streamcore.toml"
+    config.write_text(
+        (ROOT / "include" / "streamcore.toml").read_text()
+        + '\n[[log.match]]\nnamespace = "cold"\nconfig = "default"\narchive = false\n'
+    )
+    monkeypatch.setenv("STREAMCORE_CONFIG", str(config))
+    now = _hourly("cold/events")
+    _hourly("hist/archived")
+    code, archived = _run("retention", "archive", "--horizon", "0")  # every stream it archives
+    assert code == 0 and "cold/events" not in json.dumps(archived.get("streams", {})), archived
+    _purge("cold/events", force=False)  # no archiver holds it: its writer purged on roll
+    window = ["--stream", "cold/events", "--start", _iso(now - 3 * DAY_MS), "--end", _iso(now)]
+    error = _refused_unwritten(window, "replay/cold")
+    assert "partition 0 of cold/events" in error and "Nothing was written" in error, error
+
+
+def test_a_hole_at_the_start_of_the_archived_span_is_refused(spark) -> None:
+    """Purged unarchived, archived from where the log then began, then purged again two days
+    later: the archive holds a span that starts after the interval's first records, and runs up
+    to the log."""
+    now = _hourly("hist/late")
+    lost = _purge("hist/late", force=True)
+    assert _run("retention", "archive", "--streams", "hist/late", "--horizon", "0")[0] == 0
+    assert _purge("hist/late", force=False, days_later=2) > lost
+    window = ["--stream", "hist/late", "--start", _iso(now - 3 * DAY_MS), "--end", _iso(now)]
+    error = _refused_unwritten(window, "replay/late")
+    assert "partition 0 of hist/late" in error and f"offset {lost - 1}" in error, error
+    # After the first record the archive holds, nothing is missing (at its very millisecond, a
+    # purged record may have been appended too).
+    after_first = now - (72 - lost) * 3_600_000 + 1
+    window = ["--stream", "hist/late", "--start", _iso(after_first), "--end", _iso(now)]
+    code, done = _run("backfill", *window, "--target", "replay/late")
+    assert code == 0 and done["appended"] == 72 - lost - 1 and done["from_archive"] > 0, done
+
+
+def test_quiet_intervals_are_told_empty_before_spark_from_the_log_and_the_archive(
+    history,
+) -> None:
+    """Hours between two records (one an hour and twelve minutes apart), where the archive serves
+    them (purged from the log) and where the log does: each run ends before Spark, from the log's
+    offsets and the archive's rows read with delta-rs; no pyspark is even imported."""
+    _now, written = history
+    times = [ts for _p, ts, _r in written]
+    quiet = [(times[n] + 60_000, times[n] + 61 * 60_000) for n in (3, 4, 130)]
+    assert all(not any(lo <= t < hi for t in times) for lo, hi in quiet)
+    _create("replay/quiet")
+    runs = [
+        ["--stream", SOURCE, "--start", _iso(lo), "--end", _iso(hi), "--target", "replay/quiet"]
+        for lo, hi in quiet
+    ]
+    script = (
+        "import json, sys\n"
+        "from jobs import backfill\n"
+        f"codes = [backfill.main(argv) for argv in {runs!r}]\n"
+        "print(json.dumps({'codes': codes, 'pyspark': 'pyspark' in sys.modules}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [json.loads(line) for line in done.stdout.strip().splitlines()]
+    *summaries, end = lines
+    assert end == {"codes": [0, 0, 0], "pyspark": False}, done.stderr[-3000:]
+    assert [s["empty"] for s in summaries] == [True] * 3, summaries
+    assert all(s["records"] == 0 and s["appended"] == 0 for s in summaries), summaries
+    for archived in summaries[:2]:  # before the log's first offsets: the archive served them
+        assert all(lo == hi > 0 for lo, hi in archived["hot_offsets"].values()), archived
+    assert _read("replay/quiet") == {0: [], 1: []}
+
+
+def test_an_archive_of_the_streams_former_incarnation_does_not_fill_its_hole(spark) -> None:
+    """Archived, then deleted and created again: the new log's offsets restart at 0, so the
+    archive holds rows at the same offsets from the former incarnation. Purged unarchived, the
+    new log's history has a hole those rows must not fill (they are other records)."""
+    _hourly("hist/again")
+    assert _run("retention", "archive", "--streams", "hist/again", "--horizon", "0")[0] == 0
+    manager = _manager()
+    try:
+        manager.delete("hist/again")
+    finally:
+        manager.close()
+    now = _hourly("hist/again", hours=48)
+    _purge("hist/again", force=True)
+    window = ["--stream", "hist/again", "--start", _iso(now - 2 * DAY_MS), "--end", _iso(now)]
+    error = _refused_unwritten(window, "replay/again")
+    assert "partition 0 of hist/again" in error and "Nothing was written" in error, error

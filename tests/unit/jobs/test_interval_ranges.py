@@ -59,6 +59,13 @@ def test_interval_edges(manager: LogManager, start: int, end: int, expected: tup
     assert found.complete
 
 
+def test_an_open_interval_maps_to_everything_appended_since_its_start(manager: LogManager) -> None:
+    _fill(manager)
+    found = interval_ranges(manager, NAME, T0 + 1250, None)
+    assert found.ranges == {0: (3, 10), 1: (0, 0)} and found.complete
+    assert interval_ranges(manager, NAME, T0 + 5000, None).ranges[0] == (10, 10)
+
+
 def test_an_interval_that_ends_before_it_starts_is_refused(manager: LogManager) -> None:
     _fill(manager)
     with pytest.raises(StreamcoreError, match="ends before it starts"):
@@ -117,6 +124,17 @@ def test_an_interval_before_retention_is_reported_incomplete(
     assert found.ranges == {0: expected, 1: (0, 0)}
     assert found.before_retention_ms == {0: before, 1: 0}
     assert found.complete is (before == 0)
+
+
+@pytest.mark.parametrize("backend", PURGING)
+def test_an_open_interval_before_retention_is_reported_incomplete(
+    manager: LogManager, backend: str
+) -> None:
+    _fill_and_purge_first_batch(manager, backend)
+    found = interval_ranges(manager, NAME, T0 + 1200, None)
+    assert found.ranges == {0: (5, 10), 1: (0, 0)}
+    assert found.before_retention_ms == {0: 301, 1: 0} and not found.complete
+    assert interval_ranges(manager, NAME, T0 + 1501, None).complete
 
 
 @pytest.mark.parametrize("backend", PURGING)

@@ -91,6 +91,7 @@ def test_an_interval_without_records_is_counted_without_spark(
     assert run_job(stream_stats, ["--stream", "test/stats", *later]) == 0
     summary = _summary(capsys.readouterr().out)
     assert summary["status"] == "ok" and summary["records"] == 0 and summary["complete"]
+    assert summary["empty"] is True and "no record of test/stats" in summary["reason"]
     assert summary["per_partition"] == {
         p: {"offsets": [end, end], "records": 0, "keys": 0, "bytes": 0}
         for p, end in (("0", 6), ("1", 2), ("2", 1))
