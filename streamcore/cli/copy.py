@@ -30,17 +30,39 @@ def append_grouped(
     appender: LogAppender[Any],
     records: list[tuple[int, str, bytes, int]],
     keep_timestamps: bool,
+    roll_ms: int = 0,
 ) -> None:
-    """Append (partition, key, value, timestamp) tuples: one batch per partition, in order."""
+    """Append (partition, key, value, timestamp) tuples: one batch per partition, in order, cut
+    where a record's time is `roll_ms` or more from its batch's first (the destination's segment
+    roll: a local writer never splits a batch, so a batch of sparse history spanning days would
+    land in one segment that retention could not purge day by day)."""
     by_partition: dict[int, list[tuple[str, bytes, int]]] = defaultdict(list)
     for partition, key, value, ts in records:
         by_partition[partition].append((key, value, ts))
     for partition, items in by_partition.items():
-        pairs = [(k, v) for k, v, _ in items]
-        if keep_timestamps:
-            appender.append_batch(pairs, partition=partition, timestamps=[t for _, _, t in items])
-        else:
-            appender.append_batch(pairs, partition=partition)
+        if not keep_timestamps:
+            appender.append_batch([(k, v) for k, v, _ in items], partition=partition)
+            continue
+        for run in _time_runs(items, roll_ms):
+            appender.append_batch(
+                [(k, v) for k, v, _ in run], partition=partition, timestamps=[t for *_, t in run]
+            )
+
+
+def _time_runs(
+    items: list[tuple[str, bytes, int]], roll_ms: int
+) -> list[list[tuple[str, bytes, int]]]:
+    """`items` cut into runs whose times lie strictly within `roll_ms` of the run's first."""
+    if roll_ms <= 0:
+        return [items]
+    runs: list[list[tuple[str, bytes, int]]] = []
+    first = 0
+    for item in items:
+        if not runs or abs(item[2] - first) >= roll_ms:
+            runs.append([])
+            first = item[2]
+        runs[-1].append(item)
+    return runs
 
 
 def run_copy(ctx: Context) -> int:
@@ -71,6 +93,8 @@ def run_copy(ctx: Context) -> int:
     if retention is not None and backend_feature(manager, dest, "retention_ms") is not None:
         options["retention"] = retention(src)  # both local: keep the source's retention
     manager.create(dest, partitions, **options)
+    segment_roll = backend_feature(manager, dest, "segment_roll_ms")
+    roll_ms = segment_roll(dest) if segment_roll is not None else 0
     group = group_name(args.group) if args.group else TOOLS_GROUP
     ends = manager.end_offsets(src)
     count = nbytes = 0
@@ -96,7 +120,7 @@ def run_copy(ctx: Context) -> int:
                     value = transcode[1].encode(transcode[0].decode(value))
                 out.append((rec.partition.partition, rec.key, value, rec.timestamp))
                 nbytes += len(value)
-            append_grouped(appender, out, keep_ts)
+            append_grouped(appender, out, keep_ts, roll_ms)
             if args.group:
                 tailer.commit()
             count += len(batch)

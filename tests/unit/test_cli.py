@@ -565,6 +565,20 @@ def test_copy_keeps_partitions_order_and_timestamps(
     assert "--dest test/dst exists already" in res.err
 
 
+def test_copy_of_history_rolls_the_destination_by_record_time(
+    cli: Callable[..., Result], open_manager
+) -> None:
+    """Eight days of history (four records a day) copied in batches of 10,000: the destination
+    gets a segment per day (its segment_roll), so retention can purge it day by day; the one
+    batch spanning the eight days used to land in one segment."""
+    day = 86_400_000
+    fill(open_manager, "test/src", 1, {0: [(record(i), BASE_MS + i * day // 4) for i in range(32)]})
+    assert cli("copy", "--src", "test/src", "--dest", "test/dst").rc == 0
+    folder = open_manager().partition_folder(LogPartition.of("test/dst", 0))
+    assert sorted(p.name for p in folder.glob("*.log")) == [f"{4 * d:020d}.log" for d in range(8)]
+    assert raw_records(open_manager, "test/dst") == raw_records(open_manager, "test/src")
+
+
 def test_copy_transcodes_and_commits_group(cli: Callable[..., Result], open_manager) -> None:
     fill(open_manager, "test/src", 1, {0: [(record(i), BASE_MS + i) for i in range(5)]})
     commit(open_manager, "test/src", "app/copier", [2])

@@ -192,6 +192,9 @@ class LocalLogManager(LogManager):
     def retention_ms(self, name: str | Name) -> int:
         return int(self._meta(name)["retention_ms"])
 
+    def segment_roll_ms(self, name: str | Name) -> int:
+        return int(self._meta(name)["segment_roll_ms"])
+
     def delete(self, name: str | Name) -> bool:
         name = Name.of(name)
         with self._lock:
