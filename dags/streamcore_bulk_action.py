@@ -1,17 +1,30 @@
 """Run a bulk action over the documents of `repository` that match a query, from the Airflow UI
 (docs/bulk.md): validate and submit → run (spark-submit jobs/bulk_action.py) → summary, made
-by `job_tasks`.
+by `job_tasks`. A run given a `command_id` runs that submitted command instead: how the
+dispatcher (`streamcore_bulk_dispatch`) starts the commands of `streamcore bulk submit`.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pendulum
-from _streamcore import default_args, job_tasks, render_bulk_summary, submit_bulk_command
+from _streamcore import (
+    default_args,
+    job_tasks,
+    render_bulk_summary,
+    streamcore_home,
+    submit_bulk_command,
+)
 from airflow.sdk import Param, dag
+from airflow.sdk.exceptions import AirflowFailException
 
+from streamcore.bulk.dispatch import BULK_DAG_ID, DISPATCH_DAG_ID, runner
+from streamcore.bulk.model import COMMAND_ID_PATTERN
 from streamcore.bulk.registry import actions_for
+
+logger = logging.getLogger("streamcore.dags")
 
 ACTIONS = actions_for()
 
@@ -35,6 +48,11 @@ Steps:
   rate, ETA). `streamcore bulk status <id>` shows the same from a shell, and
   `streamcore bulk abort <id>` stops it between buckets.
 - **summary** logs the final status (state, total, processed, timings, result).
+
+Given a `command_id`, a run runs that submitted command (`streamcore bulk submit`, the Python
+API) and ignores the other Params: validate claims the command for this run (a command runs in
+one run; another run's claim fails validate). The dispatcher DAG `{DISPATCH_DAG_ID}` starts
+these runs (run id `bulk__<command id>`); a person may start one the same way.
 
 Actions: {", ".join(f"`{name}`" for name in ACTIONS.names())}. Query example:
 `type = 'Note' AND modified < current_timestamp() - INTERVAL 30 DAYS`.
@@ -85,22 +103,52 @@ PARAMS = {
         description="Process at most this many documents (0: no limit); empty: the action's "
         "default.",
     ),
+    "command_id": Param(
+        None,
+        type=["null", "string"],
+        pattern=COMMAND_ID_PATTERN,
+        title="Command id",
+        description="Run this submitted command (streamcore bulk list) instead of one from the "
+        "Params above, which are then ignored; empty: submit one from them.",
+    ),
 }
 
 
 def bulk_arguments(params: dict[str, Any], context: Any) -> dict[str, list[str]]:
-    """Check and submit the command of this run (see DOC); the run step's arguments."""
+    """Check and submit the command of this run, or claim the submitted `command_id` for it
+    (see DOC); the run step's arguments."""
+    if params.get("command_id"):
+        return claim_command(context, params["command_id"])
     sizes = {k: params[k] for k in ("bucket_size", "batch_size", "query_limit")}
     return submit_bulk_command(
         context, params["action"], params["query"], params["params"], sizes=sizes
     )
 
 
+def claim_command(context: Any, command_id: str) -> dict[str, list[str]]:
+    """Claim the submitted command `command_id` for this run: a command runs in one run, so a
+    claim by another run fails the task with the reason, before Spark."""
+    from streamcore.bulk import BulkError, BulkService
+
+    run = context["dag_run"]
+    try:
+        with BulkService() as service:
+            service.claim(command_id, runner(run.dag_id, run.run_id))
+            status = service.status(command_id)
+    except BulkError as exc:
+        raise AirflowFailException(str(exc)) from None
+    logger.info("bulk command %s (%s) is %s", command_id, status.action, status.state.value)
+    return {"run": ["--command-id", command_id, "--home", str(streamcore_home())]}
+
+
 @dag(
-    dag_id="streamcore_bulk_action",
+    dag_id=BULK_DAG_ID,
     schedule=None,
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
+    # Unpaused from the start: the dispatcher's runs must start without a person (a DAG without
+    # a schedule runs nothing by itself).
+    is_paused_upon_creation=False,
     tags=["streamcore", "bulk"],
     params=PARAMS,
     doc_md=DOC,

@@ -11,7 +11,8 @@ the truth of its state. The job:
    `STREAMCORE_HOME/bulk/<id>/scroll` (`jobs.spark.bulk.scroll`). None → COMPLETED at once;
    else RUNNING with the total.
 2. **buckets**, in order. Before each, the stored state: ABORTED (`streamcore bulk abort`)
-   stops the run, so later buckets stay untouched. A bucket's current rows go by batches of
+   stops the run, so later buckets stay untouched, and the job acknowledges the abort when it
+   stops (an exclusive action's slot is held until then). A bucket's current rows go by batches of
    `batch_size` (id ranges, which let Delta skip files) through the action's
    `apply(docs, params, F)`; an `update` or `delete` batch is one MERGE into the table carrying
    Delta's txn id (`bulk/<id>`, the batch's number across buckets: `jobs.spark.bulk.apply`),
@@ -55,22 +56,30 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def check_args(args: argparse.Namespace) -> None:
-    if not args.command_id.strip() or any(c.isspace() for c in args.command_id):
-        raise JobArgumentError(
-            f"--command-id {args.command_id!r} is not a command id; list them with "
-            "`streamcore bulk list`"
-        )
+    from streamcore.bulk import BulkParamsError
+    from streamcore.bulk.model import check_command_id
+
+    try:
+        check_command_id(args.command_id)
+    except BulkParamsError as exc:
+        raise JobArgumentError(f"--command-id: {exc}") from None
 
 
 def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
-    from streamcore.bulk import BulkService, CommandNotFoundError
+    from streamcore.bulk import BulkError, BulkService, State
 
     with BulkService(ctx.config) as service:
         try:
             command = service.command(args.command_id)
-        except CommandNotFoundError as exc:
+        except BulkError as exc:
             raise JobError(str(exc)) from None
-        return _Run(ctx, service, command).run()
+        try:
+            return _Run(ctx, service, command).run()
+        finally:
+            # However the run ended, it writes nothing more: an aborted command's exclusive
+            # slot may go to another command now, not while a bucket was being written.
+            if service.status(command.id).state is State.ABORTED:
+                service.acknowledge_abort(command.id)
 
 
 class _Run:

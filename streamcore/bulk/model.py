@@ -9,17 +9,39 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from streamcore.bulk.errors import BulkParamsError
+
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MILLISECOND = timedelta(milliseconds=1)
 # A delta's result key starting with this adds its (integer) value to the stored entry of the
 # key without it, instead of replacing it: how a bucket reports a count that sums up.
 ADD_PREFIX = "+"
+
+
+# A command id names the job's folder (STREAMCORE_HOME/bulk/<id>) and its Delta app id
+# (bulk/<id>): letters, digits, `_` and `-` only, so no id holds a separator or `..`. UUIDs fit.
+# The same pattern is the JSON schema of the bulk DAG's `command_id` Param.
+COMMAND_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$"
+_COMMAND_ID = re.compile(COMMAND_ID_PATTERN)
+
+
+def check_command_id(value: object) -> str:
+    """`value` if it is a valid command id, else `BulkParamsError` saying what one is."""
+    if isinstance(value, str) and _COMMAND_ID.fullmatch(value):
+        return value
+    raise BulkParamsError(
+        f"command id {value!r}: a command id is a UUID or a slug (letters, digits, _ and -, "
+        "starting with a letter or digit, at most 128 characters); list the commands with "
+        "`streamcore bulk list`",
+        "command_id",
+    )
 
 
 def now_ms() -> int:
@@ -72,6 +94,9 @@ class BulkCommand:
     batch_size: int
     query_limit: int = 0
     created_ms: int = field(default_factory=now_ms)
+
+    def __post_init__(self) -> None:
+        check_command_id(self.id)
 
     def to_datum(self) -> dict[str, Any]:
         """The BulkCommand.avsc datum; params as a JSON string, as Nuxeo encodes them."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from streamcore.bulk.columns import repository_columns
@@ -23,7 +23,14 @@ from streamcore.bulk.messages import (
     command_record,
     status_record,
 )
-from streamcore.bulk.model import BulkCommand, BulkStatus, State, iso_ms, now_ms
+from streamcore.bulk.model import (
+    BulkCommand,
+    BulkStatus,
+    State,
+    check_command_id,
+    iso_ms,
+    now_ms,
+)
 from streamcore.bulk.query import check_query
 from streamcore.bulk.registry import ActionRegistry, actions_for
 from streamcore.bulk.store import CommandStore
@@ -36,6 +43,8 @@ from streamcore.outbox.schema import create_engine, default_url
 from streamcore.record import Record
 
 POLL_SECONDS = 0.1  # Nuxeo's BulkService.await polls its KV store every 100 ms
+# A dispatched command still SCHEDULED after this long is offered again (see `dispatch`).
+RETRY_AFTER_SECONDS = 300.0
 LOCK_WAIT_SECONDS = 30.0
 
 
@@ -75,11 +84,14 @@ class BulkService:
         query_limit: int | None = None,
         repository: str = "repository",
         values: Mapping[str, bool | int | float | str] | None = None,
+        runner: str | None = None,
     ) -> BulkStatus:
         """Check everything, store the command SCHEDULED, publish it; returns its status. With
         a `command_id` already stored, returns the stored status and does nothing else.
         `values` bind the query's named placeholders (`:retention_days`, a schedule's values):
-        the command keeps the query with them bound, as literals."""
+        the command keeps the query with them bound, as literals. `runner` (a DAG run that
+        runs the command itself, `<dag id>/<run id>`) claims it as it is stored; without one the
+        dispatcher starts a run for it (`dispatch`)."""
         handler = self.registry.get(action)
         checked = handler.check_params(params)
         if not isinstance(username, str) or not username.strip():
@@ -100,8 +112,8 @@ class BulkService:
                 f"query limit {limit!r}: give the most documents to process, or 0 for no limit",
                 "query_limit",
             )
-        if command_id is not None and (not isinstance(command_id, str) or not command_id):
-            raise BulkParamsError("command_id must be a non-empty string, or None", "command_id")
+        if command_id is not None:
+            check_command_id(command_id)
         try:
             columns = repository_columns(repository, self.config)
         except ConfigError as exc:
@@ -126,7 +138,7 @@ class BulkService:
             submit_ms=command.created_ms,
         )
         exclusive_key = f"{action}:{repository}" if handler.exclusive else None
-        stored = self.store.insert(command, status, exclusive_key)
+        stored = self.store.insert(command, status, exclusive_key, runner)
         if stored is not None:
             return stored
         self._publish(
@@ -136,10 +148,10 @@ class BulkService:
 
     # -- read -----------------------------------------------------------------------------------
     def command(self, command_id: str) -> BulkCommand:
-        return self.store.command(command_id)
+        return self.store.command(check_command_id(command_id))
 
     def status(self, command_id: str) -> BulkStatus:
-        return self.store.status(command_id)
+        return self.store.status(check_command_id(command_id))
 
     def list(
         self, *, state: State | str | None = None, action: str | None = None, limit: int = 50
@@ -150,12 +162,20 @@ class BulkService:
         wanted = None if state is None else _state(state)
         return self.store.list(state=wanted, action=action, limit=limit)
 
-    def wait(self, command_id: str, timeout: float) -> BulkStatus:
+    def wait(
+        self,
+        command_id: str,
+        timeout: float,
+        on_status: Callable[[BulkStatus], None] | None = None,
+    ) -> BulkStatus:
         """The status once COMPLETED or ABORTED, polled every 100 ms; the last status read when
-        `timeout` seconds pass first."""
+        `timeout` seconds pass first. `on_status` gets each status read (to show progress)."""
+        check_command_id(command_id)
         deadline = time.monotonic() + timeout
         while True:
             status = self.status(command_id)
+            if on_status is not None:
+                on_status(status)
             if status.state is not None and status.state.terminal:
                 return status
             left = deadline - time.monotonic()
@@ -165,9 +185,12 @@ class BulkService:
 
     # -- change ---------------------------------------------------------------------------------
     def abort(self, command_id: str) -> BulkStatus:
-        """Abort the command: its state becomes ABORTED (the job stops at its next bucket) and an
-        exclusive action's slot is free. An aborted command is returned as it is;
-        `NotAbortableError` for a completed one."""
+        """Abort the command: its state becomes ABORTED and the job stops at its next bucket. An
+        exclusive action's slot is free at once if no job picked the command up (SCHEDULED),
+        else once the job acknowledges the abort after the bucket it is writing
+        (`acknowledge_abort`). An aborted command is returned as it is; `NotAbortableError` for
+        a completed one."""
+        check_command_id(command_id)
         delta = BulkStatus(
             command_id=command_id, delta=True, state=State.ABORTED, completed_ms=now_ms()
         )
@@ -183,12 +206,58 @@ class BulkService:
                 return before
             return before.merge(delta)
 
-        before, after = self.store.change(command_id, aborted)
+        before, after = self.store.change(command_id, aborted, release=_never_picked_up)
         if before.state is not State.ABORTED:
             self._publish(
                 (STATUS_STREAM, status_record(delta)), (DONE_STREAM, status_record(after))
             )
         return after
+
+    def acknowledge_abort(self, command_id: str) -> BulkStatus:
+        """What the job calls once it has stopped on an abort (no write of it is under way any
+        more): the command's exclusive slot is free. `BulkError` if it is not aborted."""
+        check_command_id(command_id)
+
+        def unchanged(before: BulkStatus) -> BulkStatus:
+            if before.state is not State.ABORTED:
+                state = before.state.value if before.state else "UNKNOWN"
+                raise BulkError(
+                    f"command {command_id} is not aborted ({state}): there is no abort to "
+                    "acknowledge"
+                )
+            return before
+
+        return self.store.change(command_id, unchanged, release=lambda _before, _after: True)[1]
+
+    # -- dispatch -------------------------------------------------------------------------------
+    def claim(self, command_id: str, runner: str) -> None:
+        """Claim the command for `runner` (`<dag id>/<run id>`, the run that runs it); again for
+        the same runner is fine (a retried task); `BulkError` naming the runner that has it."""
+        holder = self.store.claim(check_command_id(command_id), runner)
+        if holder not in (None, runner):
+            raise BulkError(
+                f"command {command_id} has its runner: {holder} runs it, so {runner} does not "
+                "(a command runs in one DAG run; see that run, or `streamcore bulk status "
+                f"{command_id}`)"
+            )
+
+    def dispatch(
+        self, runner_for: Callable[[str], str], *, retry_after_s: float = RETRY_AFTER_SECONDS
+    ) -> list[tuple[str, str]]:
+        """The (command id, runner) pairs to start now: every command nobody claimed, claimed
+        here for `runner_for(id)`, and those the dispatcher claimed over `retry_after_s` ago
+        that are still SCHEDULED (a dispatcher that stopped between its claim and the start;
+        the runner, a DAG run id, cannot be created twice). SCHEDULED commands run; ABORTED
+        ones that no job ever saw run too, for the job to record their final status."""
+        stale = self.store.stale_dispatches(now_ms() - int(retry_after_s * 1000))
+        started = []
+        for command_id, status in self.store.unclaimed():
+            if status.state is State.ABORTED and status.scroll_start_ms is not None:
+                continue  # a job ran it: nothing to start
+            runner = runner_for(command_id)
+            if self.store.claim(command_id, runner, dispatched=True) is None:
+                started.append((command_id, runner))
+        return [*stale, *started]
 
     def update(
         self, command_id: str, delta: BulkStatus, *, bucket: int | None = None
@@ -196,6 +265,7 @@ class BulkService:
         """Merge `delta` (from the job) into the stored status and publish it; returns the full
         status. With `bucket`, the delta of a bucket already counted is ignored, so a rerun of
         the job after a crash never counts a bucket twice."""
+        check_command_id(command_id)
         if delta.command_id != command_id:
             raise BulkError(
                 f"the status delta is about command {delta.command_id}, not {command_id}; give "
@@ -268,6 +338,13 @@ class BulkService:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _never_picked_up(before: BulkStatus, after: BulkStatus) -> bool:
+    """An abort frees the exclusive slot at once when no job has started the command: the job's
+    first change (SCROLLING_RUNNING) precedes its first write, and it reads the state before
+    each bucket."""
+    return before.state in (None, State.UNKNOWN, State.SCHEDULED)
 
 
 def _is_int(value: Any) -> bool:

@@ -9,6 +9,17 @@ inserting the same key, the database lets exactly one commit.
 `streamcore_bulk_buckets` holds the bucket numbers whose deltas were counted, so a job rerun
 after a crash cannot count a bucket twice.
 
+`streamcore_bulk_claims` says which runner (an Airflow DAG run, `<dag id>/<run id>`) runs a
+command: its primary key makes the claim a compare-and-set, so of two dispatchers (or a
+dispatcher and a person) exactly one claims a command. A DAG run that submits its own command
+claims it in the transaction that stores it; `dispatched` marks the claims of the dispatcher.
+
+An exclusive action's key is released when its command completes, or when it is aborted and no
+job can still be writing: at once for a command no job has picked up (SCHEDULED: a job's first
+change, SCROLLING_RUNNING, comes before any write and it looks at the state before each bucket),
+else when the job acknowledges the abort (`BulkService.acknowledge_abort`) after the bucket it
+was writing.
+
 Every change of a status runs in one transaction that locks the command's row first (PostgreSQL:
 SELECT ... FOR UPDATE; SQLite: BEGIN IMMEDIATE locks the database), so concurrent deltas merge
 one after the other.
@@ -29,6 +40,7 @@ from streamcore.outbox.schema import create_tables
 
 COMMANDS = "streamcore_bulk_commands"
 BUCKETS = "streamcore_bulk_buckets"
+CLAIMS = "streamcore_bulk_claims"
 
 metadata = sa.MetaData()
 commands = sa.Table(
@@ -54,7 +66,23 @@ buckets = sa.Table(
     sa.Column("counted_ms", sa.BigInteger, nullable=False),
 )
 
+claims = sa.Table(
+    CLAIMS,
+    metadata,
+    sa.Column("command_id", sa.String(200), primary_key=True),
+    sa.Column("runner", sa.String(600), nullable=False),
+    sa.Column("dispatched", sa.Boolean, nullable=False),
+    sa.Column("claimed_ms", sa.BigInteger, nullable=False),
+)
+
 Change = Callable[[BulkStatus], BulkStatus]
+Release = Callable[[BulkStatus, BulkStatus], bool]
+"""(before, after) of a change -> whether it frees the command's exclusive key."""
+
+
+def on_completion(before: BulkStatus, after: BulkStatus) -> bool:
+    """The default release: a completed command holds nothing."""
+    return after.state is State.COMPLETED
 
 
 def _dump(datum: dict[str, Any]) -> str:
@@ -82,10 +110,15 @@ class CommandStore:
         self._created = True
 
     def insert(
-        self, command: BulkCommand, status: BulkStatus, exclusive_key: str | None
+        self,
+        command: BulkCommand,
+        status: BulkStatus,
+        exclusive_key: str | None,
+        runner: str | None = None,
     ) -> BulkStatus | None:
-        """Store a new command: None once stored; the stored status when the id exists already;
-        `ExclusiveActionError` naming the command that holds `exclusive_key`."""
+        """Store a new command, claimed by `runner` if given: None once stored; the stored
+        status when the id exists already; `ExclusiveActionError` naming the command that holds
+        `exclusive_key`."""
         self._ready()
         # Two attempts: the holder of the key found by the first may finish before we look it up.
         for _ in range(2):
@@ -110,6 +143,8 @@ class CommandStore:
                             updated_ms=now_ms(),
                         )
                     )
+                    if runner is not None:
+                        conn.execute(_claim(command.id, runner, dispatched=False))
                 return None
             except sa.exc.IntegrityError:
                 with self.engine.connect() as conn:
@@ -119,18 +154,12 @@ class CommandStore:
                     if row is not None:
                         return _status(row)
                     holder = conn.execute(
-                        sa.select(commands.c.id, commands.c.submit_ms).where(
+                        sa.select(commands.c.id, commands.c.submit_ms, commands.c.state).where(
                             commands.c.exclusive_key == exclusive_key
                         )
                     ).first()
                 if holder is not None:
-                    raise ExclusiveActionError(
-                        f"action {command.action} is exclusive and command {holder.id} (submitted "
-                        f"{iso_ms(holder.submit_ms)}) still runs on {command.repository}; wait for "
-                        f"it (`streamcore bulk wait {holder.id}`) or abort it "
-                        f"(`streamcore bulk abort {holder.id}`)",
-                        holder.id,
-                    ) from None
+                    raise _exclusive(command, holder) from None
         raise ExclusiveActionError(
             f"action {command.action} on {command.repository}: the exclusive slot kept changing "
             "hands; submit again",
@@ -168,11 +197,16 @@ class CommandStore:
             return [_status(row) for row in conn.execute(query.limit(limit))]
 
     def change(
-        self, command_id: str, change: Change, *, bucket: int | None = None
+        self,
+        command_id: str,
+        change: Change,
+        *,
+        bucket: int | None = None,
+        release: Release = on_completion,
     ) -> tuple[BulkStatus, BulkStatus]:
         """In one transaction: the stored status (`before`), `change(before)` stored in its
-        place (`after`; its exclusive key released once terminal). With `bucket`, a bucket
-        already counted changes nothing: (before, before)."""
+        place (`after`; its exclusive key released when `release(before, after)`). With
+        `bucket`, a bucket already counted changes nothing: (before, before)."""
         self._ready()
         with self.engine.begin() as conn:
             row = conn.execute(
@@ -200,10 +234,95 @@ class CommandStore:
                 "state": (after.state or State.UNKNOWN).value,
                 "updated_ms": now_ms(),
             }
-            if after.state is not None and after.state.terminal:
+            if release(before, after):
                 values["exclusive_key"] = None
             conn.execute(commands.update().where(commands.c.id == command_id).values(**values))
         return before, after
+
+    # -- claims ---------------------------------------------------------------------------------
+    def claim(self, command_id: str, runner: str, *, dispatched: bool = False) -> str | None:
+        """Claim the command for `runner`: None when this call claimed it, else the runner that
+        had it (possibly `runner` itself)."""
+        self._ready()
+        try:
+            with self.engine.begin() as conn:
+                if conn.execute(_exists(command_id)).first() is None:
+                    raise _not_found(command_id)
+                conn.execute(_claim(command_id, runner, dispatched=dispatched))
+            return None
+        except sa.exc.IntegrityError:
+            with self.engine.connect() as conn:
+                return conn.execute(
+                    sa.select(claims.c.runner).where(claims.c.command_id == command_id)
+                ).scalar_one()
+
+    def unclaimed(self) -> list[tuple[str, BulkStatus]]:
+        """(id, status) of the commands no runner claimed that are SCHEDULED or ABORTED,
+        oldest submit first."""
+        self._ready()
+        query = (
+            sa.select(commands.c.id, commands.c.status)
+            .outerjoin(claims, claims.c.command_id == commands.c.id)
+            .where(
+                claims.c.command_id.is_(None),
+                commands.c.state.in_([State.SCHEDULED.value, State.ABORTED.value]),
+            )
+            .order_by(commands.c.submit_ms, commands.c.id)
+        )
+        with self.engine.connect() as conn:
+            return [(row.id, _status(row)) for row in conn.execute(query)]
+
+    def stale_dispatches(self, before_ms: int) -> list[tuple[str, str]]:
+        """(id, runner) of the dispatcher's claims made before `before_ms` whose command is still
+        SCHEDULED, their time set to now (so each is offered once per period)."""
+        self._ready()
+        with self.engine.begin() as conn:
+            rows = conn.execute(
+                sa.select(claims.c.command_id, claims.c.runner)
+                .join(commands, commands.c.id == claims.c.command_id)
+                .where(
+                    claims.c.dispatched.is_(True),
+                    claims.c.claimed_ms < before_ms,
+                    commands.c.state == State.SCHEDULED.value,
+                )
+                .order_by(claims.c.claimed_ms)
+            ).all()
+            if rows:
+                conn.execute(
+                    claims.update()
+                    .where(claims.c.command_id.in_([r.command_id for r in rows]))
+                    .values(claimed_ms=now_ms())
+                )
+        return [(row.command_id, row.runner) for row in rows]
+
+
+def _exists(command_id: str) -> Any:
+    return sa.select(commands.c.id).where(commands.c.id == command_id)
+
+
+def _claim(command_id: str, runner: str, *, dispatched: bool) -> Any:
+    return claims.insert().values(
+        command_id=command_id, runner=runner, dispatched=dispatched, claimed_ms=now_ms()
+    )
+
+
+def _exclusive(command: BulkCommand, holder: Any) -> ExclusiveActionError:
+    since = f"submitted {iso_ms(holder.submit_ms)}"
+    if holder.state == State.ABORTED.value:
+        return ExclusiveActionError(
+            f"action {command.action} is exclusive and command {holder.id} ({since}) was "
+            f"aborted, but its job on {command.repository} has not stopped yet: it finishes its "
+            "current bucket, then frees the slot; submit again then. If its job died, rerun it "
+            f"(`spark-submit jobs/bulk_action.py --command-id {holder.id}`, or clear its Airflow "
+            "task): it acknowledges the abort and frees the slot",
+            holder.id,
+        )
+    return ExclusiveActionError(
+        f"action {command.action} is exclusive and command {holder.id} ({since}) still runs on "
+        f"{command.repository}; wait for it (`streamcore bulk wait {holder.id}`) or abort it "
+        f"(`streamcore bulk abort {holder.id}`)",
+        holder.id,
+    )
 
 
 def _not_found(command_id: str) -> CommandNotFoundError:

@@ -25,6 +25,8 @@ from streamcore.bulk import (
     State,
     UnknownActionError,
 )
+from streamcore.bulk.dispatch import DISPATCH_DAG_ID
+from streamcore.bulk.model import check_command_id
 from streamcore.bulk.progress import progress, progress_line
 from streamcore.cli.context import Context, UsageError, global_options
 from streamcore.cli.table import iso_time, render_table
@@ -84,6 +86,35 @@ def _show(ctx: Context, status: BulkStatus) -> None:
     ctx.out("\n".join(f"{label:<17} {value}" for label, value in rows))
 
 
+def _follow(ctx: Context, service: BulkService, command_id: str) -> int:
+    """Wait for the command with a line on stderr at each change of its progress, show the last
+    status read; the exit code: 0 COMPLETED, 1 ABORTED or not finished after --timeout."""
+    shown = ""
+
+    def show(status: BulkStatus) -> None:
+        nonlocal shown
+        if status.state is State.SCHEDULED:
+            line = (
+                f"SCHEDULED: waiting for the dispatcher (the Airflow DAG {DISPATCH_DAG_ID}) to "
+                "start its job"
+            )
+        else:
+            line = f"{status.state.value if status.state else '-'} {progress_line(status)}"
+        if line != shown:
+            ctx.err(line)
+            shown = line
+
+    status = service.wait(command_id, ctx.args.timeout, on_status=show)
+    _show(ctx, status)
+    if status.state is State.COMPLETED:
+        return 0
+    if not (status.state is not None and status.state.terminal):
+        ctx.err(
+            f"streamcore: command {status.command_id} not finished after {ctx.args.timeout:g} s"
+        )
+    return 1
+
+
 def run_submit(ctx: Context) -> int:
     args = ctx.args
     try:
@@ -102,6 +133,8 @@ def run_submit(ctx: Context) -> int:
             batch_size=args.batch_size,
             query_limit=args.query_limit,
         )
+        if args.wait:
+            return _follow(ctx, service, status.command_id)
     _show(ctx, status)
     return 0
 
@@ -122,15 +155,7 @@ def run_abort(ctx: Context) -> int:
 
 def run_wait(ctx: Context) -> int:
     with _service(ctx) as service:
-        status = service.wait(ctx.args.id, ctx.args.timeout)
-    _show(ctx, status)
-    if status.state is State.COMPLETED:
-        return 0
-    if not ctx.json and not (status.state is not None and status.state.terminal):
-        ctx.err(
-            f"streamcore: command {status.command_id} not finished after {ctx.args.timeout:g} s"
-        )
-    return 1
+        return _follow(ctx, service, ctx.args.id)
 
 
 def run_list(ctx: Context) -> int:
@@ -170,6 +195,13 @@ def _positive(value: str) -> int:
     return number
 
 
+def _command_id(value: str) -> str:
+    try:
+        return check_command_id(value)
+    except BulkParamsError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def register(sub: Any) -> None:
     parent = global_options()
     top = sub.add_parser(
@@ -185,7 +217,8 @@ def register(sub: Any) -> None:
         parents=[parent],
         help="check and submit a command",
         description="Check ACTION, --query and --params, store the command SCHEDULED and "
-        "publish it on bulk/command; prints its status.",
+        "publish it on bulk/command; prints its status. Airflow's dispatcher DAG "
+        f"({DISPATCH_DAG_ID}) starts its job; --wait follows it to the end.",
     )
     p.add_argument("action", help="action name, e.g. setProperties, trash, csvExport")
     p.add_argument("--query", required=True, help="Spark SQL predicate, e.g. \"type = 'Note'\"")
@@ -194,7 +227,23 @@ def register(sub: Any) -> None:
     p.add_argument("--bucket-size", type=_positive, help="ids per bucket (action default)")
     p.add_argument("--batch-size", type=_positive, help="ids per batch (action default)")
     p.add_argument("--query-limit", type=int, help="at most N documents; 0 = all")
-    p.add_argument("--id", help="command id (default: a new UUID); a stored id is not resubmitted")
+    p.add_argument(
+        "--id",
+        type=_command_id,
+        help="command id (default: a new UUID); a stored id is not resubmitted",
+    )
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="then wait until the command is COMPLETED (exit 0) or ABORTED (exit 1), with its "
+        "progress on stderr",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        help="with --wait: give up after this many seconds, exit 1 (600)",
+    )
     p.set_defaults(func=run_submit)
 
     p = commands.add_parser(
@@ -203,7 +252,7 @@ def register(sub: Any) -> None:
         help="a command's status",
         description="State, progress (processed/total, percent, rate, ETA) and times.",
     )
-    p.add_argument("id", help="command id")
+    p.add_argument("id", type=_command_id, help="command id")
     p.set_defaults(func=run_status)
 
     p = commands.add_parser(
@@ -213,7 +262,7 @@ def register(sub: Any) -> None:
         description="The command becomes ABORTED; the job stops at its next bucket. A "
         "completed command cannot be aborted (exit 1).",
     )
-    p.add_argument("id", help="command id")
+    p.add_argument("id", type=_command_id, help="command id")
     p.set_defaults(func=run_abort)
 
     p = commands.add_parser(
@@ -232,8 +281,8 @@ def register(sub: Any) -> None:
         parents=[parent],
         help="wait until a command completes or is aborted",
         description="Poll every 100 ms until the command is COMPLETED (exit 0) or ABORTED "
-        "(exit 1); exit 1 as well when --timeout passes first.",
+        "(exit 1), with its progress on stderr; exit 1 as well when --timeout passes first.",
     )
-    p.add_argument("id", help="command id")
+    p.add_argument("id", type=_command_id, help="command id")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds (60)")
     p.set_defaults(func=run_wait)

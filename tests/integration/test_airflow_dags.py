@@ -150,6 +150,8 @@ BAD_CONFS = {
         ({"params": "reviewed=yes"}, "params"),
         ({"bucket_size": 0}, "bucket_size"),
         ({"query_limit": -1}, "query_limit"),
+        ({"command_id": "../../outside"}, "command_id"),
+        ({"command_id": "/tmp/x"}, "command_id"),
     ],
     "streamcore_bulk_trash_old_notes": [({"retention_days": "a month"}, "retention_days")],
     "streamcore_audit": [
@@ -612,6 +614,15 @@ def test_bulk_validate_checks_and_submits_once_before_spark(af: AirflowEnv) -> N
             "params": args({"action": "setProperties", "params": {"properties": 7}}, "r5"),
             "sizes": args({**ok, "bucket_size": 10, "batch_size": 20}, "r6"),
         }
+        # A command submitted outside Airflow, run by the id the dispatcher gives.
+        with BulkService() as service:
+            cli = service.submit("trash", "true", username="ann").command_id
+            dispatched = service.dispatch(lambda c: f"streamcore_bulk_action/bulk__{c}")
+        out["dispatched"] = dispatched
+        out["cli"] = args({"command_id": cli}, f"bulk__{cli}")
+        out["cli_again"] = args({"command_id": cli}, f"bulk__{cli}")  # a retried validate
+        out["cli_other_run"] = args({"command_id": cli}, "manual__2")
+        out["unknown"] = args({"command_id": "no-such-command"}, "r7")
         print(json.dumps(out))
         """,
     )
@@ -624,6 +635,12 @@ def test_bulk_validate_checks_and_submits_once_before_spark(af: AirflowEnv) -> N
     assert "statement" in result["statement"].lower(), result["statement"]
     assert "params/properties" in result["params"], result["params"]
     assert "batch size" in result["sizes"], result["sizes"]
+    # The commands the runs submitted are theirs: the dispatcher starts the CLI's only.
+    cli = result["cli"][1]
+    assert result["dispatched"] == [[cli, f"streamcore_bulk_action/bulk__{cli}"]]
+    assert result["cli"] == result["cli_again"] == ["--command-id", cli, *home]
+    assert f"streamcore_bulk_action/bulk__{cli} runs it" in result["cli_other_run"]
+    assert "no bulk command 'no-such-command'" in result["unknown"]
 
 
 def test_audit_schedule_comes_from_the_configuration(af: AirflowEnv, tmp_path: Path) -> None:
@@ -662,6 +679,7 @@ def test_audit_schedule_comes_from_the_configuration(af: AirflowEnv, tmp_path: P
     assert bad["dags"] == [
         "streamcore_backfill",
         "streamcore_bulk_action",
+        "streamcore_bulk_dispatch",
         "streamcore_bulk_trash_old_notes",
         "streamcore_importer",
         "streamcore_recovery",

@@ -27,7 +27,14 @@ from repository_support import document_row as _row
 from repository_support import write_repository
 from spark_session import ROOT, read_delta
 
-from streamcore.bulk import BulkAction, BulkService, State, decode_status
+from streamcore.bulk import (
+    BulkAction,
+    BulkParamsError,
+    BulkService,
+    ExclusiveActionError,
+    State,
+    decode_status,
+)
 from streamcore.codecs import get_codec
 from streamcore.config import load_config
 from streamcore.log import open_log_manager
@@ -173,6 +180,40 @@ def test_a_crash_after_a_bucket_then_a_rerun_counts_each_bucket_once(
     assert {i for i, r in _rows(repository).items() if r["isTrashed"]} == _notes()
 
 
+def test_a_command_id_that_leaves_the_home_is_refused(
+    spark: Any, repository: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A stored id with `..` (written to the command store by an older version, or by hand):
+    the job refuses it before anything is written, in place of putting its scroll outside
+    STREAMCORE_HOME."""
+    import sqlalchemy as sa
+
+    from streamcore.bulk.store import commands
+
+    home = Path(os.environ["STREAMCORE_HOME"])
+    good = _submit("trash", "type = 'Note'")
+    bad = "../../escaped"
+    with BulkService() as service:
+        with service.engine.connect() as conn:
+            stored = conn.execute(sa.select(commands).where(commands.c.id == good)).one()
+        row = dict(stored._mapping)
+        row["id"] = bad
+        row["command"] = json.dumps({**json.loads(row["command"]), "id": bad})
+        row["status"] = json.dumps({**json.loads(row["status"]), "commandId": bad})
+        with service.engine.begin() as conn:
+            conn.execute(commands.insert().values(**row))
+            conn.execute(sa.delete(commands).where(commands.c.id == good))
+    with pytest.raises(SystemExit) as refused:
+        _job(bad)
+    assert refused.value.code == 2
+    assert "a command id is a UUID or a slug" in capsys.readouterr().err
+    assert not (home / "bulk" / bad).resolve().exists()
+    # Past the argument check (a job of another version), reading the command refuses it too.
+    with BulkService() as service, pytest.raises(BulkParamsError, match="a command id is"):
+        service.store.command(bad)
+    assert not any(r["isTrashed"] for r in _rows(repository).values())
+
+
 class AbortingTrash(BulkAction):
     """Trash, and in the second bucket (the first one done) look at the running command as a
     person would, with `streamcore bulk status` in a shell, then abort it: a custom action
@@ -243,6 +284,48 @@ def test_a_running_command_shows_progress_and_an_abort_stops_it_before_the_next_
     recorded = read_delta(Path(os.environ["STREAMCORE_HOME"]) / "delta" / "bulk_status")
     states = {r["command_id"]: r["state"] for r in recorded.to_pylist()}
     assert states == {command: "ABORTED", early: "ABORTED"}
+
+
+class ExclusiveTrash(BulkAction):
+    """An exclusive trash that, while its job writes the first bucket, is aborted, and another
+    exclusive command is submitted on the same repository (what `second` records)."""
+
+    name = "exclusiveTrash"
+    exclusive = True
+    params_schema = {"type": "object", "additionalProperties": False}
+    second: list[str] = []
+
+    def apply(self, docs: Any, params: dict[str, Any], F: Any) -> Any:
+        if not ExclusiveTrash.second:
+            with BulkService() as service:
+                (running,) = service.list(state=State.RUNNING)
+                service.abort(running.command_id)
+                try:
+                    service.submit("exclusiveTrash", "true", username="other")
+                    ExclusiveTrash.second.append("accepted while the bucket was being written")
+                except ExclusiveActionError as exc:
+                    ExclusiveTrash.second.append(str(exc))
+        return docs.select("id", F.lit(True).alias("isTrashed"))
+
+
+def test_an_aborted_exclusive_command_holds_its_slot_until_its_job_stops(
+    spark: Any, repository: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "streamcore.toml"
+    config.write_text(
+        (ROOT / "include" / "streamcore.toml").read_text()
+        + '\n[bulk]\nactions = ["test_bulk_action_job:ExclusiveTrash"]\n'
+    )
+    monkeypatch.setenv("STREAMCORE_CONFIG", str(config))
+    command = _submit("exclusiveTrash", "type = 'Note'", bucket_size=4)
+    code, summary = _job(command)
+    assert code == 0 and summary["state"] == "ABORTED" and summary["aborted"], summary
+    (refusal,) = ExclusiveTrash.second
+    assert f"command {command}" in refusal and "was aborted" in refusal, refusal
+    # The bucket being written when the abort came landed; the later ones are untouched.
+    assert {i for i, r in _rows(repository).items() if r["isTrashed"]} == set(sorted(_notes())[:4])
+    # The job acknowledged the abort when it stopped: the slot is free.
+    assert _status(_submit("exclusiveTrash", "type = 'File'")).state is State.SCHEDULED
 
 
 def test_the_readme_action_as_written(

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -166,6 +168,16 @@ def test_errors_and_exit_codes(cli: Callable[..., Result], home: Path) -> None:
     missing = cli("bulk", "status", "nope")
     assert missing.rc == 2 and "no bulk command 'nope'" in missing.err
 
+    for argv in (
+        ("submit", "trash", "--query", "true", "--id", "../../outside"),
+        ("status", "/tmp/outside"),
+        ("abort", "a/b"),
+        ("wait", ".."),
+    ):
+        bad_id = cli("bulk", *argv)
+        assert bad_id.rc == 2 and "a command id is a UUID or a slug" in bad_id.err, argv
+    assert not (home.parent / "outside").exists()
+
     done = submit(cli, "trash", "--query", "true")
     update(home, done, state=State.COMPLETED, total=0)
     refused = cli("bulk", "abort", done)
@@ -184,3 +196,58 @@ def test_console_script(home: Path) -> None:
     )
     assert ran.returncode == 0, ran.stderr
     assert json.loads(ran.stdout) == {"commands": []}
+
+
+def test_submit_wait_follows_the_command_to_its_end(cli: Callable[..., Result], home: Path) -> None:
+    """`submit --wait`: a progress line on stderr at each change, then the final status; exit 0
+    on COMPLETED, 1 on ABORTED, 1 with the reason when --timeout passes first. The job is
+    played by a thread that makes the job's store updates as it does."""
+
+    def run_job_when_submitted(abort: bool = False) -> threading.Thread:
+        def play() -> None:
+            with BulkService(load_config(home=home)) as service:
+                deadline = time.monotonic() + 60
+                while not service.list(state=State.SCHEDULED):
+                    if time.monotonic() > deadline:
+                        return  # the CLI submitted nothing: its assertions fail
+                    time.sleep(0.05)
+                (waiting,) = service.list(state=State.SCHEDULED)
+                cid = waiting.command_id
+                if abort:
+                    service.abort(cid)
+                    return
+                service.update(
+                    cid,
+                    BulkStatus(
+                        command_id=cid,
+                        delta=True,
+                        state=State.RUNNING,
+                        total=4,
+                        processing_start_ms=1,
+                    ),
+                )
+                service.update(cid, BulkStatus(command_id=cid, delta=True, processed=2), bucket=0)
+                service.update(cid, BulkStatus(command_id=cid, delta=True, processed=2), bucket=1)
+
+        worker = threading.Thread(target=play)
+        worker.start()
+        return worker
+
+    worker = run_job_when_submitted()
+    done = cli("bulk", "submit", "trash", "--query", "true", "--wait", "--timeout", "60")
+    worker.join()
+    assert done.rc == 0, done.err
+    assert "state             COMPLETED" in done.out
+    lines = done.err.splitlines()
+    assert lines[0].startswith("SCHEDULED: waiting for the dispatcher"), lines
+    assert "streamcore_bulk_dispatch" in lines[0]
+    assert lines[-1].startswith("COMPLETED 4/4, 100%"), lines
+
+    worker = run_job_when_submitted(abort=True)
+    aborted = cli("bulk", "submit", "trash", "--query", "true", "--wait", "--json")
+    worker.join()
+    assert aborted.rc == 1 and aborted.json()["state"] == "ABORTED"
+
+    late = cli("bulk", "submit", "trash", "--query", "true", "--wait", "--timeout", "0.3")
+    assert late.rc == 1
+    assert "not finished after 0.3 s" in late.err and "state             SCHEDULED" in late.out

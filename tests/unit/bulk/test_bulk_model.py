@@ -133,3 +133,30 @@ def test_merge_does_not_complete_without_a_total_or_when_aborted() -> None:
 def test_merge_refuses_another_command() -> None:
     with pytest.raises(ValueError, match=r"cannot merge a status of command other"):
         full().merge(BulkStatus(command_id="other", delta=True))
+
+
+# Ids name the job's folders (STREAMCORE_HOME/bulk/<id>) and its Delta app id: a separator or
+# `..` would put its scroll and export elsewhere.
+BAD_IDS = ["../../etc", "..", "/tmp/x", "a/b", "a\\b", "", " ", "x y", ".hidden", "é", "a" * 129]
+
+
+@pytest.mark.parametrize("bad", BAD_IDS)
+def test_command_ids_are_uuids_or_safe_slugs(bad: str) -> None:
+    from streamcore.bulk import BulkParamsError
+    from streamcore.bulk.model import check_command_id
+
+    with pytest.raises(BulkParamsError, match="a command id is a UUID or a slug") as caught:
+        check_command_id(bad)
+    assert caught.value.field == "command_id"
+    command = BulkCommand(
+        id=ID, action="trash", query="true", username="ann", bucket_size=1, batch_size=1
+    )
+    with pytest.raises(BulkParamsError, match="a command id is"):
+        BulkCommand.from_datum({**command.to_datum(), "id": bad})
+
+
+def test_good_command_ids() -> None:
+    from streamcore.bulk.model import check_command_id
+
+    for good in (ID, "cmd-1", "nightly_2026-01-01", "A" * 128):
+        assert check_command_id(good) == good

@@ -160,6 +160,23 @@ def test_submit_checks_everything_before_storing(
     assert read_stream(COMMAND_STREAM) == []
 
 
+@pytest.mark.parametrize("bad", ["../../outside", "/tmp/outside", "a/b", ".."])
+def test_command_ids_are_checked_at_every_entry(service: BulkService, bad: str) -> None:
+    with pytest.raises(BulkParamsError, match="a command id is a UUID or a slug"):
+        service.submit("trash", "true", username="ann", command_id=bad)
+    assert service.list() == [] and read_stream(COMMAND_STREAM) == []
+    delta = BulkStatus(command_id=bad, delta=True, processed=1)
+    for call in (
+        lambda: service.status(bad),
+        lambda: service.command(bad),
+        lambda: service.abort(bad),
+        lambda: service.wait(bad, 0),
+        lambda: service.update(bad, delta),
+    ):
+        with pytest.raises(BulkParamsError, match="a command id is a UUID or a slug"):
+            call()
+
+
 def test_resubmitting_an_id_returns_the_stored_status(service: BulkService) -> None:
     first = service.submit("trash", "type = 'Note'", username="ann", command_id="run-1")
     assert first.command_id == "run-1"
@@ -384,3 +401,108 @@ def test_reading_an_unknown_command(service: BulkService) -> None:
         service.command("nope")
     assert isinstance(service.submit("trash", "true", username="a"), BulkStatus)
     assert isinstance(service.command(service.list()[0].command_id), BulkCommand)
+
+
+def test_an_aborted_command_keeps_its_exclusive_slot_until_its_job_stops(
+    service: BulkService,
+) -> None:
+    """Abort is honoured between buckets: until the job has finished the bucket it is writing
+    and acknowledged the abort, a second exclusive command would write the same table."""
+    cid = service.submit("reindex", "true", username="ann").command_id
+    service.update(cid, BulkStatus(command_id=cid, delta=True, state=State.RUNNING, total=20))
+    assert service.abort(cid).state is State.ABORTED
+    with pytest.raises(ExclusiveActionError) as caught:
+        service.submit("reindex", "true", username="bob")
+    assert caught.value.running == cid
+    assert "was aborted" in str(caught.value) and "current bucket" in str(caught.value)
+    # The bucket the job was writing lands and counts; the slot stays held.
+    service.update(cid, BulkStatus(command_id=cid, delta=True, processed=10), bucket=0)
+    with pytest.raises(ExclusiveActionError):
+        service.submit("reindex", "true", username="bob")
+    acknowledged = service.acknowledge_abort(cid)
+    assert acknowledged.state is State.ABORTED and acknowledged.processed == 10
+    service.submit("reindex", "true", username="bob")
+
+
+def test_a_command_aborted_before_any_job_frees_its_slot_at_once(service: BulkService) -> None:
+    cid = service.submit("reindex", "true", username="ann").command_id
+    service.abort(cid)
+    service.submit("reindex", "true", username="bob")
+    with pytest.raises(BulkError, match="is not aborted"):
+        service.acknowledge_abort(service.list(state=State.SCHEDULED)[0].command_id)
+
+
+def test_dispatch_claims_each_waiting_command_once(service: BulkService) -> None:
+    """The dispatcher's claim: every command submitted without a runner (CLI, Python API) is
+    claimed once, for the run that will start it; one a DAG run submitted is its own."""
+    waiting = [service.submit("trash", "true", username="ann").command_id for _ in range(3)]
+    ran = service.submit("trash", "true", username="ann", runner="streamcore_bulk_action/r1")
+    done = service.submit("trash", "true", username="ann").command_id
+    service.update(done, BulkStatus(command_id=done, delta=True, state=State.COMPLETED, total=0))
+    early = service.submit("trash", "true", username="ann").command_id
+    service.abort(early)  # aborted before any job: a run records it in bulk_status
+
+    def runner(command_id: str) -> str:
+        return f"streamcore_bulk_action/bulk__{command_id}"
+
+    started = service.dispatch(runner)
+    assert sorted(started) == sorted((c, runner(c)) for c in [*waiting, early])
+    assert ran.command_id not in dict(started)
+    assert service.dispatch(runner) == []  # claimed: not started again
+    # A dispatcher that crashed between its claim and the trigger: after the grace period the
+    # claim is offered again under the same run id (which Airflow refuses to create twice).
+    assert sorted(service.dispatch(runner, retry_after_s=0)) == sorted(
+        (c, runner(c)) for c in waiting
+    )
+    service.update(waiting[0], BulkStatus(command_id=waiting[0], delta=True, state=State.RUNNING))
+    assert waiting[0] not in dict(service.dispatch(runner, retry_after_s=0))
+
+
+def test_a_command_runs_under_one_runner(service: BulkService) -> None:
+    cid = service.submit("trash", "true", username="ann").command_id
+    service.claim(cid, "streamcore_bulk_action/a")
+    service.claim(cid, "streamcore_bulk_action/a")  # a retried task of the same run
+    with pytest.raises(BulkError, match="streamcore_bulk_action/a runs it"):
+        service.claim(cid, "streamcore_bulk_action/b")
+    with pytest.raises(CommandNotFoundError):
+        service.claim("nope", "streamcore_bulk_action/a")
+    assert service.dispatch(lambda c: f"x/{c}") == []
+
+
+DISPATCHER = """
+import json, sys
+from streamcore.bulk import BulkService
+with BulkService(url=sys.argv[1]) as service:
+    service.list()
+    print("ready", flush=True)
+    sys.stdin.readline()
+    print(json.dumps(service.dispatch(lambda c: f"streamcore_bulk_action/bulk__{c}")))
+"""
+
+
+def test_two_dispatchers_racing_start_each_command_once(
+    outbox_url: str, service: BulkService
+) -> None:
+    submitted = {service.submit("trash", "true", username="ann").command_id for _ in range(20)}
+    racers = [
+        subprocess.Popen(
+            [sys.executable, "-c", DISPATCHER, outbox_url],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    for racer in racers:
+        assert racer.stdout is not None and racer.stdout.readline().strip() == "ready"
+    for racer in racers:
+        assert racer.stdin is not None
+        racer.stdin.write("go\n")
+        racer.stdin.flush()
+    started: list[str] = []
+    for racer in racers:
+        out, err = racer.communicate(timeout=120)
+        assert racer.returncode == 0, err
+        started += [command_id for command_id, _ in json.loads(out)]
+    assert sorted(started) == sorted(submitted)
