@@ -139,8 +139,8 @@ def dag_run(env: dict[str, str]) -> dict[str, Any]:
         run = dag.test(run_conf={{}})
         seconds = time.monotonic() - started
         states = {{ti.task_id: str(ti.state) for ti in run.get_task_instances()}}
-        from _streamcore import run_record_path
-        record = run_record_path("audit", run.run_id)
+        from streamcore.runs import record_path
+        record = record_path("audit", {DAG!r}, run.run_id)
         land = json.loads(record.read_text())["land"] if record.exists() else {{}}
         print(json.dumps({{"seconds": seconds, "state": str(run.state), "tasks": states,
                            "landed": land.get("landed", 0)}}))

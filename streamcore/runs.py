@@ -8,6 +8,7 @@ plugin load it)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -25,9 +26,14 @@ def streamcore_home() -> Path:
 
 
 def record_stem(run_id: str) -> str:
-    """A run id (or DAG id) as part of a file name: every run of characters other than letters,
-    digits, `.`, `_` and `-` made one `_` (Airflow run ids hold `:` and `+`)."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", run_id).strip("_")
+    """A run id (or DAG id) as part of a file name: itself if it holds only letters, digits,
+    `.`, `_` and `-`; else every run of other characters made one `_` (Airflow run ids hold `:`
+    and `+`) and the first 10 hex digits of the id's SHA-256 added, so that two ids that differ
+    only there (`a:b`, `a+b`) keep two files."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", run_id).strip("_")
+    if stem == run_id:
+        return stem
+    return f"{stem}-{hashlib.sha256(run_id.encode()).hexdigest()[:10]}"
 
 
 def _file_name(dag_id: str, run_id: str) -> str:
@@ -44,8 +50,8 @@ def find_record(
     dag_id: str, run_id: str, home: Path | None = None
 ) -> tuple[Path, dict[str, Any]] | None:
     """The record of run `run_id` of DAG `dag_id` and its path, whichever job's folder holds it,
-    or None. A file whose record names another run (two run ids with one stem) is not it."""
-    if not record_stem(dag_id) or not record_stem(run_id):
+    or None. A file whose record names another run is not it."""
+    if not dag_id or not run_id:
         return None
     runs = (home or streamcore_home()) / "runs"
     for path in sorted(runs.glob(f"*/{_file_name(dag_id, run_id)}")):
