@@ -49,7 +49,7 @@ Keeps the hot logs bounded and their history durable (`jobs/retention.py`, docs/
   declared retention, 7 days) on every catalog table that exists.
 - **summary** logs a table per stream (records and bytes archived, keys compacted, segments and
   bytes purged, records kept for groups behind) and per table (files before/after OPTIMIZE,
-  bytes vacuumed), and keeps it in `STREAMCORE_HOME/runs/retention/<run id>.json`.
+  bytes vacuumed), and keeps it in `STREAMCORE_HOME/runs/retention/<dag id>+<run id>.json`.
 
 **Dry run.** A run triggered by a person (UI *Trigger*, `airflow dags trigger`, REST) is a dry
 run unless `dry_run` is switched off: every step says what it would do and changes nothing, so
