@@ -90,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
         "interval", parents=[common], help="land the entries of a time interval the table lacks"
     )
     add_interval(interval)
+    # Removed, but still parsed so that a scheduler or script passing it is told why and what to
+    # do instead of argparse's bare "unrecognized arguments".
+    interval.add_argument("--lateness", default=None, help=argparse.SUPPRESS)
     return parser
 
 
@@ -106,6 +109,11 @@ def check_args(args: argparse.Namespace) -> None:
     if args.step == "batch" and args.batch_size < 0:
         raise JobArgumentError(f"--batch-size must be >= 0 (0 = all), got {args.batch_size}")
     if args.step == "interval":
+        if args.lateness is not None:
+            raise JobArgumentError(
+                "--lateness was removed: interval mode now reads every entry appended since "
+                "--start minus --max-future-skew, whatever its lateness; drop the option"
+            )
         interval_ms(args)
 
 
