@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import replay_topologies
 from spark_session import FAST, read_delta, run_importer
 
 from streamcore.codecs import get_codec
-from streamcore.computation import Computation, Settings, Topology
+from streamcore.computation import Settings, Topology
 from streamcore.config import load_config
 from streamcore.log import LogPartition, open_log_manager
 from streamcore.record import Flag, Record
@@ -33,20 +34,8 @@ SOURCE, TARGET, OUTPUT = "hist/events", "replay/events", "replay/copied"
 GROUP = "import/repository"
 
 
-class Copy(Computation):
-    """Copies each record to its output, with a checkpoint per record (so the drain ends)."""
-
-    def __init__(self) -> None:
-        super().__init__("replay_copy", 1, 1)
-
-    def process_record(self, context, input_stream, record) -> None:
-        context.produce_record("o1", record)
-        context.ask_for_checkpoint()
-
-
 def copy_topology() -> tuple[Topology, Settings]:
-    topology = Topology.builder().add_computation(Copy, [f"i1:{TARGET}", f"o1:{OUTPUT}"]).build()
-    return topology, Settings(drain_quiet=0.3)
+    return replay_topologies.copy_topology(TARGET, OUTPUT), Settings(drain_quiet=0.3)
 
 
 @pytest.fixture(autouse=True)

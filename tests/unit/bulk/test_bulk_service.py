@@ -242,31 +242,38 @@ with BulkService(url=sys.argv[1], registry=registry) as service:
 """
 
 
+def race(script: str, outbox_url: str) -> list[Any]:
+    """Runs `script` in two processes that print "ready", wait for a line on stdin, then print
+    one JSON result: both are let go together, and their results returned."""
+    racers = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, outbox_url],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    for racer in racers:
+        assert racer.stdout is not None and racer.stdout.readline().strip() == "ready"
+    for racer in racers:
+        assert racer.stdin is not None
+        racer.stdin.write("go\n")
+        racer.stdin.flush()
+    outcomes = []
+    for racer in racers:
+        out, err = racer.communicate(timeout=120)
+        assert racer.returncode == 0, err
+        outcomes.append(json.loads(out))
+    return outcomes
+
+
 def test_two_processes_racing_for_an_exclusive_action(
     outbox_url: str, service: BulkService
 ) -> None:
     for _round in range(2):
-        racers = [
-            subprocess.Popen(
-                [sys.executable, "-c", RACER, outbox_url],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for _ in range(2)
-        ]
-        for racer in racers:
-            assert racer.stdout is not None and racer.stdout.readline().strip() == "ready"
-        for racer in racers:  # both wait on stdin: the submits start together
-            assert racer.stdin is not None
-            racer.stdin.write("go\n")
-            racer.stdin.flush()
-        outcomes = []
-        for racer in racers:
-            out, err = racer.communicate(timeout=120)
-            assert racer.returncode == 0, err
-            outcomes.append(json.loads(out))
+        outcomes = race(RACER, outbox_url)
         winners = [o["won"] for o in outcomes if "won" in o]
         assert len(winners) == 1, outcomes
         assert [o["lost"] for o in outcomes if "lost" in o] == winners
@@ -484,25 +491,5 @@ def test_two_dispatchers_racing_start_each_command_once(
     outbox_url: str, service: BulkService
 ) -> None:
     submitted = {service.submit("trash", "true", username="ann").command_id for _ in range(20)}
-    racers = [
-        subprocess.Popen(
-            [sys.executable, "-c", DISPATCHER, outbox_url],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(2)
-    ]
-    for racer in racers:
-        assert racer.stdout is not None and racer.stdout.readline().strip() == "ready"
-    for racer in racers:
-        assert racer.stdin is not None
-        racer.stdin.write("go\n")
-        racer.stdin.flush()
-    started: list[str] = []
-    for racer in racers:
-        out, err = racer.communicate(timeout=120)
-        assert racer.returncode == 0, err
-        started += [command_id for command_id, _ in json.loads(out)]
+    started = [command_id for out in race(DISPATCHER, outbox_url) for command_id, _ in out]
     assert sorted(started) == sorted(submitted)

@@ -7,25 +7,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import replay_topologies
 
 from jobs import backfill
 from jobs.spark.job import argument_errors
-from streamcore.computation import Computation, Topology
+from streamcore.computation import Topology
 
 WINDOW = ["--start", "2026-11-20", "--end", "2026-11-21"]
 
 
-class _Copy(Computation):
-    def __init__(self) -> None:
-        super().__init__("replay_copy", 1, 1)
-
-    def process_record(self, context, input_stream, record) -> None:
-        context.produce_record("o1", record)
-
-
 def copy_topology() -> Topology:
     """Reads replay/docs (the factory `--topology` names below)."""
-    return Topology.builder().add_computation(_Copy, ["i1:replay/docs", "o1:replay/copied"]).build()
+    return replay_topologies.copy_topology("replay/docs", "replay/copied")
 
 
 TOPOLOGY = f"{__name__}:copy_topology"

@@ -13,27 +13,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import replay_topologies
 from audit_support import append_entries, entry
 
 from jobs import audit, backfill, stream_stats
 from jobs.spark.job import JobContext, empty_run, run_job
-from streamcore.computation import Computation, Topology
+from streamcore.computation import Topology
 from streamcore.config import load_config
 from streamcore.log import open_log_manager
 
 HOUR_MS = 3_600_000
 
 
-class _Copy(Computation):
-    def __init__(self) -> None:
-        super().__init__("replay_copy", 1, 1)
-
-    def process_record(self, context, input_stream, record) -> None:
-        context.produce_record("o1", record)
-
-
 def copy_topology() -> Topology:
-    return Topology.builder().add_computation(_Copy, ["i1:replay/bursts", "o1:replay/out"]).build()
+    return replay_topologies.copy_topology("replay/bursts", "replay/out")
 
 
 @pytest.fixture(autouse=True)
