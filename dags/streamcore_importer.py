@@ -63,6 +63,14 @@ PARAMS = {
         None,
         type=["null", "string"],
         enum=[None, "jsonl", "csv", "parquet", "avro"],
+        # The form names an enum's choices by their values; the null choice would read "null".
+        values_display={
+            "null": "from the file extension",
+            "jsonl": "JSON lines",
+            "csv": "CSV",
+            "parquet": "Parquet",
+            "avro": "Avro",
+        },
         title="File format",
         description="source=files only: jsonl, csv, parquet or avro; empty = from the extension.",
     ),

@@ -318,7 +318,7 @@ demo() {
   marker="$AIRFLOW_HOME/logs/.demo-$stamp"
   touch "$marker"
   say "running DAG streamcore_importer once with count=$count into STREAMCORE_HOME=$STREAMCORE_HOME"
-  say "(two spark-submits, a few minutes on 2 cores; full log: $run_log)"
+  say "(two spark-submits, about a minute on 2 cores with 20,000 documents; full log: $run_log)"
   set +e
   "$venv_bin/airflow" dags test streamcore_importer -c "{\"count\": $count}" 2>&1 \
     | tee "$run_log" | progress

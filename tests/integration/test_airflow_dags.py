@@ -94,6 +94,11 @@ def test_every_dag_follows_the_conventions(dagbag: dict[str, Any]) -> None:
         for name, param in dag["params"].items():
             assert param["description"], f"{dag_id} param {name} has no description"
             assert "type" in param["schema"] or "enum" in param["schema"], f"{dag_id}.{name}"
+            # The trigger form shows an enum's values as they are unless values_display names
+            # them: an optional enum would offer a choice spelled "null".
+            if None in param["schema"].get("enum", ()):
+                shown = param["schema"].get("values_display") or {}
+                assert "null" in shown, f"{dag_id}.{name}: label the null choice in values_display"
         for task_id, t in dag["tasks"].items():
             assert t["retries"] is not None, f"{dag_id}.{task_id} has no explicit retries"
 
