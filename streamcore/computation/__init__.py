@@ -11,9 +11,9 @@ from streamcore.computation.dsl import Stream
 from streamcore.computation.filters import RecordFilter
 from streamcore.computation.health import HealthStatus
 from streamcore.computation.policy import ComputationPolicy
-from streamcore.computation.processor import StreamProcessor
 from streamcore.computation.processor_api import Processor, ProcessorContext
 from streamcore.computation.settings import Settings
+from streamcore.computation.stream_processor import StreamProcessor
 from streamcore.computation.testing import TopologyTestDriver
 from streamcore.computation.topology import Topology, TopologyBuilder
 

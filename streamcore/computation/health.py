@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from streamcore.computation.stats import TERMINATED
 
 if TYPE_CHECKING:
-    from streamcore.computation.processor import StreamProcessor
+    from streamcore.computation.stream_processor import StreamProcessor
 
 __all__ = ["DEFAULT_HEALTH_DELAY", "HealthStatus", "check_health"]
 

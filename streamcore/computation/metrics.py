@@ -33,7 +33,7 @@ from prometheus_client.registry import Collector
 from streamcore.computation.stats import BUCKETS, RUNNING, TERMINATED, UnitStats
 
 if TYPE_CHECKING:
-    from streamcore.computation.processor import StreamProcessor
+    from streamcore.computation.stream_processor import StreamProcessor
 
 __all__ = ["ProcessorCollector", "processor_registry"]
 

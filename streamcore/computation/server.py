@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 if TYPE_CHECKING:
-    from streamcore.computation.processor import StreamProcessor
+    from streamcore.computation.stream_processor import StreamProcessor
 
 __all__ = ["MetricsServer"]
 
