@@ -11,7 +11,7 @@ from streamcore.computation.dsl import Stream
 from streamcore.computation.filters import RecordFilter
 from streamcore.computation.health import HealthStatus
 from streamcore.computation.policy import ComputationPolicy
-from streamcore.computation.processor_api import Processor, ProcessorContext
+from streamcore.computation.processor import Processor, ProcessorContext
 from streamcore.computation.settings import Settings
 from streamcore.computation.stream_processor import StreamProcessor
 from streamcore.computation.testing import TopologyTestDriver

@@ -18,7 +18,7 @@ from streamcore.computation import (
 )
 from streamcore.computation.dlq import DeadLetter
 from streamcore.computation.dsl import Stream, build
-from streamcore.computation.processor_api import add_processor
+from streamcore.computation.processor import add_processor
 from streamcore.log.api import LogManager
 from streamcore.record import Record
 

@@ -19,7 +19,7 @@ from streamcore.computation.dsl_errors import (
     NotCallableError,
     UnknownOutputError,
 )
-from streamcore.computation.processor_api import add_processor
+from streamcore.computation.processor import add_processor
 
 DLQ = "app/dlq"
 
@@ -173,7 +173,7 @@ def test_schedule_calls_punctuate_on_the_clock_without_repeating_missed_firings(
     first = proc.punctuations[0]
     driver.advance_time(1000)
     assert proc.punctuations == [first, first + 1000]
-    caplog.set_level("INFO", logger="streamcore.computation.processor_api")
+    caplog.set_level("INFO", logger="streamcore.computation.processor")
     driver.advance_time(3500)  # one late firing, then back on the 1 s grid
     assert proc.punctuations == [first, first + 1000, first + 2000]
     assert "skipping the 2 missed firing(s)" in caplog.text
