@@ -35,78 +35,31 @@ so keep it stable once the topology runs.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from streamcore.computation.dsl_errors import (
-    DslDefinitionError,
-    NotCallableError,
-    UnfinishedStreamError,
+from streamcore.computation.dsl_errors import DslDefinitionError, NotCallableError
+from streamcore.computation.dsl_graph import (
+    OperatorNode,
+    SinkInfo,
+    SourceInfo,
+    SubTopology,
+    subtopologies,
 )
 from streamcore.computation.dsl_values import ValueCodecSpec, resolve_value_codec
 from streamcore.errors import InvalidNameError
-from streamcore.names import NO_NAMESPACE, Name
+from streamcore.names import Name
 
 if TYPE_CHECKING:
     from streamcore.codecs import Codec
     from streamcore.computation.topology import Topology, TopologyBuilder
 
-__all__ = ["Segment", "Sink", "Stream", "add_to", "build", "segments"]
+__all__ = ["Sink", "Stream", "add_to", "build", "segments"]
 
 Predicate = Callable[[str, Any], bool]
 KeyValueMapper = Callable[[str, Any], tuple[str, Any]]
 ValueMapper = Callable[[Any], Any]
 FlatMapper = Callable[[str, Any], Iterable[tuple[str, Any]]]
-
-
-class _Node:
-    """One operator of a chain. Kinds: source, filter, map, map_values, flat_map, branch, arm
-    (one output of a branch), sink."""
-
-    __slots__ = ("children", "codec", "fn", "kind", "label", "parent", "payload")
-
-    def __init__(
-        self,
-        kind: str,
-        parent: _Node | None,
-        codec: Codec[Any],
-        label: str,
-        fn: Any = None,
-        payload: Any = None,
-    ) -> None:
-        self.kind = kind
-        self.parent = parent
-        self.codec = codec
-        self.label = label
-        self.fn = fn
-        self.payload = payload
-        self.children: list[_Node] = []
-        if parent is not None:
-            parent.children.append(self)
-
-    def chain(self) -> str:
-        """The chain that leads to this node, as code: `Stream.of('a').map(f)`."""
-        parts = []
-        node: _Node | None = self
-        while node is not None:
-            parts.append(node.label)
-            node = node.parent if node.kind != "source" else None
-        return "".join(reversed(parts))
-
-
-@dataclass(frozen=True, slots=True)
-class _SourceInfo:
-    stream: str
-    name: str | None
-    upstream: _Node | None  # the `through` sink that feeds this source
-
-
-@dataclass(frozen=True, slots=True)
-class _SinkInfo:
-    stream: str
-    downstream: _Node | None  # the source `through` starts
 
 
 def _callable_name(fn: Any) -> str:
@@ -117,7 +70,7 @@ def _callable_name(fn: Any) -> str:
     return name.rsplit("<locals>.", 1)[-1]
 
 
-def _check_callable(fn: Any, operator: str, node: _Node) -> None:
+def _check_callable(fn: Any, operator: str, node: OperatorNode) -> None:
     if not callable(fn):
         raise NotCallableError(
             f"{node.chain()}.{operator}(...): expected a function, got {type(fn).__name__} "
@@ -150,7 +103,7 @@ class Sink:
 
     __slots__ = ("_node",)
 
-    def __init__(self, node: _Node) -> None:
+    def __init__(self, node: OperatorNode) -> None:
         self._node = node
 
     @property
@@ -167,7 +120,7 @@ class Stream:
 
     __slots__ = ("_node",)
 
-    def __init__(self, node: _Node) -> None:
+    def __init__(self, node: OperatorNode) -> None:
         self._node = node
 
     @classmethod
@@ -183,12 +136,12 @@ class Stream:
         mode with `schema=`, or a Codec). `name` overrides the computation name."""
         urn = _stream_name(stream, f"Stream.of({stream!r})")
         where = f"Stream.of({urn!r})"
-        node = _Node(
+        node = OperatorNode(
             "source",
             None,
             resolve_value_codec(codec, schema, where=where),
             where,
-            payload=_SourceInfo(urn, _computation_name(name, where), None),
+            payload=SourceInfo(urn, _computation_name(name, where), None),
         )
         return cls(node)
 
@@ -200,7 +153,7 @@ class Stream:
     def _then(self, kind: str, operator: str, fn: Any) -> Stream:
         _check_callable(fn, operator, self._node)
         label = f".{operator}({_callable_name(fn)})"
-        return Stream(_Node(kind, self._node, self._node.codec, label, fn))
+        return Stream(OperatorNode(kind, self._node, self._node.codec, label, fn))
 
     def filter(self, predicate: Predicate) -> Stream:
         """The records for which `predicate(key, value)` is true."""
@@ -229,16 +182,18 @@ class Stream:
         for predicate in predicates:
             _check_callable(predicate, "branch", self._node)
         names = ", ".join(_callable_name(p) for p in predicates)
-        node = _Node("branch", self._node, self._node.codec, f".branch({names})", predicates)
+        node = OperatorNode("branch", self._node, self._node.codec, f".branch({names})", predicates)
         return tuple(
-            Stream(_Node("arm", node, node.codec, f"[{i}]")) for i in range(len(predicates))
+            Stream(OperatorNode("arm", node, node.codec, f"[{i}]")) for i in range(len(predicates))
         )
 
     def to(self, stream: str, *, codec: ValueCodecSpec | None = None, schema: Any = None) -> Sink:
         """Write the records to `stream`, values encoded with `codec` (default: this stream's
         value codec)."""
         urn, value_codec = self._target(stream, codec, schema, "to")
-        node = _Node("sink", self._node, value_codec, f".to({urn!r})", payload=_SinkInfo(urn, None))
+        node = OperatorNode(
+            "sink", self._node, value_codec, f".to({urn!r})", payload=SinkInfo(urn, None)
+        )
         return Sink(node)
 
     def through(
@@ -253,15 +208,15 @@ class Stream:
         `name`, or derived from `stream`)."""
         urn, value_codec = self._target(stream, codec, schema, "through")
         label = f".through({urn!r})"
-        source = _Node(
+        source = OperatorNode(
             "source",
             None,
             value_codec,
             f"{self._node.chain()}{label}",
-            payload=_SourceInfo(urn, _computation_name(name, label), None),
+            payload=SourceInfo(urn, _computation_name(name, label), None),
         )
-        sink = _Node("sink", self._node, value_codec, label, payload=_SinkInfo(urn, source))
-        source.payload = _SourceInfo(urn, source.payload.name, sink)
+        sink = OperatorNode("sink", self._node, value_codec, label, payload=SinkInfo(urn, source))
+        source.payload = SourceInfo(urn, source.payload.name, sink)
         return Stream(source)
 
     def _target(
@@ -279,108 +234,18 @@ class Stream:
         return self._node.chain()
 
 
-@dataclass(frozen=True)
-class Segment:
-    """One computation of a compiled DSL graph: its name, its input stream and value codec,
-    its output streams (logical `o1..oN` in this order), and the root of its operator tree."""
-
-    name: str
-    source: str
-    codec: Codec[Any]
-    outputs: tuple[str, ...]
-    root: _Node
-
-
-def _origin(node: _Node) -> _Node:
-    """The first source of the graph `node` belongs to (following `through` upstream)."""
-    while True:
-        while node.kind != "source":
-            assert node.parent is not None
-            node = node.parent
-        upstream = node.payload.upstream
-        if upstream is None:
-            return node
-        node = upstream
-
-
-def _walk(root: _Node) -> tuple[list[_Node], list[_Node]]:
-    """(sinks, sources started by `through`) of the tree under `root`; raises on dead ends."""
-    sinks, downstream = [], []
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        if node.kind == "sink":
-            sinks.append(node)
-            if node.payload.downstream is not None:
-                downstream.append(node.payload.downstream)
-            continue
-        if not node.children:
-            raise UnfinishedStreamError(
-                f"{node.chain()} has no sink: end it with .to('<stream>') or .through(...), "
-                "or remove it (a branch you don't need: drop its predicate)"
-            )
-        stack.extend(reversed(node.children))
-    return sinks, downstream
-
-
-def _snapshot(node: _Node, parent: _Node | None = None) -> _Node:
-    """A copy of the tree under `node`: operators added after `build()` don't change a topology
-    that was built already."""
-    copy = _Node(node.kind, parent, node.codec, node.label, node.fn, node.payload)
-    for child in node.children:
-        _snapshot(child, copy)
-    return copy
-
-
-def _default_name(stream: str, taken: set[str]) -> str:
-    name = Name.of(stream)
-    sep = "_" if name.namespace == NO_NAMESPACE else "-"
-    base = f"{stream}{sep}dsl"
-    for n in itertools.count(1):
-        candidate = base if n == 1 else f"{base}{sep}{n}"
-        if candidate not in taken:
-            return candidate
-    raise AssertionError("unreachable")
-
-
-def segments(*ends: Stream | Sink) -> list[Segment]:
+def segments(*ends: Stream | Sink) -> list[SubTopology]:
     """The computations the graphs of `ends` (any `Stream` or `Sink` of each graph) compile to,
     in definition order. Raises `UnfinishedStreamError` for a chain without a sink."""
     if not ends:
         raise DslDefinitionError("build(): pass the streams or sinks to compile, e.g. build(s)")
-    roots: list[_Node] = []
     for end in ends:
         if not isinstance(end, Stream | Sink):
             raise DslDefinitionError(
                 f"build(): expected a Stream or a Sink (what .to() returns), got "
                 f"{type(end).__name__} {end!r}"
             )
-        origin = _origin(end._node)
-        if not any(origin is r for r in roots):
-            roots.append(origin)
-    pending = list(roots)
-    walked: list[tuple[_Node, list[_Node]]] = []
-    while pending:
-        root = pending.pop(0)
-        sinks, downstream = _walk(root)
-        walked.append((root, sinks))
-        pending.extend(downstream)
-    explicit = [root.payload.name for root, _ in walked if root.payload.name]
-    taken = set(explicit)
-    for name in explicit:
-        if explicit.count(name) > 1:
-            raise DslDefinitionError(
-                f"two computations of this build are named {name!r}; give each a distinct "
-                "name= (it is also the consumer group)"
-            )
-    out = []
-    for root, sinks in walked:
-        info: Any = root.payload
-        name = info.name or _default_name(info.stream, taken)
-        taken.add(name)
-        outputs = tuple(dict.fromkeys(s.payload.stream for s in sinks))
-        out.append(Segment(name, info.stream, root.codec, outputs, _snapshot(root)))
-    return out
+    return subtopologies(*(end._node for end in ends))
 
 
 def add_to(builder: TopologyBuilder, *ends: Stream | Sink) -> TopologyBuilder:

@@ -1,6 +1,6 @@
 """`DslComputation`: one fused chain of DSL operators run as a `Computation`.
 
-The operator tree of a `Segment` is compiled once per computation instance into nested closures
+The operator tree of a `SubTopology` is compiled once per computation instance into nested closures
 (each operator calls the next directly), so a record costs one decode, one call per operator and
 one encode per output, with no per-record interpretation of the tree.
 """
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from streamcore.computation.computation import Computation, ComputationContext
-from streamcore.computation.dsl import Segment, _Node
+from streamcore.computation.dsl_graph import OperatorNode, SubTopology
 from streamcore.record import Flag, Record
 
 __all__ = ["DslComputation"]
@@ -23,7 +23,7 @@ Emit = Callable[[str, Any], None]
 _CONTROL = Flag.COMMIT | Flag.POISON_PILL
 
 
-def _noted(exc: BaseException, node: _Node) -> None:
+def _noted(exc: BaseException, node: OperatorNode) -> None:
     exc.add_note(f"in DSL operator {node.chain()}")
 
 
@@ -43,29 +43,32 @@ def _not_running(output: str, record: Record) -> None:
 
 
 class DslComputation(Computation):
-    """Runs the operator tree of one `Segment` on each record of its input stream."""
+    """Runs the operator tree of one `SubTopology` on each record of its input stream."""
 
-    def __init__(self, segment: Segment) -> None:
-        super().__init__(segment.name, inputs=1, outputs=len(segment.outputs))
-        self.segment = segment
+    def __init__(self, subtopology: SubTopology) -> None:
+        super().__init__(subtopology.name, inputs=1, outputs=len(subtopology.outputs))
+        self.subtopology = subtopology
         self._produce: Callable[[str, Record], None] = _not_running
         self._watermark = 0
-        self._logical = {stream: f"o{i}" for i, stream in enumerate(segment.outputs, 1)}
-        self._decode = segment.codec.decode
-        self._root = _fan_out([self._compile(child) for child in segment.root.children])
+        self._logical = {stream: f"o{i}" for i, stream in enumerate(subtopology.outputs, 1)}
+        self._decode = subtopology.codec.decode
+        self._root = _fan_out([self._compile(child) for child in subtopology.root.children])
         log.debug(
-            "DSL computation %s: %s -> %s", segment.name, segment.source, ", ".join(segment.outputs)
+            "DSL computation %s: %s -> %s",
+            subtopology.name,
+            subtopology.source,
+            ", ".join(subtopology.outputs),
         )
 
     @classmethod
-    def supplier(cls, segment: Segment) -> Callable[[], DslComputation]:
+    def supplier(cls, subtopology: SubTopology) -> Callable[[], DslComputation]:
         def supply() -> DslComputation:
-            return cls(segment)
+            return cls(subtopology)
 
-        supply.__qualname__ = f"DslComputation.supplier({segment.name!r})"
+        supply.__qualname__ = f"DslComputation.supplier({subtopology.name!r})"
         return supply
 
-    def _compile(self, node: _Node) -> Emit:
+    def _compile(self, node: OperatorNode) -> Emit:
         kind = node.kind
         if kind == "sink":
             return self._compile_sink(node)
@@ -128,7 +131,7 @@ class DslComputation(Computation):
             return flat_map
         raise AssertionError(f"unknown DSL node kind {kind!r}")
 
-    def _compile_branch(self, node: _Node) -> Emit:
+    def _compile_branch(self, node: OperatorNode) -> Emit:
         arms = list(zip(node.fn, [self._compile(arm) for arm in node.children], strict=True))
 
         def branch(key: str, value: Any) -> None:
@@ -144,7 +147,7 @@ class DslComputation(Computation):
 
         return branch
 
-    def _compile_sink(self, node: _Node) -> Emit:
+    def _compile_sink(self, node: OperatorNode) -> Emit:
         output = self._logical[node.payload.stream]
         encode = node.codec.encode
 
@@ -173,7 +176,9 @@ class DslComputation(Computation):
         try:
             value = self._decode(record.data)
         except Exception as exc:
-            exc.add_note(f"decoding a value of {self.segment.source!r} (DSL {self.metadata.name})")
+            exc.add_note(
+                f"decoding a value of {self.subtopology.source!r} (DSL {self.metadata.name})"
+            )
             raise
         self._produce = context.produce_record
         self._watermark = record.watermark

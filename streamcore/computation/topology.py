@@ -31,7 +31,9 @@ Supplier = Callable[[], Computation]
 
 
 @dataclass(frozen=True)
-class _Node:
+class _WiredComputation:
+    """A computation of a topology: how to make it, what it declares, and its streams."""
+
     supplier: Supplier
     metadata: ComputationMetadata
     inputs: dict[str, str]  # logical -> stream URN, in logical order
@@ -40,7 +42,7 @@ class _Node:
 
 class TopologyBuilder:
     def __init__(self) -> None:
-        self._nodes: dict[str, _Node] = {}
+        self._nodes: dict[str, _WiredComputation] = {}
 
     def add_computation(self, supplier: Supplier, mapping: Sequence[str]) -> Self:
         """Add the computation `supplier()` makes, its logical streams mapped by `mapping`
@@ -103,7 +105,7 @@ class TopologyBuilder:
                 f"computation {meta.name!r}: {', '.join(missing)} not mapped; add e.g. "
                 f"'{missing[0]}:namespace/stream' to its mapping"
             )
-        self._nodes[meta.name] = _Node(
+        self._nodes[meta.name] = _WiredComputation(
             supplier,
             meta,
             {x: inputs[x] for x in meta.inputs},
@@ -118,7 +120,7 @@ class TopologyBuilder:
         return Topology(dict(self._nodes))
 
 
-def _check_acyclic(nodes: dict[str, _Node]) -> None:
+def _check_acyclic(nodes: dict[str, _WiredComputation]) -> None:
     readers: dict[str, list[str]] = {}
     for name, node in nodes.items():
         for stream in node.inputs.values():
@@ -154,14 +156,14 @@ def _check_acyclic(nodes: dict[str, _Node]) -> None:
 class Topology:
     """An immutable, checked DAG of computations and streams; build it with `Topology.builder()`."""
 
-    def __init__(self, nodes: dict[str, _Node]) -> None:
+    def __init__(self, nodes: dict[str, _WiredComputation]) -> None:
         self._nodes = nodes
 
     @staticmethod
     def builder() -> TopologyBuilder:
         return TopologyBuilder()
 
-    def _node(self, name: str) -> _Node:
+    def _node(self, name: str) -> _WiredComputation:
         try:
             return self._nodes[name]
         except KeyError:

@@ -67,8 +67,8 @@ def test_fan_out_of_one_stream_to_several_sinks_dedupes_output_streams():
     source.to("app/a")
     source.filter(always).to("app/b")
     source.map_values(bytes).to("app/a")
-    (segment,) = segments(source)
-    assert segment.outputs == ("app/a", "app/b")
+    (subtopology,) = segments(source)
+    assert subtopology.outputs == ("app/a", "app/b")
 
 
 def test_names_are_derived_from_the_source_and_unique_per_build():
@@ -215,5 +215,5 @@ def test_operators_added_after_build_do_not_change_the_built_topology():
     source.to("app/later")
     computation = topology.supplier("app/in-dsl")()
     assert isinstance(computation, DslComputation)
-    assert computation.segment.outputs == ("app/out",)
-    assert len(computation.segment.root.children) == 1
+    assert computation.subtopology.outputs == ("app/out",)
+    assert len(computation.subtopology.root.children) == 1
