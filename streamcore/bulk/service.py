@@ -39,8 +39,8 @@ from streamcore.config import StreamcoreConfig, load_config
 from streamcore.errors import ConfigError, LogLockedError
 from streamcore.log import open_log_manager
 from streamcore.log.api import LogAppender, LogManager
-from streamcore.outbox.schema import create_engine, default_url
 from streamcore.record import Record
+from streamcore.sql import create_engine, default_url
 
 POLL_SECONDS = 0.1  # Nuxeo's BulkService.await polls its KV store every 100 ms
 # A dispatched command still SCHEDULED after this long is offered again (see `dispatch`).

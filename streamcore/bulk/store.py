@@ -36,7 +36,7 @@ from sqlalchemy.engine import Engine
 
 from streamcore.bulk.errors import CommandNotFoundError, ExclusiveActionError
 from streamcore.bulk.model import BulkCommand, BulkStatus, State, iso_ms, now_ms
-from streamcore.outbox.schema import create_tables
+from streamcore.sql import create_tables
 
 COMMANDS = "streamcore_bulk_commands"
 BUCKETS = "streamcore_bulk_buckets"

@@ -24,7 +24,8 @@ MESSAGE_WIDTH = 60
 
 def _outbox(ctx: Context) -> Any:
     from streamcore.outbox import Outbox
-    from streamcore.outbox.schema import TABLE, default_url
+    from streamcore.outbox.schema import TABLE
+    from streamcore.sql import default_url
 
     url = ctx.args.url or default_url(ctx.config)
     if url.startswith("sqlite:///"):

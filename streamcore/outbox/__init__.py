@@ -33,16 +33,9 @@ from streamcore.outbox.health import Health
 from streamcore.outbox.outbox import Outbox
 from streamcore.outbox.put import put, put_many
 from streamcore.outbox.relay import relay
-from streamcore.outbox.schema import (
-    DONE,
-    ERROR,
-    INIT,
-    PROCESSING,
-    create_engine,
-    create_schema,
-    default_url,
-)
+from streamcore.outbox.schema import DONE, ERROR, INIT, PROCESSING, create_schema
 from streamcore.outbox.store import JobError
+from streamcore.sql import create_engine, default_url
 
 __all__ = [
     "DONE",

@@ -9,10 +9,6 @@ class OutboxError(StreamcoreError):
     """Base of the outbox errors."""
 
 
-class OutboxBusyError(OutboxError):
-    """No outbox transaction could start in time (SQLite: the database stayed locked)."""
-
-
 class UnknownQueueError(OutboxError):
     """A queue was used before a consumer (or a queue definition) was registered for it."""
 

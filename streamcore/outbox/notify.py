@@ -5,10 +5,11 @@ on commit, to every process that LISTENs (`PgListener`, one connection per worke
 SQLite has no such channel: `put` marks the connection with the jobs it put per queue, and an
 engine `commit` listener wakes the pools of this process watching the same database file
 (`local_hub`), telling them those counts; other processes find the jobs by polling. The listener
-fires just before the driver commits; on the outbox's own connections (`schema.create_engine`)
-it leaves the wake-up to the driver connection, which calls it once the commit is done and the
-process's write lock released: a woken worker then reads the jobs without a write transaction
-(`claim.peek_batch`), and its own transaction does not start by waiting for the committer's.
+fires just before the driver commits; on the outbox's own connections
+(`streamcore.sql.create_engine`) it leaves the wake-up to the driver connection, which calls it
+once the commit is done and the process's write lock released: a woken worker then reads the
+jobs without a write transaction (`claim.peek_batch`), and its own transaction does not start by
+waiting for the committer's.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from streamcore.outbox.schema import NOTIFY_CHANNEL, SerializedSqliteConnection
+from streamcore.outbox.schema import NOTIFY_CHANNEL
+from streamcore.sql import SerializedSqliteConnection
 
 logger = logging.getLogger(__name__)
 

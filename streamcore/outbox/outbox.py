@@ -35,9 +35,10 @@ from streamcore.outbox.pool import Counters, WorkerPool
 from streamcore.outbox.purge import purge as purge_jobs
 from streamcore.outbox.put import JobRef, put, put_many
 from streamcore.outbox.retry import RetryPoller
-from streamcore.outbox.schema import ERROR, create_engine, create_schema, is_sqlite
+from streamcore.outbox.schema import ERROR, create_schema
 from streamcore.outbox.store import JobError
 from streamcore.outbox.watcher import ExecutionWatcher
+from streamcore.sql import create_engine, is_sqlite
 
 logger = logging.getLogger(__name__)
 

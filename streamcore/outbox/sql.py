@@ -8,9 +8,9 @@ take a dict of parameters. Everything else goes through SQLAlchemy Core as usual
 On SQLite they skip SQLAlchemy's execution layer too (its execution context and result objects
 cost about 10 us a statement, more than the INSERT of a job) and run on the driver connection
 of the SQLAlchemy connection, in its transaction, wherever nothing could tell the difference:
-the connection is one of the outbox's (`schema.create_engine`: its transactions start with
-BEGIN IMMEDIATE at the driver level already), no listener watches statements or their errors,
-and the engine does not log statements. Driver errors are raised as SQLAlchemy raises them
+the connection is one of the outbox's (`streamcore.sql.create_engine`: its transactions start
+with BEGIN IMMEDIATE at the driver level already), no listener watches statements or their
+errors, and the engine does not log statements. Driver errors are raised as SQLAlchemy raises them
 (`sqlalchemy.exc.OperationalError`, ...). Elsewhere the statements go through
 `exec_driver_sql`.
 """
@@ -26,7 +26,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from streamcore.outbox.schema import SerializedSqliteConnection
+from streamcore.sql import SerializedSqliteConnection
 
 _NAMED = re.compile(r"(?<![:\w]):(\w+)")
 
@@ -84,8 +84,8 @@ def read(engine: sa.Engine, sql: str, params: dict[str, Any]) -> list[Any]:
     """The rows of one query run outside any write transaction. On SQLite it runs on the
     driver's connection, which is in autocommit mode, so the query is its own read transaction
     (in WAL mode it waits for no writer) instead of an outbox transaction, which always takes
-    the process's write lock and BEGIN IMMEDIATE (see `schema`). On PostgreSQL a plain read;
-    an observed SQLite engine (above) reads in an outbox transaction."""
+    the process's write lock and BEGIN IMMEDIATE (see `streamcore.sql`). On PostgreSQL a plain
+    read; an observed SQLite engine (above) reads in an outbox transaction."""
     with engine.connect() as conn:
         driver = _sqlite_driver(conn)
         if driver is not None:

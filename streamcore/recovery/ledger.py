@@ -32,8 +32,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from streamcore.names import Name
-from streamcore.outbox.schema import create_tables
 from streamcore.recovery.errors import LedgerBusyError, RecoveryError
+from streamcore.sql import create_tables
 
 __all__ = ["LedgerRow", "RedriveLedger"]
 

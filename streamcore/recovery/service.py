@@ -40,7 +40,6 @@ from streamcore.log.api import LogManager
 from streamcore.outbox import store as outbox_store
 from streamcore.outbox.outbox import Outbox
 from streamcore.outbox.purge import purge as purge_jobs
-from streamcore.outbox.schema import default_url
 from streamcore.outbox.store import JobError
 from streamcore.recovery.deadletters import (
     DeadLetterEntry,
@@ -60,6 +59,7 @@ from streamcore.recovery.positions import (
 )
 from streamcore.recovery.redrive import RedriveResult, redrive
 from streamcore.recovery.trail import audit_entry
+from streamcore.sql import default_url
 
 __all__ = ["Outcome", "Recovery"]
 
