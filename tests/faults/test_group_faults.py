@@ -38,8 +38,8 @@ import pytest
 
 from streamcore.config import LogDefaults, StreamcoreConfig
 from streamcore.log.api import LogPartition, LogTailer, RebalanceListener
+from streamcore.log.local.groups import FileGroupStore, state_stem
 from streamcore.log.local.manager import LocalLogManager
-from streamcore.log.local.membership import FileGroupStore, state_stem
 from streamcore.names import Name
 
 GROUP = "test/workers"
@@ -63,7 +63,7 @@ def on_term(*_):
     stop = True
 signal.signal(signal.SIGTERM, on_term)
 
-import streamcore.log.local.membership as membership
+import streamcore.log.local.groups as groups
 from streamcore.config import LogDefaults, StreamcoreConfig
 from streamcore.log.api import RebalanceListener
 from streamcore.log.local.manager import LocalLogManager
@@ -81,7 +81,7 @@ class FreezingJson:
             os.kill(os.getpid(), signal.SIGSTOP)
         return json.dumps(obj, **kw)
 
-membership.json = FreezingJson
+groups.json = FreezingJson
 
 def csv(partitions):
     return ",".join(str(p.partition) for p in partitions)

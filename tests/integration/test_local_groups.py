@@ -33,8 +33,8 @@ from pathlib import Path
 import pytest
 
 from streamcore.config import LogDefaults, StreamcoreConfig
+from streamcore.log.local.groups import FileGroupStore
 from streamcore.log.local.manager import LocalLogManager
-from streamcore.log.local.membership import FileGroupStore
 from streamcore.names import Name
 
 GROUP = "test/workers"
@@ -372,8 +372,8 @@ def test_compare_and_swap_across_processes(tmp_path: Path) -> None:
             """
             import sys
             from pathlib import Path
-            from streamcore.log.local.membership import FileGroupStore
-            from streamcore.log.subscription import GroupMember
+            from streamcore.log.local.groups import FileGroupStore
+            from streamcore.log.cursor.subscription import GroupMember
             from streamcore.names import Name
 
             store = FileGroupStore(Path(sys.argv[1]), "test/cas", [Name.of("test/cas")])

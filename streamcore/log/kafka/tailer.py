@@ -30,7 +30,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from streamcore.errors import LogClosedError, LogError, LogNotFoundError, UndecodableRecordError
 from streamcore.log.api import LogOffset, LogPartition, LogRecord, LogTailer, RebalanceListener
-from streamcore.log.tailer import NOTHING_TO_SKIP, key_error, value_error
+from streamcore.log.cursor.tailer import NOTHING_TO_SKIP, key_error, value_error
 from streamcore.names import Name
 
 if TYPE_CHECKING:

@@ -51,6 +51,15 @@ from streamcore.log.api import (
 )
 from streamcore.log.append_checks import check_keys_encode, check_timestamps
 from streamcore.log.config import ARCHIVER, LogConfig
+from streamcore.log.cursor.subscription import (
+    DEFAULT_HEARTBEAT_INTERVAL,
+    DEFAULT_MAX_POLL_INTERVAL,
+    DEFAULT_SESSION_TIMEOUT,
+    GroupMember,
+    SubscribedTailer,
+    live_members,
+)
+from streamcore.log.cursor.tailer import BinaryKey, CursorTailer
 from streamcore.log.local.compaction import (
     DEFAULT_DELETE_RETENTION_MS,
     PartitionCompaction,
@@ -58,7 +67,7 @@ from streamcore.log.local.compaction import (
     tombstone_test,
 )
 from streamcore.log.local.description import LocalLogDescription, partition_folder
-from streamcore.log.local.membership import FileGroupStore, group_states
+from streamcore.log.local.groups import FileGroupStore, group_states
 from streamcore.log.local.positions import PositionStore
 from streamcore.log.local.reader import PartitionCursor
 from streamcore.log.local.retention import (
@@ -72,15 +81,6 @@ from streamcore.log.local.segment import list_segments
 from streamcore.log.local.syncer import BatchSyncer
 from streamcore.log.local.writer import PartitionWriter, append_all_or_nothing, check_types
 from streamcore.log.partitioner import partition_for_key, partitions_for_keys
-from streamcore.log.subscription import (
-    DEFAULT_HEARTBEAT_INTERVAL,
-    DEFAULT_MAX_POLL_INTERVAL,
-    DEFAULT_SESSION_TIMEOUT,
-    GroupMember,
-    SubscribedTailer,
-    live_members,
-)
-from streamcore.log.tailer import BinaryKey, CursorTailer
 from streamcore.names import Name
 
 logger = logging.getLogger(__name__)
@@ -464,9 +464,9 @@ class LocalLogManager(LogManager):
         max_poll_interval: float | None = None,
     ) -> SubscribedTailer:
         """Join `group` as a member sharing the partitions of `names` with the other members,
-        in this process and others (see `streamcore.log.subscription`). Partitions are assigned
-        by the first `read()`. The heartbeat interval, session timeout and max poll interval
-        default to the manager's `heartbeat_interval` (3 s), `session_timeout` (10 s) and
+        in this process and others (see `streamcore.log.cursor.subscription`). Partitions are
+        assigned by the first `read()`. The heartbeat interval, session timeout and max poll
+        interval default to the manager's `heartbeat_interval` (3 s), `session_timeout` (10 s) and
         `max_poll_interval` (300 s: a member that does not call `read()` for that long leaves
         the group)."""
         logs = list(dict.fromkeys(Name.of(n) for n in names))

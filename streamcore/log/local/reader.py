@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from streamcore.errors import CorruptLogError
+from streamcore.log.cursor.tailer import BinaryKey
 from streamcore.log.local.segment import (
     HEADER_SIZE,
     INDEX_SUFFIX,
@@ -34,7 +35,6 @@ from streamcore.log.local.segment import (
     read_index,
     segment_name,
 )
-from streamcore.log.tailer import BinaryKey
 
 logger = logging.getLogger(__name__)
 _CHUNK = 1 << 20

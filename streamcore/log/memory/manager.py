@@ -31,8 +31,7 @@ from streamcore.log.api import (
     RebalanceListener,
 )
 from streamcore.log.append_checks import check_keys_encode, check_timestamps
-from streamcore.log.partitioner import partition_for_key
-from streamcore.log.subscription import (
+from streamcore.log.cursor.subscription import (
     DEFAULT_HEARTBEAT_INTERVAL,
     DEFAULT_MAX_POLL_INTERVAL,
     DEFAULT_SESSION_TIMEOUT,
@@ -41,7 +40,8 @@ from streamcore.log.subscription import (
     SubscribedTailer,
     live_members,
 )
-from streamcore.log.tailer import CursorTailer
+from streamcore.log.cursor.tailer import CursorTailer
+from streamcore.log.partitioner import partition_for_key
 from streamcore.names import Name
 
 
@@ -229,7 +229,7 @@ class MemoryLogManager(LogManager):
     ) -> SubscribedTailer:
         """Join `group` as a member sharing the partitions of `names` with the other subscribed
         tailers of this manager: the same protocol as the local log (see
-        `streamcore.log.subscription`), with the group state in memory instead of a file. The
+        `streamcore.log.cursor.subscription`), with the group state in memory instead of a file. The
         timings default to the manager's `heartbeat_interval`, `session_timeout` and
         `max_poll_interval`."""
         logs = list(dict.fromkeys(Name.of(n) for n in names))

@@ -1,7 +1,7 @@
 """Dynamic consumer groups for the cursor backends (local and memory): Nuclio's v3io model.
 
 Members of a group subscribed to a set of logs share the partitions of those logs through a small
-**group state** with a version (a JSON file for the local log, see `local/membership.py`; a dict
+**group state** with a version (a JSON file for the local log, see `local/groups.py`; a dict
 for the memory log). Every change is a compare-and-swap on that version, retried with random
 exponential backoff when another member changed the state first.
 
@@ -55,7 +55,7 @@ from typing import Any, Protocol
 
 from streamcore.errors import ConfigError, LogError
 from streamcore.log.api import LiveMember, LogOffset, LogPartition, LogRecord, RebalanceListener
-from streamcore.log.tailer import Cursor, CursorTailer, PositionStore
+from streamcore.log.cursor.tailer import Cursor, CursorTailer, PositionStore
 
 logger = logging.getLogger(__name__)
 
