@@ -8,7 +8,7 @@ temporary STREAMCORE_HOME:
 2. enrich: add a region, the total in cents and a tier;
 3. route: orders of 1,000.00 and more to one stream, the others to another, payload re-encoded.
 
-- DSL: `Stream.of(events, codec=...).map_values(enrich).branch(is_high, always)` with a `.to()`
+- DSL: `builder.stream(events, codec=...).map_values(enrich).branch(is_high, always)` with a `.to()`
   per branch (one fused computation), run by `StreamProcessor.start()` + `drain_and_stop()` with
   `Settings(read_batch=1000)`: the DSL asks for a checkpoint after every record and the
   processor takes it once per read batch, i.e. every 1,000 records (outputs appended, input
@@ -41,8 +41,7 @@ from typing import Any
 
 from streamcore.cli.progress import Progress
 from streamcore.codecs import Codec, get_codec
-from streamcore.computation import Settings, StreamProcessor
-from streamcore.computation.dsl import Stream, build
+from streamcore.computation import Settings, StreamProcessor, Topology
 from streamcore.computation.dsl_values import resolve_value_codec
 from streamcore.config import load_config
 from streamcore.log import LocalLogManager, LogManager
@@ -220,12 +219,13 @@ def read_only(manager: LogManager, n: int) -> float:
 
 
 def dsl_topology(payload_codec: Codec[Any], run: int) -> tuple[Any, list[str]]:
-    events = Stream.of(EVENTS, codec=payload_codec, name=f"bench/route-orders{run}")
+    builder = Topology.builder()
+    events = builder.stream(EVENTS, codec=payload_codec, name=f"bench/route-orders{run}")
     high, low = events.map_values(enrich).branch(is_high, always)
     outputs = [f"bench/dsl{run}-high", f"bench/dsl{run}-low"]
     high.to(outputs[0])
     low.to(outputs[1])
-    return build(events), outputs
+    return builder.build(), outputs
 
 
 def run_dsl(

@@ -1,14 +1,14 @@
-"""The streams DSL: chains of stateless operators compiled into a `Topology` of computations.
+"""The streams DSL: chains of stateless operators on streams a `TopologyBuilder` reads, compiled
+into computations when the builder builds (Kafka Streams' `StreamsBuilder.stream` + `KStream`).
 
-    from streamcore.computation.dsl import Stream, build
-
-    orders = Stream.of("shop/orders", codec="json")
+    builder = Topology.builder()
+    orders = builder.stream("shop/orders", codec="json")
     big, small = orders.filter(lambda k, v: v["qty"] > 0).map_values(enrich).branch(
         lambda k, v: v["total"] >= 100, lambda k, v: True
     )
     big.to("shop/big-orders")
     small.to("shop/small-orders")
-    topology = build(orders)
+    topology = builder.build()
 
 Semantics (Kafka Streams' `KStream`, minus state):
 - `filter(pred)`, `map(fn)`, `flat_map(fn)` and branch predicates take `(key, value)`;
@@ -29,13 +29,13 @@ Semantics (Kafka Streams' `KStream`, minus state):
 
 Computation names: `<source>-dsl` for a namespaced source (`shop/orders-dsl`), `<source>_dsl`
 for a global one, `-2`/`_2`... when one build holds several computations reading the same
-stream; `name=` on `Stream.of` or `through` overrides it. The name is also the consumer group,
-so keep it stable once the topology runs.
+stream; `name=` on `builder.stream` or `through` overrides it. The name is also the consumer
+group, so keep it stable once the topology runs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from streamcore.computation.dsl_errors import DslDefinitionError, NotCallableError
@@ -52,9 +52,8 @@ from streamcore.names import Name
 
 if TYPE_CHECKING:
     from streamcore.codecs import Codec
-    from streamcore.computation.topology import Topology, TopologyBuilder
 
-__all__ = ["Sink", "Stream", "add_to", "build", "segments"]
+__all__ = ["Stream", "compile_streams", "source"]
 
 Predicate = Callable[[str, Any], bool]
 KeyValueMapper = Callable[[str, Any], tuple[str, Any]]
@@ -97,53 +96,15 @@ def _computation_name(name: Any, where: str) -> str | None:
         ) from None
 
 
-class Sink:
-    """The end of a chain (what `.to()` returns); pass it, or any `Stream` of the same graph,
-    to `build()`."""
-
-    __slots__ = ("_node",)
-
-    def __init__(self, node: OperatorNode) -> None:
-        self._node = node
-
-    @property
-    def stream(self) -> str:
-        return self._node.payload.stream
-
-    def __repr__(self) -> str:
-        return self._node.chain()
-
-
 class Stream:
-    """A stream of (key, value) pairs in a DSL definition. Immutable handle: each operator
-    returns a new `Stream`, and the one it was called on stays usable (fan-out)."""
+    """A stream of (key, value) pairs in a DSL definition, made by `TopologyBuilder.stream`.
+    Immutable handle: each operator returns a new `Stream`, and the one it was called on stays
+    usable (fan-out)."""
 
     __slots__ = ("_node",)
 
     def __init__(self, node: OperatorNode) -> None:
         self._node = node
-
-    @classmethod
-    def of(
-        cls,
-        stream: str,
-        *,
-        codec: ValueCodecSpec = "bytes",
-        schema: Any = None,
-        name: str | None = None,
-    ) -> Stream:
-        """The records of `stream`, values decoded with `codec` (`"bytes"`, `"json"`, an Avro
-        mode with `schema=`, or a Codec). `name` overrides the computation name."""
-        urn = _stream_name(stream, f"Stream.of({stream!r})")
-        where = f"Stream.of({urn!r})"
-        node = OperatorNode(
-            "source",
-            None,
-            resolve_value_codec(codec, schema, where=where),
-            where,
-            payload=SourceInfo(urn, _computation_name(name, where), None),
-        )
-        return cls(node)
 
     @property
     def codec(self) -> Codec[Any]:
@@ -187,14 +148,11 @@ class Stream:
             Stream(OperatorNode("arm", node, node.codec, f"[{i}]")) for i in range(len(predicates))
         )
 
-    def to(self, stream: str, *, codec: ValueCodecSpec | None = None, schema: Any = None) -> Sink:
+    def to(self, stream: str, *, codec: ValueCodecSpec | None = None, schema: Any = None) -> None:
         """Write the records to `stream`, values encoded with `codec` (default: this stream's
-        value codec)."""
+        value codec). This ends the chain; the builder compiles it when it builds."""
         urn, value_codec = self._target(stream, codec, schema, "to")
-        node = OperatorNode(
-            "sink", self._node, value_codec, f".to({urn!r})", payload=SinkInfo(urn, None)
-        )
-        return Sink(node)
+        OperatorNode("sink", self._node, value_codec, f".to({urn!r})", payload=SinkInfo(urn, None))
 
     def through(
         self,
@@ -234,35 +192,25 @@ class Stream:
         return self._node.chain()
 
 
-def segments(*ends: Stream | Sink) -> list[SubTopology]:
-    """The computations the graphs of `ends` (any `Stream` or `Sink` of each graph) compile to,
-    in definition order. Raises `UnfinishedStreamError` for a chain without a sink."""
-    if not ends:
-        raise DslDefinitionError("build(): pass the streams or sinks to compile, e.g. build(s)")
-    for end in ends:
-        if not isinstance(end, Stream | Sink):
-            raise DslDefinitionError(
-                f"build(): expected a Stream or a Sink (what .to() returns), got "
-                f"{type(end).__name__} {end!r}"
-            )
-    return subtopologies(*(end._node for end in ends))
+def source(
+    stream: str, *, codec: ValueCodecSpec = "bytes", schema: Any = None, name: str | None = None
+) -> Stream:
+    """A new DSL graph reading `stream`, values decoded with `codec` (`"bytes"`, `"json"`, an
+    Avro mode with `schema=`, or a Codec); `name` overrides the computation name. Users call
+    `TopologyBuilder.stream`, which registers the graph on the builder."""
+    urn = _stream_name(stream, f"builder.stream({stream!r})")
+    where = f"builder.stream({urn!r})"
+    node = OperatorNode(
+        "source",
+        None,
+        resolve_value_codec(codec, schema, where=where),
+        where,
+        payload=SourceInfo(urn, _computation_name(name, where), None),
+    )
+    return Stream(node)
 
 
-def add_to(builder: TopologyBuilder, *ends: Stream | Sink) -> TopologyBuilder:
-    """Add the computations of the DSL graphs of `ends` to `builder` (to mix DSL chains with
-    hand-written computations or processors in one topology); returns the builder."""
-    from streamcore.computation.dsl_compile import DslComputation
-
-    for segment in segments(*ends):
-        mapping = [f"i1:{segment.source}"]
-        mapping += [f"o{i}:{stream}" for i, stream in enumerate(segment.outputs, 1)]
-        builder.add_computation(DslComputation.supplier(segment), mapping)
-    return builder
-
-
-def build(*ends: Stream | Sink) -> Topology:
-    """The `Topology` of the DSL graphs of `ends`: pass one `Stream` or `Sink` of each graph
-    (a graph is everything connected through operators and `through`)."""
-    from streamcore.computation.topology import Topology
-
-    return add_to(Topology.builder(), *ends).build()
+def compile_streams(streams: Sequence[Stream]) -> list[SubTopology]:
+    """The computations the DSL graphs of `streams` (any stream of each graph) compile to, in
+    definition order. Raises `UnfinishedStreamError` for a chain without a sink."""
+    return subtopologies(*(s._node for s in streams))

@@ -14,10 +14,12 @@
             self.seen.clear()
             self.context.commit()
 
-    builder = Topology.builder()
-    add_processor(builder, "shop/dedup", Dedup, inputs=["shop/orders"], outputs=["shop/unique"],
-                  codec="json")
-    topology = builder.build()
+    topology = (
+        Topology.builder()
+        .add_processor("shop/dedup", Dedup, inputs=["shop/orders"], outputs=["shop/unique"],
+                       codec="json")
+        .build()
+    )
 
 How it maps onto the computation model (`ProcessorComputation`):
 
@@ -48,7 +50,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from streamcore.computation.computation import Computation, ComputationContext
-from streamcore.computation.dsl_errors import DslDefinitionError, UnknownOutputError
+from streamcore.computation.dsl_errors import (
+    DslDefinitionError,
+    NotCallableError,
+    UnknownOutputError,
+)
 from streamcore.computation.dsl_values import ValueCodecSpec, resolve_value_codec
 from streamcore.errors import InvalidNameError
 from streamcore.names import Name
@@ -56,10 +62,9 @@ from streamcore.record import Flag, Record
 
 if TYPE_CHECKING:
     from streamcore.codecs import Codec
-    from streamcore.computation.topology import TopologyBuilder
-    from streamcore.log.api import LogOffset
+    from streamcore.log import LogOffset
 
-__all__ = ["Processor", "ProcessorComputation", "ProcessorContext", "add_processor"]
+__all__ = ["Processor", "ProcessorComputation", "ProcessorContext", "wire_processor"]
 
 log = logging.getLogger(__name__)
 
@@ -280,8 +285,7 @@ def _name(value: str, what: str, processor: str) -> str:
         raise DslDefinitionError(f"processor {processor!r}: {what}: {exc}") from None
 
 
-def add_processor(
-    builder: TopologyBuilder,
+def wire_processor(
     name: str,
     processor: Callable[[], Processor],
     *,
@@ -291,21 +295,11 @@ def add_processor(
     schema: Any = None,
     codecs: Mapping[str, ValueCodecSpec] | None = None,
     auto_commit: bool = True,
-) -> TopologyBuilder:
-    """Add the processor made by `processor()` (a `Processor` subclass or factory; one instance
-    per thread) as computation `name` reading `inputs` and sending to `outputs`. Values use
-    `codec` (with `schema` for Avro), or `codecs[stream]` (a codec name or a `Codec`) for the
-    streams listed there.
-
-    `auto_commit=True` (Kafka Streams' behaviour) checkpoints after the records a processor
-    handled, once per read batch. A processor that keeps state in memory across records (and
-    emits it later, e.g. in `punctuate`) passes `auto_commit=False` and calls
-    `context.commit()` once what it holds has been sent, so a crash re-delivers what it had not
-    emitted yet."""
+) -> tuple[Callable[[], ProcessorComputation], list[str]]:
+    """The supplier of the `ProcessorComputation` running `processor()` and its stream mapping,
+    checked: what `TopologyBuilder.add_processor` (which documents the arguments) adds."""
     name = _name(name, "name", name)
     if not callable(processor):
-        from streamcore.computation.dsl_errors import NotCallableError
-
         raise NotCallableError(
             f"processor {name!r}: processor= must be a Processor subclass or a function "
             f"returning one, got {type(processor).__name__}"
@@ -342,4 +336,4 @@ def add_processor(
 
     mapping = [f"i{i}:{s}" for i, s in enumerate(ins, 1)]
     mapping += [f"o{i}:{s}" for i, s in enumerate(outs, 1)]
-    return builder.add_computation(supply, mapping)
+    return supply, mapping

@@ -1,11 +1,19 @@
-"""`Topology`: computations wired to streams by `i1:`/`o1:` mappings (Nuxeo's `Topology`).
+"""`Topology`: computations wired to streams by `i1:`/`o1:` mappings (Nuxeo's `Topology`), and
+`TopologyBuilder`, the one surface that registers them (Kafka Streams' `StreamsBuilder`).
 
-    topology = (
+    builder = (
         Topology.builder()
         .add_computation(Parse, ["i1:app/raw", "o1:app/parsed"])
-        .add_computation(Route, ["i1:app/parsed", "o1:app/good", "o2:app/bad"])
-        .build()
+        .add_processor("app/dedup", Dedup, inputs=["app/parsed"], outputs=["app/unique"])
     )
+    builder.stream("app/unique", codec="json").filter(is_valid).to("app/good")
+    topology = builder.build()
+
+A builder registers three kinds of computation, each method returning the builder except
+`stream`, which returns the `Stream` to chain DSL operators on: `add_computation` (a
+`Computation` subclass), `add_processor` (a KIP-28 `Processor`), and `stream` (the DSL, whose
+chains are compiled into computations when the builder builds). A DSL graph's computations take
+the place of its first `stream` call among the others.
 
 `build()` checks the wiring: every logical stream of a computation is mapped exactly once and
 exists in its metadata, computation names are unique, stream names are valid, and the graph of
@@ -14,15 +22,19 @@ computations and streams has no cycle. Each problem is a `TopologyError` naming 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from streamcore.computation.computation import Computation, ComputationMetadata
+from streamcore.computation.dsl import Stream, compile_streams, source
+from streamcore.computation.dsl_compile import DslComputation
+from streamcore.computation.processor import Processor, wire_processor
 from streamcore.errors import TopologyError
 from streamcore.names import Name
 
 if TYPE_CHECKING:
+    from streamcore.computation.dsl_values import ValueCodecSpec
     from streamcore.computation.settings import Settings
 
 __all__ = ["Topology", "TopologyBuilder"]
@@ -41,83 +53,174 @@ class _WiredComputation:
 
 
 class TopologyBuilder:
+    """Registers computations, processors and DSL streams; `build()` checks and freezes them.
+    Every method but `stream` returns the builder, so calls chain."""
+
     def __init__(self) -> None:
         self._nodes: dict[str, _WiredComputation] = {}
+        self._streams: list[Stream] = []  # DSL sources, compiled by build()
+        self._dsl_at: int | None = None  # where the DSL's computations go among the others
 
     def add_computation(self, supplier: Supplier, mapping: Sequence[str]) -> Self:
         """Add the computation `supplier()` makes, its logical streams mapped by `mapping`
         (e.g. `["i1:app/in", "o1:app/out"]`). The supplier is called once here to read the
         metadata and again for each concurrency unit."""
-        if not callable(supplier):
-            raise TopologyError(
-                f"add_computation needs a supplier (a class or function returning a Computation), "
-                f"got {supplier!r}"
-            )
-        if isinstance(mapping, str):
-            raise TopologyError(
-                f"mapping must be a list of 'i1:stream' / 'o1:stream' entries, got the string "
-                f"{mapping!r}; wrap it in a list"
-            )
-        computation = supplier()
-        if not isinstance(computation, Computation):
-            raise TopologyError(
-                f"supplier {supplier!r} returned {type(computation).__name__}, not a Computation"
-            )
-        meta = computation.metadata
-        if meta.name in self._nodes:
-            raise TopologyError(
-                f"duplicate computation name {meta.name!r}: each computation of a topology needs "
-                "its own name (it is also its consumer group)"
-            )
-        inputs: dict[str, str] = {}
-        outputs: dict[str, str] = {}
-        for entry in mapping:
-            logical, sep, stream = str(entry).partition(":")
-            if not sep or not stream:
-                raise TopologyError(
-                    f"computation {meta.name!r}: bad mapping entry {entry!r}; write it as "
-                    "'i1:namespace/stream' or 'o1:namespace/stream'"
-                )
-            if logical in meta.inputs:
-                target = inputs
-            elif logical in meta.outputs:
-                target = outputs
-            else:
-                raise TopologyError(
-                    f"computation {meta.name!r} has no stream {logical!r} (it declares inputs "
-                    f"{list(meta.inputs)} and outputs {list(meta.outputs)}); fix the mapping or "
-                    "the inputs/outputs counts of the computation"
-                )
-            if logical in target:
-                raise TopologyError(
-                    f"computation {meta.name!r}: {logical!r} is mapped twice in {list(mapping)}"
-                )
-            try:
-                target[logical] = Name.of(stream).urn
-            except ValueError as exc:
-                raise TopologyError(
-                    f"computation {meta.name!r}: {logical}:{stream} is not a valid stream name "
-                    f"({exc})"
-                ) from None
-        missing = [x for x in (*meta.inputs, *meta.outputs) if x not in inputs and x not in outputs]
-        if missing:
-            raise TopologyError(
-                f"computation {meta.name!r}: {', '.join(missing)} not mapped; add e.g. "
-                f"'{missing[0]}:namespace/stream' to its mapping"
-            )
-        self._nodes[meta.name] = _WiredComputation(
-            supplier,
-            meta,
-            {x: inputs[x] for x in meta.inputs},
-            {x: outputs[x] for x in meta.outputs},
-        )
+        _add(self._nodes, _wire(supplier, mapping, self._nodes))
         return self
 
+    def add_processor(
+        self,
+        name: str,
+        processor: Callable[[], Processor],
+        *,
+        inputs: Sequence[str],
+        outputs: Sequence[str] = (),
+        codec: ValueCodecSpec = "bytes",
+        schema: Any = None,
+        codecs: Mapping[str, ValueCodecSpec] | None = None,
+        auto_commit: bool = True,
+    ) -> Self:
+        """Add the processor made by `processor()` (a `Processor` subclass or factory; one
+        instance per thread) as computation `name` reading `inputs` and sending to `outputs`.
+        Values use `codec` (with `schema` for Avro), or `codecs[stream]` (a codec name or a
+        `Codec`) for the streams listed there.
+
+        `auto_commit=True` (Kafka Streams' behaviour) checkpoints after the records a processor
+        handled, once per read batch. A processor that keeps state in memory across records (and
+        emits it later, e.g. in `punctuate`) passes `auto_commit=False` and calls
+        `context.commit()` once what it holds has been sent, so a crash re-delivers what it had
+        not emitted yet."""
+        supplier, mapping = wire_processor(
+            name,
+            processor,
+            inputs=inputs,
+            outputs=outputs,
+            codec=codec,
+            schema=schema,
+            codecs=codecs,
+            auto_commit=auto_commit,
+        )
+        return self.add_computation(supplier, mapping)
+
+    def stream(
+        self,
+        stream: str,
+        *,
+        codec: ValueCodecSpec = "bytes",
+        schema: Any = None,
+        name: str | None = None,
+    ) -> Stream:
+        """The records of `stream` as a DSL `Stream`, values decoded with `codec` (`"bytes"`,
+        `"json"`, an Avro mode with `schema=`, or a Codec); `name` overrides the computation
+        name. Chain operators on it and end each chain with `.to()` or `.through()`; `build()`
+        compiles them (see `streamcore.computation.dsl`)."""
+        dsl = source(stream, codec=codec, schema=schema, name=name)
+        if self._dsl_at is None:
+            self._dsl_at = len(self._nodes)
+        self._streams.append(dsl)
+        return dsl
+
     def build(self) -> Topology:
-        if not self._nodes:
-            raise TopologyError("a topology needs at least one computation; add_computation first")
-        _check_acyclic(self._nodes)
-        return Topology(dict(self._nodes))
+        """The checked `Topology` of everything registered; the builder stays usable, and what
+        is added to it afterwards does not change a topology built already."""
+        wired = list(self._nodes.values())
+        if self._streams:
+            dsl: dict[str, _WiredComputation] = {}
+            for sub in compile_streams(self._streams):
+                mapping = [f"i1:{sub.source}"]
+                mapping += [f"o{i}:{stream}" for i, stream in enumerate(sub.outputs, 1)]
+                _add(dsl, _wire(DslComputation.supplier(sub), mapping, dsl))
+            at = len(wired) if self._dsl_at is None else self._dsl_at
+            wired[at:at] = dsl.values()
+        nodes: dict[str, _WiredComputation] = {}
+        for node in wired:
+            _add(nodes, node)  # a DSL computation may take a hand-written one's name
+        if not nodes:
+            raise TopologyError(
+                "a topology needs at least one computation; add_computation, add_processor or "
+                "stream first"
+            )
+        _check_acyclic(nodes)
+        return Topology(nodes)
+
+
+def _wire(
+    supplier: Supplier, mapping: Sequence[str], nodes: Mapping[str, _WiredComputation]
+) -> _WiredComputation:
+    """The computation `supplier` makes with its streams mapped by `mapping`, checked (its name
+    against those of `nodes`)."""
+    if not callable(supplier):
+        raise TopologyError(
+            f"add_computation needs a supplier (a class or function returning a Computation), "
+            f"got {supplier!r}"
+        )
+    if isinstance(mapping, str):
+        raise TopologyError(
+            f"mapping must be a list of 'i1:stream' / 'o1:stream' entries, got the string "
+            f"{mapping!r}; wrap it in a list"
+        )
+    computation = supplier()
+    if not isinstance(computation, Computation):
+        raise TopologyError(
+            f"supplier {supplier!r} returned {type(computation).__name__}, not a Computation"
+        )
+    meta = computation.metadata
+    if meta.name in nodes:
+        raise TopologyError(
+            f"duplicate computation name {meta.name!r}: each computation of a topology needs "
+            "its own name (it is also its consumer group)"
+        )
+    inputs: dict[str, str] = {}
+    outputs: dict[str, str] = {}
+    for entry in mapping:
+        logical, sep, stream = str(entry).partition(":")
+        if not sep or not stream:
+            raise TopologyError(
+                f"computation {meta.name!r}: bad mapping entry {entry!r}; write it as "
+                "'i1:namespace/stream' or 'o1:namespace/stream'"
+            )
+        if logical in meta.inputs:
+            target = inputs
+        elif logical in meta.outputs:
+            target = outputs
+        else:
+            raise TopologyError(
+                f"computation {meta.name!r} has no stream {logical!r} (it declares inputs "
+                f"{list(meta.inputs)} and outputs {list(meta.outputs)}); fix the mapping or "
+                "the inputs/outputs counts of the computation"
+            )
+        if logical in target:
+            raise TopologyError(
+                f"computation {meta.name!r}: {logical!r} is mapped twice in {list(mapping)}"
+            )
+        try:
+            target[logical] = Name.of(stream).urn
+        except ValueError as exc:
+            raise TopologyError(
+                f"computation {meta.name!r}: {logical}:{stream} is not a valid stream name ({exc})"
+            ) from None
+    missing = [x for x in (*meta.inputs, *meta.outputs) if x not in inputs and x not in outputs]
+    if missing:
+        raise TopologyError(
+            f"computation {meta.name!r}: {', '.join(missing)} not mapped; add e.g. "
+            f"'{missing[0]}:namespace/stream' to its mapping"
+        )
+    return _WiredComputation(
+        supplier,
+        meta,
+        {x: inputs[x] for x in meta.inputs},
+        {x: outputs[x] for x in meta.outputs},
+    )
+
+
+def _add(nodes: dict[str, _WiredComputation], node: _WiredComputation) -> None:
+    name = node.metadata.name
+    if name in nodes:
+        raise TopologyError(
+            f"duplicate computation name {name!r}: each computation of a topology needs "
+            "its own name (it is also its consumer group)"
+        )
+    nodes[name] = node
 
 
 def _check_acyclic(nodes: dict[str, _WiredComputation]) -> None:

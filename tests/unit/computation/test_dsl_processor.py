@@ -17,9 +17,7 @@ from streamcore.computation import (
     Topology,
 )
 from streamcore.computation.dlq import DeadLetter
-from streamcore.computation.dsl import Stream, build
-from streamcore.computation.processor import add_processor
-from streamcore.log.api import LogManager
+from streamcore.log import LogManager
 from streamcore.record import Record
 
 RECORDS = get_codec("avro")
@@ -56,7 +54,8 @@ def settings() -> Settings:
 def test_a_dsl_topology_with_through_on_every_backend(manager):
     orders = [(f"o{i}", {"customer": f"c{i % 7}", "qty": i % 4, "price": i}) for i in range(N)]
     fill(manager, "test/orders", orders)
-    source = Stream.of("test/orders", codec="json")
+    builder = Topology.builder()
+    source = builder.stream("test/orders", codec="json")
     big, small = (
         source.filter(lambda k, v: v["qty"] > 0)
         .map_values(lambda v: {**v, "total": v["qty"] * v["price"]})
@@ -64,7 +63,7 @@ def test_a_dsl_topology_with_through_on_every_backend(manager):
     )
     big.to("test/big")
     small.through("test/small").map(lambda k, v: (v["customer"], v)).to("test/by-customer")
-    processor = StreamProcessor(manager, build(source), settings())
+    processor = StreamProcessor(manager, builder.build(), settings())
     processor.start()
     assert processor.drain_and_stop(60)
 
@@ -109,17 +108,18 @@ class CountPerKeyHourly(CountPerKey):
 
 
 def counting_topology(processor: type[Processor]) -> Topology:
-    builder = Topology.builder()
-    add_processor(
-        builder,
-        "test/counter",
-        processor,
-        inputs=["test/clicks"],
-        outputs=["test/counts"],
-        codec="json",
-        auto_commit=False,
+    return (
+        Topology.builder()
+        .add_processor(
+            "test/counter",
+            processor,
+            inputs=["test/clicks"],
+            outputs=["test/counts"],
+            codec="json",
+            auto_commit=False,
+        )
+        .build()
     )
-    return builder.build()
 
 
 @pytest.mark.parametrize("backend", ["memory", "local"], indirect=True)
@@ -155,13 +155,14 @@ def test_bad_records_of_a_dsl_chain_are_dead_lettered_on_every_backend(manager):
         appender.append("bad", Record.of("bad", b"{not json"))
         appender.append("zero", Record.of("zero", b'{"n": 0}'))
         appender.append("last", Record.of("last", b'{"n": 5}'))
-    source = Stream.of("test/numbers", codec="json")
+    builder = Topology.builder()
+    source = builder.stream("test/numbers", codec="json")
     source.filter(lambda k, v: k != "k0").map_values(lambda v: {"inverse": 1 / v["n"]}).to(
         "test/inverses"
     )
     policy = ComputationPolicy(max_retries=1, delay=0.01, max_delay=0.01, dlq="test/dlq")
     processor = StreamProcessor(
-        manager, build(source), settings().set_policy("test/numbers-dsl", policy)
+        manager, builder.build(), settings().set_policy("test/numbers-dsl", policy)
     )
     processor.start()
     assert processor.drain_and_stop(60)
@@ -179,10 +180,11 @@ def test_bad_records_of_a_dsl_chain_are_dead_lettered_on_every_backend(manager):
 def test_a_dsl_computation_with_two_threads_processes_every_record_once(manager):
     items = [(f"k{i}", i) for i in range(N)]
     fill(manager, "test/in", items, partitions=4)
-    source = Stream.of("test/in", codec="json")
+    builder = Topology.builder()
+    source = builder.stream("test/in", codec="json")
     source.map_values(lambda v: v * 10).to("test/out")
     processor = StreamProcessor(
-        manager, build(source), settings().set_concurrency("test/in-dsl", 2)
+        manager, builder.build(), settings().set_concurrency("test/in-dsl", 2)
     )
     processor.start()
     assert processor.drain_and_stop(60)

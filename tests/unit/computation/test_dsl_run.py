@@ -7,8 +7,7 @@ import json
 import pytest
 
 from streamcore.codecs import get_codec
-from streamcore.computation import ComputationPolicy, Settings, TopologyTestDriver
-from streamcore.computation.dsl import Stream, build
+from streamcore.computation import ComputationPolicy, Settings, Topology, TopologyTestDriver
 from streamcore.record import Flag, Record
 from streamcore.watermark import Watermark
 
@@ -46,7 +45,8 @@ def run():
 
 
 def test_filter_map_map_values_and_flat_map_in_one_fused_chain(run):
-    source = Stream.of("app/in", codec="json")
+    builder = Topology.builder()
+    source = builder.stream("app/in", codec="json")
     (
         source.filter(lambda k, v: v["qty"] > 0)
         .map(lambda k, v: (f"{k}-{v['sku']}", v))
@@ -55,7 +55,7 @@ def test_filter_map_map_values_and_flat_map_in_one_fused_chain(run):
         .to("app/out")
     )
     driver = run(
-        build(source),
+        builder.build(),
         inputs=[
             ("app/in", "a", js({"sku": "x", "qty": 2, "price": 5})),
             ("app/in", "b", js({"sku": "y", "qty": 0, "price": 7})),
@@ -73,28 +73,31 @@ def test_filter_map_map_values_and_flat_map_in_one_fused_chain(run):
 
 
 def test_branch_sends_each_record_to_the_first_match_and_drops_unmatched(run):
-    source = Stream.of("app/in", codec="json")
+    builder = Topology.builder()
+    source = builder.stream("app/in", codec="json")
     big, medium = source.branch(lambda k, v: v >= 100, lambda k, v: v >= 10)
     big.to("app/big")
     medium.to("app/medium")
     driver = run(
-        build(source), inputs=[("app/in", str(n), js(n)) for n in (5, 150, 50, 100, 9, 10)]
+        builder.build(), inputs=[("app/in", str(n), js(n)) for n in (5, 150, 50, 100, 9, 10)]
     )
     assert values(driver.read_output("app/big")) == [150, 100]
     assert values(driver.read_output("app/medium")) == [50, 10]
 
 
 def test_a_stream_used_twice_fans_every_record_out(run):
-    source = Stream.of("app/in")
+    builder = Topology.builder()
+    source = builder.stream("app/in")
     source.to("app/copy")
     source.map_values(bytes.upper).to("app/upper")
-    driver = run(build(source), inputs=[("app/in", "k", b"abc"), ("app/in", "k", b"de")])
+    driver = run(builder.build(), inputs=[("app/in", "k", b"abc"), ("app/in", "k", b"de")])
     assert [r.data for r in driver.read_output("app/copy")] == [b"abc", b"de"]
     assert [r.data for r in driver.read_output("app/upper")] == [b"ABC", b"DE"]
 
 
 def test_through_feeds_a_second_computation(run):
-    source = Stream.of("app/in", codec="json")
+    builder = Topology.builder()
+    source = builder.stream("app/in", codec="json")
     (
         source.map_values(lambda v: v * 2)
         .through("app/doubled")
@@ -102,16 +105,17 @@ def test_through_feeds_a_second_computation(run):
         .map_values(str)
         .to("app/out", codec="bytes")
     )
-    driver = run(build(source), inputs=[("app/in", str(n), js(n)) for n in (1, 2, 3, 4)])
+    driver = run(builder.build(), inputs=[("app/in", str(n), js(n)) for n in (1, 2, 3, 4)])
     assert values(driver.read_output("app/doubled")) == [2, 4, 6, 8]
     out = driver.read_output("app/out")
     assert [(r.key, r.data) for r in out] == [("3", b"6"), ("4", b"8")]
 
 
 def test_outputs_keep_the_watermark_of_their_input_record(run):
-    source = Stream.of("app/in")
+    builder = Topology.builder()
+    source = builder.stream("app/in")
     source.map_values(bytes.upper).to("app/out")
-    driver = run(build(source))
+    driver = run(builder.build())
     watermark = Watermark.of(1_600_000_000_123, 3).value
     driver.pipe_record("app/in", Record("k", b"x", watermark))
     (out,) = driver.read_output("app/out")
@@ -127,10 +131,11 @@ def test_avro_values_with_a_schema(run):
         "fields": [{"name": "sensor", "type": "string"}, {"name": "celsius", "type": "double"}],
     }
     codec = get_codec("avro", schema)
-    source = Stream.of("app/readings", codec="avro", schema=schema)
+    builder = Topology.builder()
+    source = builder.stream("app/readings", codec="avro", schema=schema)
     source.map_values(lambda v: {**v, "celsius": v["celsius"] + 1.5}).to("app/out")
     driver = run(
-        build(source),
+        builder.build(),
         inputs=[("app/readings", "s1", codec.encode({"sensor": "s1", "celsius": 20.0}))],
     )
     (out,) = driver.read_output("app/out")
@@ -138,17 +143,19 @@ def test_avro_values_with_a_schema(run):
 
 
 def test_a_bytes_stream_writes_str_values_as_utf8(run):
-    source = Stream.of("app/in")
+    builder = Topology.builder()
+    source = builder.stream("app/in")
     source.map_values(lambda v: v.decode() + " é").to("app/out")
-    driver = run(build(source), inputs=[("app/in", "k", b"caf")])
+    driver = run(builder.build(), inputs=[("app/in", "k", b"caf")])
     assert [r.data for r in driver.read_output("app/out")] == ["caf é".encode()]
 
 
 def test_a_failing_function_sends_the_record_to_the_dead_letter_stream(run):
-    source = Stream.of("app/in", codec="json")
+    builder = Topology.builder()
+    source = builder.stream("app/in", codec="json")
     source.map_values(lambda v: 100 // v).to("app/out")
     driver = run(
-        build(source),
+        builder.build(),
         dlq_settings("app/in-dsl", max_retries=2),
         inputs=[("app/in", "a", js(4)), ("app/in", "b", js(0)), ("app/in", "c", js(50))],
     )
@@ -161,11 +168,12 @@ def test_a_failing_function_sends_the_record_to_the_dead_letter_stream(run):
 def test_a_failed_record_leaves_no_partial_outputs(run):
     """The first sink of a fan-out ran before the second raised: the retried/dead-lettered
     record must not leave that first output behind."""
-    source = Stream.of("app/in", codec="json")
+    builder = Topology.builder()
+    source = builder.stream("app/in", codec="json")
     source.to("app/first")
     source.map_values(lambda v: 1 // v).to("app/second")
     driver = run(
-        build(source),
+        builder.build(),
         dlq_settings("app/in-dsl", max_retries=1),
         inputs=[("app/in", "ok", js(1)), ("app/in", "bad", js(0)), ("app/in", "end", js(1))],
     )
@@ -196,10 +204,11 @@ def test_a_failed_record_leaves_no_partial_outputs(run):
 def test_bad_input_and_bad_function_results_go_to_the_dead_letter_stream(
     run, chain, data, error_type
 ):
-    source = Stream.of("app/in", codec="json")
+    builder = Topology.builder()
+    source = builder.stream("app/in", codec="json")
     chain(source)
     driver = run(
-        build(source),
+        builder.build(),
         dlq_settings("app/in-dsl"),
         inputs=[("app/in", "bad", data), ("app/in", "good", b"2")],
     )
@@ -210,21 +219,23 @@ def test_bad_input_and_bad_function_results_go_to_the_dead_letter_stream(
 
 
 def test_a_failure_names_the_dsl_operator_in_the_termination_log(run, caplog):
-    source = Stream.of("app/in", codec="json")
+    builder = Topology.builder()
+    source = builder.stream("app/in", codec="json")
     source.filter(lambda k, v: True).map_values(lambda v: v["missing"]).to("app/out")
     settings = Settings().set_policy("app/in-dsl", ComputationPolicy.NONE)
-    driver = run(build(source), settings, inputs=[("app/in", "k", js({"a": 1}))])
+    driver = run(builder.build(), settings, inputs=[("app/in", "k", js({"a": 1}))])
     assert driver.is_terminated("app/in-dsl")
-    assert "in DSL operator Stream.of('app/in').filter(<lambda>).map_values(<lambda>)" in (
+    assert "in DSL operator builder.stream('app/in').filter(<lambda>).map_values(<lambda>)" in (
         caplog.text
     )
     assert driver.read_output("app/out") == []
 
 
 def test_every_record_is_checkpointed_and_control_records_skip_the_chain(run):
-    source = Stream.of("app/in", codec="json")
+    builder = Topology.builder()
+    source = builder.stream("app/in", codec="json")
     source.map_values(lambda v: v + 1).to("app/out")
-    driver = run(build(source), inputs=[("app/in", "a", js(1))])
+    driver = run(builder.build(), inputs=[("app/in", "a", js(1))])
     driver.pipe("app/in", "commit", b"", flags=Flag.COMMIT)
     driver.pipe("app/in", "b", js(2))
     assert values(driver.read_output("app/out")) == [2, 3]

@@ -19,7 +19,6 @@ from streamcore.computation.dsl_errors import (
     NotCallableError,
     UnknownOutputError,
 )
-from streamcore.computation.processor import add_processor
 
 DLQ = "app/dlq"
 
@@ -73,10 +72,8 @@ def _forget_instances():
 
 
 def topology(processor=Recorder, **options) -> Topology:
-    builder = Topology.builder()
     options.setdefault("codec", "json")
-    add_processor(
-        builder,
+    builder = Topology.builder().add_processor(
         "app/recorder",
         processor,
         inputs=["app/in", "app/other"],
@@ -134,9 +131,7 @@ def test_per_stream_codecs():
             self.context.send("app/a", key, {"got": value})
             self.context.send("app/b", key, json.dumps({"got": value}))
 
-    builder = Topology.builder()
-    add_processor(
-        builder,
+    builder = Topology.builder().add_processor(
         "app/echo",
         Echo,
         inputs=["app/in", "app/other"],
@@ -216,14 +211,14 @@ def test_unknown_output_error_is_a_lookup_error():
 )
 def test_add_processor_checks_its_arguments(options, error, match):
     with pytest.raises(error, match=match):
-        add_processor(Topology.builder(), "app/p", Recorder, **options)
+        Topology.builder().add_processor("app/p", Recorder, **options)
 
 
 def test_add_processor_needs_a_processor():
     with pytest.raises(NotCallableError, match="Processor subclass"):
-        add_processor(Topology.builder(), "app/p", 3, inputs=["app/in"])
+        Topology.builder().add_processor("app/p", 3, inputs=["app/in"])
     with pytest.raises(DslDefinitionError, match="not a Processor"):
-        add_processor(Topology.builder(), "app/p", dict, inputs=["app/in"])
+        Topology.builder().add_processor("app/p", dict, inputs=["app/in"])
 
 
 def test_schedule_needs_a_positive_interval():
@@ -250,8 +245,9 @@ def test_a_retried_record_leaves_no_duplicate_sends():
                 raise RuntimeError("transient")
 
     policy = ComputationPolicy(max_retries=2, delay=0.0, max_delay=0.0)
-    builder = Topology.builder()
-    add_processor(builder, "app/flaky", Flaky, inputs=["app/in"], outputs=["app/a"])
+    builder = Topology.builder().add_processor(
+        "app/flaky", Flaky, inputs=["app/in"], outputs=["app/a"]
+    )
     driver = driver_for(builder.build(), Settings().set_policy("app/flaky", policy))
     for key in ("ok", "flaky", "after"):
         driver.pipe("app/in", key, b"v")
