@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from streamcore.config import StreamcoreConfig, load_config
-from streamcore.log.api import LogLag, LogManager
+from streamcore.log import LogLag, LogManager
 from streamcore.names import Name
 from streamcore.record import Flag, Record
 

@@ -16,8 +16,7 @@ import pytest
 from streamcore.audit import STREAM, audit_record, decode_entry
 from streamcore.codecs import get_codec
 from streamcore.config import StreamcoreConfig, load_config
-from streamcore.log import open_log_manager
-from streamcore.log.api import LogManager
+from streamcore.log import LogManager, open_log_manager
 from streamcore.record import Record
 
 DATABASES = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from streamcore.config import LogDefaults, StreamcoreConfig
-from streamcore.log.api import LogManager
+from streamcore.log import LogManager
 from streamcore.log.local.manager import LocalLogManager
 from streamcore.log.memory import MemoryLogManager
 

@@ -11,8 +11,7 @@ from typing import Any
 from streamcore.codecs import get_codec
 from streamcore.computation.dlq import dead_letter_record
 from streamcore.config import StreamcoreConfig
-from streamcore.log import open_log_manager
-from streamcore.log.api import LogPartition
+from streamcore.log import LogPartition, open_log_manager
 from streamcore.names import Name
 from streamcore.record import Record
 

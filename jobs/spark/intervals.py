@@ -34,13 +34,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from streamcore.errors import StreamcoreError, TableError
-from streamcore.log.api import LogPartition
+from streamcore.log import LogPartition
 from streamcore.names import Name
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from streamcore.log.api import LogManager
+    from streamcore.log import LogManager
 
 __all__ = [
     "IntervalMismatchError",

@@ -26,7 +26,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from streamcore.errors import LogError
-from streamcore.log.api import LogDescription
+from streamcore.log import LogDescription
 from streamcore.log.local.description import LocalLogDescription
 
 __all__ = ["RAW_SCHEMA", "SPLIT_RECORDS", "LocalLogDataSource", "encode_description"]

@@ -19,7 +19,7 @@ from streamcore.audit.publish import QUEUE
 from streamcore.audit.record import STREAM
 from streamcore.codecs import get_codec
 from streamcore.errors import LogExistsError
-from streamcore.log.api import LogManager
+from streamcore.log import LogManager
 from streamcore.outbox import QueueSpec, Registry, default_registry
 from streamcore.outbox import relay as outbox_relay
 from streamcore.record import Record

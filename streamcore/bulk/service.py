@@ -37,8 +37,7 @@ from streamcore.bulk.store import CommandStore
 from streamcore.codecs import get_codec
 from streamcore.config import StreamcoreConfig, load_config
 from streamcore.errors import ConfigError, LogLockedError
-from streamcore.log import open_log_manager
-from streamcore.log.api import LogAppender, LogManager
+from streamcore.log import LogAppender, LogManager, open_log_manager
 from streamcore.record import Record
 from streamcore.sql import create_engine, default_url
 

@@ -23,7 +23,7 @@ from streamcore.cli.table import (
 )
 from streamcore.config import FSYNC_MODES, parse_duration_ms
 from streamcore.errors import ConfigError, LogExistsError, StreamcoreError
-from streamcore.log.api import LogManager, LogPartition
+from streamcore.log import LogManager, LogPartition
 from streamcore.names import Name
 
 

@@ -35,7 +35,7 @@ from streamcore.cli.progress import Progress
 from streamcore.cli.render import end_snapshot, read_until
 from streamcore.config import StreamcoreConfig
 from streamcore.errors import CodecError, ConfigError, StreamcoreError
-from streamcore.log.api import partition_for_key
+from streamcore.log import partition_for_key
 from streamcore.log.config import TOOLS_GROUP
 from streamcore.record import Flag, Record
 from streamcore.watermark import Watermark

@@ -16,7 +16,7 @@ from typing import Any
 
 from streamcore.config import StreamcoreConfig, load_config
 from streamcore.errors import LogNotFoundError, StreamcoreError
-from streamcore.log.api import LogManager, LogPartition
+from streamcore.log import LogManager, LogPartition
 from streamcore.names import Name
 
 RAW = "raw"

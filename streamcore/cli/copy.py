@@ -17,7 +17,7 @@ from streamcore.cli.context import (
 )
 from streamcore.cli.progress import Progress
 from streamcore.cli.table import human_bytes, rate
-from streamcore.log.api import LogAppender, LogRecord
+from streamcore.log import LogAppender, LogRecord
 from streamcore.log.config import TOOLS_GROUP
 from streamcore.names import Name
 

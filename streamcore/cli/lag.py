@@ -14,7 +14,7 @@ from streamcore.cli.context import (
 )
 from streamcore.cli.table import Column, format_time, human_duration, iso_time, render_table
 from streamcore.errors import CodecError
-from streamcore.log.api import Latency, LogLag
+from streamcore.log import Latency, LogLag
 from streamcore.names import Name
 
 logger = logging.getLogger(__name__)

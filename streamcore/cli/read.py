@@ -27,7 +27,7 @@ from streamcore.cli.render import (
     render_json,
     render_line,
 )
-from streamcore.log.api import LogOffset
+from streamcore.log import LogOffset
 from streamcore.log.config import TOOLS_GROUP
 
 

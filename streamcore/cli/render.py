@@ -11,7 +11,7 @@ from typing import Any
 
 from streamcore.cli.table import format_time, iso_time
 from streamcore.errors import CodecError
-from streamcore.log.api import LogOffset, LogPartition, LogRecord, LogTailer
+from streamcore.log import LogOffset, LogPartition, LogRecord, LogTailer
 from streamcore.record import Flag, Record
 from streamcore.watermark import Watermark
 

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 
 from streamcore.computation.computation import Computation, FailedRecord
 from streamcore.computation.context import ComputationContext
-from streamcore.log.api import LogOffset
+from streamcore.log import LogOffset
 from streamcore.record import Flag, Record
 
 __all__ = ["BatchComputation"]

@@ -19,7 +19,7 @@ from typing import TypeAlias
 
 from streamcore.computation.context import ComputationContext
 from streamcore.errors import TopologyError
-from streamcore.log.api import LogOffset
+from streamcore.log import LogOffset
 from streamcore.names import Name
 from streamcore.record import Record
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from streamcore.computation.policy import ComputationPolicy
-    from streamcore.log.api import LogOffset
+    from streamcore.log import LogOffset
     from streamcore.record import Record
 
 __all__ = ["ComputationContext"]

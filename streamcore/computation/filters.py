@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from streamcore.log.api import LogOffset
+    from streamcore.log import LogOffset
     from streamcore.record import Record
 
 __all__ = ["FilterChain", "RecordFilter"]

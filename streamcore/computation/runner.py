@@ -34,7 +34,7 @@ from streamcore.computation.filters import RecordFilter
 from streamcore.computation.policy import ComputationPolicy
 from streamcore.computation.stats import RUNNING, STOPPED, TERMINATED, SkipBudget, UnitStats
 from streamcore.errors import CheckpointError, CodecError, TopologyError, UndecodableRecordError
-from streamcore.log.api import LogAppender, LogOffset, LogRecord, LogTailer, RebalanceListener
+from streamcore.log import LogAppender, LogOffset, LogRecord, LogTailer, RebalanceListener
 from streamcore.names import Name
 from streamcore.record import Flag, Record
 

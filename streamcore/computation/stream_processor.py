@@ -32,7 +32,7 @@ from streamcore.computation.settings import Settings
 from streamcore.computation.stats import RUNNING, TERMINATED, SkipBudget, UnitStats
 from streamcore.computation.topology import Topology
 from streamcore.errors import ComputationError
-from streamcore.log.api import Latency, LogAppender, LogLag, LogManager
+from streamcore.log import Latency, LogAppender, LogLag, LogManager
 from streamcore.names import Name
 
 __all__ = ["StreamProcessor"]

@@ -27,7 +27,7 @@ from streamcore.computation.settings import Settings
 from streamcore.computation.stats import TERMINATED, SkipBudget, UnitStats
 from streamcore.computation.topology import Topology
 from streamcore.errors import ComputationError, TopologyError
-from streamcore.log.api import LogLag, LogPartition
+from streamcore.log import LogLag, LogPartition
 from streamcore.log.memory import MemoryLogManager
 from streamcore.names import Name
 from streamcore.record import Flag, Record

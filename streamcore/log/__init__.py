@@ -1,31 +1,52 @@
-"""Partitioned append-only logs behind one API (see `streamcore.log.api`).
+"""Partitioned append-only logs behind one API.
 
-`open_log_manager()` is the entry point for applications: a `UnifiedLogManager` that sends each
-log to the backend `include/streamcore.toml` routes it to (see `streamcore.log.config`).
+- `open_log_manager()` is the entry point for applications: a `UnifiedLogManager` that sends each
+  log to the backend `include/streamcore.toml` routes it to (see `streamcore.log.config`).
+- The contracts every backend keeps are `LogManager`, `LogAppender`, `LogTailer` and
+  `RebalanceListener` (`streamcore.log.api`); the values they take and return, such as
+  `LogPartition`, `LogOffset`, `LogRecord` and `LogLag`, are in `streamcore.log.values`.
+- The backends are `LocalLogManager` (the embedded default), `MemoryLogManager` and
+  `streamcore.log.kafka.KafkaLogManager`, each a folder of this package that
+  `streamcore.log.registry` names; docs/log.md says how to add one.
 """
 
 from __future__ import annotations
 
-from streamcore.config import StreamcoreConfig
-from streamcore.log.api import (
-    Latency,
-    LiveMember,
-    LogAppender,
-    LogDescription,
-    LogInfo,
-    LogLag,
-    LogManager,
-    LogOffset,
-    LogPartition,
-    LogRecord,
-    LogTailer,
-    java_string_hash,
-    partition_for_key,
-)
-from streamcore.log.config import BackendConfig, LogConfig, MatchRule, Route
-from streamcore.log.local.manager import LocalLogManager
-from streamcore.log.memory import MemoryLogManager
-from streamcore.log.unified import UnifiedLogManager
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from streamcore.config import StreamcoreConfig
+    from streamcore.log.config import LogConfig
+    from streamcore.log.unified import UnifiedLogManager
+
+# Exports are imported on first use (PEP 562): `streamcore.config` imports the registry's
+# partition bound from this package, and a caller that needs one value object does not pay for
+# the backends.
+_EXPORTS = {
+    "LogAppender": "api",
+    "LogManager": "api",
+    "LogTailer": "api",
+    "RebalanceListener": "api",
+    "BackendConfig": "config",
+    "LogConfig": "config",
+    "MatchRule": "config",
+    "Route": "config",
+    "LocalLogManager": "local.manager",
+    "MemoryLogManager": "memory.manager",
+    "java_string_hash": "partitioner",
+    "partition_for_key": "partitioner",
+    "UnifiedLogManager": "unified",
+    "Latency": "values",
+    "LiveMember": "values",
+    "LogDescription": "values",
+    "LogInfo": "values",
+    "LogLag": "values",
+    "LogOffset": "values",
+    "LogPartition": "values",
+    "LogRecord": "values",
+}
+__all__ = sorted([*_EXPORTS, "open_log_manager"])
 
 
 def open_log_manager(
@@ -34,29 +55,19 @@ def open_log_manager(
     """The log manager of an application: every log in the backend its name routes to, per
     `config` (default: `load_config()`, i.e. include/streamcore.toml + STREAMCORE_* variables).
     Backends are built on first use; close the manager (or use it as a context manager)."""
+    from streamcore.log.unified import UnifiedLogManager
+
     return UnifiedLogManager(config, log_config)
 
 
-__all__ = [
-    "BackendConfig",
-    "Latency",
-    "LiveMember",
-    "LocalLogManager",
-    "LogAppender",
-    "LogConfig",
-    "LogDescription",
-    "LogInfo",
-    "LogLag",
-    "LogManager",
-    "LogOffset",
-    "LogPartition",
-    "LogRecord",
-    "LogTailer",
-    "MatchRule",
-    "MemoryLogManager",
-    "Route",
-    "UnifiedLogManager",
-    "java_string_hash",
-    "open_log_manager",
-    "partition_for_key",
-]
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

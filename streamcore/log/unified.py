@@ -28,18 +28,9 @@ from typing import Any
 
 from streamcore.config import StreamcoreConfig, load_config
 from streamcore.errors import ConfigError, LogClosedError
-from streamcore.log.api import (
-    Latency,
-    LiveMember,
-    LogAppender,
-    LogDescription,
-    LogLag,
-    LogManager,
-    LogPartition,
-    LogTailer,
-    RebalanceListener,
-)
+from streamcore.log.api import LogAppender, LogManager, LogTailer, RebalanceListener
 from streamcore.log.config import BackendConfig, LogConfig, Route
+from streamcore.log.values import Latency, LiveMember, LogDescription, LogLag, LogPartition
 from streamcore.names import Name
 
 logger = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from streamcore.codecs import get_codec
-from streamcore.log.api import LogAppender, LogManager, LogOffset
+from streamcore.log import LogAppender, LogManager, LogOffset
 from streamcore.outbox.consumers import QueueSpec, Registry, default_registry, resolve_codec
 from streamcore.record import Record
 

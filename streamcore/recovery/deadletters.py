@@ -23,7 +23,7 @@ from typing import Any
 
 from streamcore.computation.dlq import DeadLetter
 from streamcore.errors import StreamcoreError
-from streamcore.log.api import LogManager, LogOffset, LogPartition, LogTailer
+from streamcore.log import LogManager, LogOffset, LogPartition, LogTailer
 from streamcore.log.config import TOOLS_GROUP
 from streamcore.names import Name
 from streamcore.recovery.errors import ReadStalledError, SelectionError

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from streamcore.cli.table import iso_time
-from streamcore.log.api import LiveMember, LogManager, LogPartition
+from streamcore.log import LiveMember, LogManager, LogPartition
 from streamcore.log.config import TOOLS_GROUP
 from streamcore.names import Name
 from streamcore.recovery.deadletters import read_range

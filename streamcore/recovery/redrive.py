@@ -24,7 +24,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from streamcore.log.api import LogManager, LogPartition
+from streamcore.log import LogManager, LogPartition
 from streamcore.log.config import TOOLS_GROUP
 from streamcore.names import Name
 from streamcore.recovery.deadletters import (

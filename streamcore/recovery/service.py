@@ -35,8 +35,7 @@ import sqlalchemy as sa
 from streamcore.audit import publish
 from streamcore.codecs import get_codec
 from streamcore.config import StreamcoreConfig, load_config
-from streamcore.log import open_log_manager
-from streamcore.log.api import LogManager
+from streamcore.log import LogManager, open_log_manager
 from streamcore.outbox import store as outbox_store
 from streamcore.outbox.outbox import Outbox
 from streamcore.outbox.purge import purge as purge_jobs

@@ -22,7 +22,7 @@ from streamcore.computation import (
     TopologyTestDriver,
 )
 from streamcore.errors import TopologyError
-from streamcore.log.api import LogManager
+from streamcore.log import LogManager
 from streamcore.record import Flag, Record
 from streamcore.watermark import Watermark
 

@@ -37,7 +37,7 @@ from typing import Any
 import pytest
 
 from streamcore.config import LogDefaults, StreamcoreConfig
-from streamcore.log.api import LogPartition, LogTailer, RebalanceListener
+from streamcore.log import LogPartition, LogTailer, RebalanceListener
 from streamcore.log.local.groups import FileGroupStore, state_stem
 from streamcore.log.local.manager import LocalLogManager
 from streamcore.names import Name

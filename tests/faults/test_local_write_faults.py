@@ -28,7 +28,7 @@ from streamcore.errors import (
     RecordTooLargeError,
     StreamcoreError,
 )
-from streamcore.log.api import LogManager
+from streamcore.log import LogManager
 from streamcore.log.local import segment
 from streamcore.log.local.manager import LocalLogManager
 from streamcore.log.partitioner import partition_for_key

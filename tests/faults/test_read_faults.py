@@ -34,7 +34,7 @@ from streamcore.computation import (
 )
 from streamcore.config import load_config
 from streamcore.errors import CodecError, LogError, UndecodableRecordError
-from streamcore.log.api import LogManager, LogOffset, LogPartition
+from streamcore.log import LogManager, LogOffset, LogPartition
 from streamcore.log.local.manager import LocalLogManager
 from streamcore.log.local.segment import encode_columns, list_segments, segment_name
 from streamcore.names import Name

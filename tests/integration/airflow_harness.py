@@ -340,7 +340,7 @@ def log_documents(
     Avro single-object payload): what the producer wrote, independently of Spark. `config`: the
     configuration whose logs to read (default: the local log under `streamcore_home`)."""
     from streamcore.codecs import get_codec
-    from streamcore.log.api import LogPartition
+    from streamcore.log import LogPartition
 
     manager, config = _manager(streamcore_home, config)
     envelope = get_codec("avro", config=config)

@@ -14,8 +14,7 @@ from recovery_support import DLQ, SOURCE, source_records, write_dead_letters
 
 from streamcore.codecs import get_codec
 from streamcore.config import load_config
-from streamcore.log import open_log_manager
-from streamcore.log.api import LogPartition
+from streamcore.log import LogPartition, open_log_manager
 from streamcore.names import Name
 from streamcore.record import Record
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from streamcore.errors import BrokerUnavailableError
-from streamcore.log.api import LogPartition
+from streamcore.log import LogPartition
 from streamcore.log.kafka import KafkaLogManager
 
 pytestmark = pytest.mark.kafka

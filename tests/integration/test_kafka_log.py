@@ -20,7 +20,7 @@ from streamcore.errors import (
     LogNotFoundError,
     RecordTooLargeError,
 )
-from streamcore.log.api import LogLag, LogOffset, LogPartition
+from streamcore.log import LogLag, LogOffset, LogPartition
 from streamcore.log.kafka import KafkaLogManager, kafka_partition_for_key, murmur2
 from streamcore.log.partitioner import partition_for_key
 from streamcore.names import Name

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 from kafka_broker import scratch_prefix
 
-from streamcore.log.api import LogOffset, LogPartition
+from streamcore.log import LogOffset, LogPartition
 from streamcore.log.kafka import KafkaLogManager
 
 pytestmark = pytest.mark.kafka

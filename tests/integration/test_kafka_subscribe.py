@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from kafka_broker import scratch_prefix
 
-from streamcore.log.api import LogOffset, LogPartition, LogRecord, LogTailer, RebalanceListener
+from streamcore.log import LogOffset, LogPartition, LogRecord, LogTailer, RebalanceListener
 from streamcore.log.kafka import KafkaLogManager
 
 pytestmark = pytest.mark.kafka

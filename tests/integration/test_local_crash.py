@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from streamcore.config import LogDefaults, StreamcoreConfig
-from streamcore.log.api import LogPartition
+from streamcore.log import LogPartition
 from streamcore.log.local.manager import LocalLogManager
 from streamcore.log.local.segment import list_segments, scan_segment, segment_name
 from streamcore.names import Name

@@ -23,7 +23,7 @@ from streamcore.cli.main import main
 from streamcore.cli.table import human_bytes, human_duration, render_table
 from streamcore.codecs import get_codec
 from streamcore.config import load_config
-from streamcore.log.api import LogPartition, partition_for_key
+from streamcore.log import LogPartition, partition_for_key
 from streamcore.log.local.manager import LocalLogManager
 from streamcore.record import Flag, Record
 from streamcore.watermark import Watermark

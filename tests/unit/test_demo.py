@@ -7,7 +7,7 @@ from pathlib import Path
 from streamcore.codecs import get_codec
 from streamcore.config import LogDefaults, StreamcoreConfig
 from streamcore.demo import DEMO_GROUP, DEMO_LOG, run_demo
-from streamcore.log.api import LogPartition
+from streamcore.log import LogPartition
 from streamcore.log.local.manager import LocalLogManager
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from streamcore.codecs import get_codec
-from streamcore.log.api import LogPartition
+from streamcore.log import LogPartition
 from streamcore.log.config import ARCHIVER
 from streamcore.log.local import compaction as compaction_module
 from streamcore.log.local.maintenance import maintenance_lock

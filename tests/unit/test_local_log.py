@@ -26,7 +26,7 @@ from streamcore.errors import (
     LogLockedError,
     RecordTooLargeError,
 )
-from streamcore.log.api import LogLag, LogOffset, LogPartition
+from streamcore.log import LogLag, LogOffset, LogPartition
 from streamcore.log.config import ARCHIVER
 from streamcore.log.local import writer as writer_module
 from streamcore.log.local.manager import LocalLogManager

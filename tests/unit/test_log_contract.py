@@ -19,14 +19,7 @@ from streamcore.errors import (
     LogNotFoundError,
     TailerConflictError,
 )
-from streamcore.log.api import (
-    Latency,
-    LogLag,
-    LogManager,
-    LogOffset,
-    LogPartition,
-    LogRecord,
-)
+from streamcore.log import Latency, LogLag, LogManager, LogOffset, LogPartition, LogRecord
 from streamcore.log.local.manager import LocalLogManager
 from streamcore.log.partitioner import partition_for_key
 from streamcore.names import Name

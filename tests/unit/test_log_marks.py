@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from streamcore.log.api import LogManager, LogOffset, LogPartition, LogRecord
+from streamcore.log import LogManager, LogOffset, LogPartition, LogRecord
 
 NewLog = Callable[..., str]
 INTERVAL = 0.4

@@ -25,7 +25,7 @@ import pytest
 
 from streamcore.config import LogDefaults, StreamcoreConfig
 from streamcore.errors import LogNotFoundError
-from streamcore.log.api import (
+from streamcore.log import (
     LiveMember,
     LogManager,
     LogPartition,

@@ -25,8 +25,7 @@ from streamcore.errors import (
     StreamcoreError,
     TailerConflictError,
 )
-from streamcore.log import open_log_manager
-from streamcore.log.api import LogLag, LogPartition, RebalanceListener
+from streamcore.log import LogLag, LogPartition, RebalanceListener, open_log_manager
 from streamcore.log.config import LogConfig
 from streamcore.log.local.manager import LocalLogManager
 from streamcore.log.memory import MemoryLogManager

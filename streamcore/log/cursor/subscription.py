@@ -54,8 +54,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from streamcore.errors import ConfigError, LogError
-from streamcore.log.api import LiveMember, LogOffset, LogPartition, LogRecord, RebalanceListener
+from streamcore.log.api import RebalanceListener
 from streamcore.log.cursor.tailer import Cursor, CursorTailer, PositionStore
+from streamcore.log.values import LiveMember, LogOffset, LogPartition, LogRecord
 
 logger = logging.getLogger(__name__)
 

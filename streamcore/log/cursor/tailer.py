@@ -20,7 +20,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from streamcore.errors import CodecError, LogClosedError, LogError, UndecodableRecordError
-from streamcore.log.api import LogOffset, LogPartition, LogRecord, LogTailer
+from streamcore.log.api import LogTailer
+from streamcore.log.values import LogOffset, LogPartition, LogRecord
 
 logger = logging.getLogger(__name__)
 _FETCH = 4096

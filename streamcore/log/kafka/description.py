@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from streamcore.log.api import LogDescription
 from streamcore.log.kafka.java_client import java_client_properties
+from streamcore.log.values import LogDescription
 from streamcore.redact import redact_properties
 
 BACKEND = "kafka"

@@ -34,21 +34,12 @@ from streamcore.errors import (
     LogNotFoundError,
     RecordTooLargeError,
 )
-from streamcore.log.api import (
-    AppendedOffsets,
-    LiveMember,
-    LogAppender,
-    LogInfo,
-    LogManager,
-    LogOffset,
-    LogPartition,
-    LogTailer,
-    RebalanceListener,
-)
+from streamcore.log.api import LogAppender, LogManager, LogTailer, RebalanceListener
 from streamcore.log.append_checks import check_keys_encode, check_timestamps
 from streamcore.log.kafka.client import _POOL, KafkaClients
 from streamcore.log.kafka.description import BACKEND, KafkaLogDescription
 from streamcore.log.kafka.partitioner import kafka_partition_for_key
+from streamcore.log.values import AppendedOffsets, LiveMember, LogInfo, LogOffset, LogPartition
 from streamcore.names import Name
 
 logger = logging.getLogger("streamcore.log.kafka")

@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from streamcore.errors import LogClosedError, LogError, LogNotFoundError, UndecodableRecordError
-from streamcore.log.api import LogOffset, LogPartition, LogRecord, LogTailer, RebalanceListener
+from streamcore.log.api import LogTailer, RebalanceListener
 from streamcore.log.cursor.tailer import NOTHING_TO_SKIP, key_error, value_error
+from streamcore.log.values import LogOffset, LogPartition, LogRecord
 from streamcore.names import Name
 
 if TYPE_CHECKING:

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from streamcore.config import LogDefaults, StreamcoreConfig
 from streamcore.errors import ConfigError
-from streamcore.log.api import LogDescription
 from streamcore.log.local.reader import PartitionCursor
+from streamcore.log.values import LogDescription
 
 if TYPE_CHECKING:
     from streamcore.log.local.manager import LocalLogManager

@@ -38,17 +38,7 @@ from streamcore.errors import (
     LogExistsError,
     LogNotFoundError,
 )
-from streamcore.log.api import (
-    AppendedOffsets,
-    LiveMember,
-    LogAppender,
-    LogInfo,
-    LogManager,
-    LogOffset,
-    LogPartition,
-    LogTailer,
-    RebalanceListener,
-)
+from streamcore.log.api import LogAppender, LogManager, LogTailer, RebalanceListener
 from streamcore.log.append_checks import check_keys_encode, check_timestamps
 from streamcore.log.config import ARCHIVER, LogConfig
 from streamcore.log.cursor.subscription import (
@@ -81,6 +71,7 @@ from streamcore.log.local.segment import list_segments
 from streamcore.log.local.syncer import BatchSyncer
 from streamcore.log.local.writer import PartitionWriter, append_all_or_nothing, check_types
 from streamcore.log.partitioner import partition_for_key, partitions_for_keys
+from streamcore.log.values import AppendedOffsets, LiveMember, LogInfo, LogOffset, LogPartition
 from streamcore.names import Name
 
 logger = logging.getLogger(__name__)

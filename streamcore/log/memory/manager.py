@@ -20,16 +20,7 @@ from streamcore.errors import (
     LogExistsError,
     LogNotFoundError,
 )
-from streamcore.log.api import (
-    LiveMember,
-    LogAppender,
-    LogDescription,
-    LogManager,
-    LogOffset,
-    LogPartition,
-    LogTailer,
-    RebalanceListener,
-)
+from streamcore.log.api import LogAppender, LogManager, LogTailer, RebalanceListener
 from streamcore.log.append_checks import check_keys_encode, check_timestamps
 from streamcore.log.cursor.subscription import (
     DEFAULT_HEARTBEAT_INTERVAL,
@@ -42,6 +33,7 @@ from streamcore.log.cursor.subscription import (
 )
 from streamcore.log.cursor.tailer import CursorTailer
 from streamcore.log.partitioner import partition_for_key
+from streamcore.log.values import LiveMember, LogDescription, LogOffset, LogPartition
 from streamcore.names import Name
 
 

@@ -10,7 +10,7 @@ import pytest
 from audit_support import SpyManager
 
 from streamcore.config import LogDefaults, StreamcoreConfig
-from streamcore.log.api import LogManager
+from streamcore.log import LogManager
 from streamcore.log.local.manager import LocalLogManager
 from streamcore.log.memory import MemoryLogManager
 

@@ -28,7 +28,7 @@ from streamcore.computation import (
 from streamcore.computation.server import MetricsServer
 from streamcore.config import LogDefaults, StreamcoreConfig
 from streamcore.errors import ComputationError
-from streamcore.log.api import LogManager
+from streamcore.log import LogManager
 from streamcore.log.local.manager import LocalLogManager
 from streamcore.log.memory import MemoryLogManager
 from streamcore.record import Flag, Record

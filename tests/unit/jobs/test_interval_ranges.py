@@ -10,7 +10,7 @@ import pytest
 
 from jobs.spark.intervals import INTERVAL_PROBE_GROUP, interval_ranges
 from streamcore.errors import StreamcoreError
-from streamcore.log.api import LogManager
+from streamcore.log import LogManager
 
 # Recent append times: the test broker's time-based retention (7 days) would delete 1970 ones.
 T0 = (time.time_ns() // 1_000_000 - 3_600_000) // 1000 * 1000

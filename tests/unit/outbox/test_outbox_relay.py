@@ -11,7 +11,7 @@ import pytest
 
 from streamcore.codecs import get_codec
 from streamcore.config import LogDefaults, StreamcoreConfig
-from streamcore.log.api import LogManager
+from streamcore.log import LogManager
 from streamcore.log.local.manager import LocalLogManager
 from streamcore.log.memory import MemoryLogManager
 from streamcore.log.partitioner import partition_for_key

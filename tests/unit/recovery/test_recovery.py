@@ -32,8 +32,7 @@ from streamcore.computation import (
     Topology,
 )
 from streamcore.config import load_config
-from streamcore.log import open_log_manager
-from streamcore.log.api import LogManager, LogPartition
+from streamcore.log import LogManager, LogPartition, open_log_manager
 from streamcore.log.config import TOOLS_GROUP
 from streamcore.outbox.schema import jobs
 from streamcore.record import Record
