@@ -50,7 +50,7 @@ from outbox_bench import with_postgres
 
 from streamcore.audit import STREAM, publish, relay
 from streamcore.cli.table import Column, render_table
-from streamcore.config import StreamcoreConfig
+from streamcore.config import StreamcoreConfig, project_root
 from streamcore.log.api import LogManager
 from streamcore.log.local.manager import LocalLogManager
 from streamcore.outbox import Outbox, Registry
@@ -337,7 +337,7 @@ def spark_job(spark: Any, count: int, home: Path) -> dict[str, Any]:
 
 
 def spark_section(args: argparse.Namespace) -> dict[str, Any]:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `jobs` is not installed
+    sys.path.insert(0, str(project_root()))  # `jobs` is not installed
     from jobs.spark.session import build_session
 
     work = Path(tempfile.mkdtemp(prefix="audit-bench-spark-"))

@@ -23,10 +23,10 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from streamcore.config import load_config
+from streamcore.config import load_config, project_root
 from streamcore.log import LocalLogManager, LogManager
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = project_root()
 KAFKA = ROOT / "scripts" / "kafka.sh"
 TARGET_APPEND_RATIO = 1.0  # local append >= 1.0x Kafka append (issue 3)
 

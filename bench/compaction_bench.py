@@ -34,11 +34,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+from streamcore.config import LogDefaults, StreamcoreConfig, project_root
+
+ROOT = project_root()
 sys.path.insert(0, str(ROOT))
 
 from streamcore.cli.table import Column, render_table  # noqa: E402
-from streamcore.config import LogDefaults, StreamcoreConfig  # noqa: E402
 from streamcore.log.api import LogPartition  # noqa: E402
 from streamcore.log.config import ARCHIVER  # noqa: E402
 from streamcore.log.local.manager import LocalLogManager  # noqa: E402

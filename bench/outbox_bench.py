@@ -30,16 +30,16 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 
 from streamcore.cli.table import Column, render_table
+from streamcore.config import project_root
 from streamcore.outbox import Outbox, Registry, put_many
 from streamcore.outbox.schema import TABLE
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = project_root()
 POSTGRES = ROOT / "scripts" / "postgres.sh"
 WORKERS = 5
 BATCH = 10

@@ -53,7 +53,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+from streamcore.config import project_root
+
+ROOT = project_root()
 sys.path.insert(0, str(ROOT))  # `jobs` is not installed
 
 from streamcore.cli.table import Column, render_table  # noqa: E402

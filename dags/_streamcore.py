@@ -27,12 +27,12 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
-from streamcore.runs import record_path, streamcore_home
+from streamcore.config import project_root, streamcore_home
+from streamcore.runs import record_path
 
 logger = logging.getLogger("streamcore.dags")
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-JOBS_DIR = PROJECT_ROOT / "jobs"
+JOBS_DIR = project_root() / "jobs"
 SPARK_CONN_ID = "spark_default"
 _MASTER = re.compile(r"^(local(\[(\*|\d+)(,\d+)?\])?|spark://\S+|yarn|k8s://\S+|sc://\S+)$")
 CONNECT_PORT = 15002  # Spark Connect's default port, when the connection gives none

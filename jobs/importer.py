@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     steps = parser.add_subparsers(dest="step", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--stream", default="import/docs", help="log name (default import/docs)")
-    common.add_argument("--home", help="STREAMCORE_HOME (default: the environment, else ./data)")
+    common.add_argument("--home", help="STREAMCORE_HOME (default: the configured one)")
     common.add_argument("--master", help="Spark master when not run by spark-submit (local[*])")
 
     produce = steps.add_parser("produce", parents=[common], help="append documents to the stream")

@@ -35,7 +35,8 @@ import streamcore_ui_assets as assets
 from fastapi import Depends, FastAPI, HTTPException
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 
-from streamcore.runs import find_record, streamcore_home
+from streamcore.config import streamcore_home
+from streamcore.runs import find_record
 
 DOCS_SUBPATH = Path("gx") / "uncommitted" / "data_docs"  # GX's file-mode project under gx/
 

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from streamcore.config import project_root
 
 # Every package@version the GX templates link (great_expectations/render/view/templates, GX
 # 1.24.1). Range URLs (`vega@5`) resolve to what the CDN served when pinned: a stable page across
@@ -107,7 +107,8 @@ _INTEGRITY = re.compile(r"""\s(?:integrity|crossorigin)\s*=\s*["'][^"']*["']""",
 
 def assets_dir() -> Path:
     """Where `scripts/browser.sh assets` puts the packages (STREAMCORE_UI_ASSETS overrides)."""
-    return Path(os.environ.get("STREAMCORE_UI_ASSETS") or ROOT / ".cache" / "datadocs-assets")
+    default = project_root() / ".cache" / "datadocs-assets"
+    return Path(os.environ.get("STREAMCORE_UI_ASSETS") or default)
 
 
 def package_dir_name(spec: str) -> str:

@@ -26,7 +26,7 @@
 # Environment: AIRFLOW_HOME (default .cache/airflow), STREAMCORE_AIRFLOW_PORT (8080),
 # STREAMCORE_SPARK_MASTER (the master of `spark_default`: local[*], or spark://host:7077),
 # STREAMCORE_AIRFLOW_PASSWORD (the admin password; default: generated once, kept in AIRFLOW_HOME),
-# STREAMCORE_HOME (default ./data), STREAMCORE_AIRFLOW_START_TIMEOUT (seconds, default 180),
+# STREAMCORE_HOME (default data/ in the project), STREAMCORE_AIRFLOW_START_TIMEOUT (seconds, 180),
 # STREAMCORE_AIRFLOW_DB_URL (the metadata database; default airflow_<hash of AIRFLOW_HOME> on the
 # server of scripts/postgres.sh, STREAMCORE_POSTGRES_PORT), STREAMCORE_SPARK_AUTH_SECRET
 # (docker-compose.yml: the spark-submits of tasks authenticate to the Spark master with it,

@@ -2,8 +2,13 @@
 
 Resolution order for each key: environment variable, then the TOML file, then the default below.
 The file is found at `$STREAMCORE_CONFIG`, else `include/streamcore.toml` under the current
-directory or the project root. Relative paths are resolved against the directory the process runs in
-(home) or the project root (schemas), so the same file works from a clone and from a job.
+directory or the project root (`project_root()`).
+
+`home` (STREAMCORE_HOME) defaults to `data/` under the project root, and a relative `home` from the
+file or the environment is resolved against the project root too, as `codec.schemas_dir` is: DAG
+processes, Spark drivers, the CLI and the plugin each run in their own working directory, and must
+all find the same home. A `home=` override (the `--home` option) is resolved against the working
+directory, as any path given on a command line.
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ from typing import Any
 from streamcore.errors import ConfigError
 from streamcore.redact import redact_credentials
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# The checkout this package runs from: streamcore/ lies directly under it.
+_PROJECT_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_HOME = "data"  # under the project root
 FSYNC_MODES = ("none", "batch", "always")
 # The local log stores a record inside one batch, whose body holds at most 1 GiB
 # (streamcore.log.local.segment.MAX_BATCH_BODY), 16 bytes of it the record's offsets.
@@ -27,6 +34,13 @@ MAX_RECORD_BYTES_LIMIT = (1 << 30) - 16
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)?\s*$")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 AUDIT_SCHEDULE = "*/5 * * * *"
+
+
+def project_root() -> Path:
+    """The project folder: the checkout whose `streamcore/` package runs (`make` installs it
+    editable), holding include/, jobs/, dags/, .cache/ and the default home data/. The same in
+    every process whatever its working directory, so default paths are taken from it."""
+    return _PROJECT_ROOT
 
 
 def parse_duration_ms(value: str | int, what: str = "duration") -> int:
@@ -167,7 +181,7 @@ class StreamcoreConfig:
     home: Path
     log: LogDefaults = field(default_factory=LogDefaults)
     default_codec: str = "avro"
-    schemas_dir: Path = PROJECT_ROOT / "include" / "schemas"
+    schemas_dir: Path = _PROJECT_ROOT / "include" / "schemas"
     schema_registry_url: str = ""
     source: Path | None = None
     # Folders whose files the importer may read (after resolving symlinks and `..`); empty: home.
@@ -238,7 +252,7 @@ def _find_file() -> Path | None:
         return path
     for candidate in (
         Path.cwd() / "include" / "streamcore.toml",
-        PROJECT_ROOT / "include" / "streamcore.toml",
+        _PROJECT_ROOT / "include" / "streamcore.toml",
     ):
         if candidate.is_file():
             return candidate
@@ -294,9 +308,16 @@ def _module_prefixes(value: Any, what: str) -> tuple[str, ...]:
     return names
 
 
+def _home(table: dict[str, Any]) -> Path:
+    """STREAMCORE_HOME, else the file's `home`, else `DEFAULT_HOME`; a relative one under the
+    project root. A variable set to "" counts as unset (CI systems pass a missing one so)."""
+    value = os.environ.get("STREAMCORE_HOME") or table.get("home") or DEFAULT_HOME
+    return _PROJECT_ROOT / Path(str(value)).expanduser()
+
+
 def _warehouse(value: str, home: Path) -> str:
     """A URI (`s3a://…`, `file:///…`) as given, without a trailing slash; a plain path resolved
-    like `home` (relative to the working directory); empty: `home/delta`."""
+    against the working directory; empty: `home/delta`."""
     value = str(value).strip()
     if not value:
         return str(home / "delta")
@@ -338,10 +359,10 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> StreamcoreC
     )
     schemas = Path(_lookup(table, "codec", "schemas_dir", "include/schemas"))
     values: dict[str, Any] = {
-        "home": Path(_lookup(table, None, "home", "./data")),
+        "home": _home(table),
         "log": log,
         "default_codec": str(_lookup(table, "codec", "default", "avro")),
-        "schemas_dir": schemas if schemas.is_absolute() else PROJECT_ROOT / schemas,
+        "schemas_dir": schemas if schemas.is_absolute() else _PROJECT_ROOT / schemas,
         "schema_registry_url": str(_lookup(table, "codec", "schema_registry_url", "")),
         "source": source,
         "import_roots": _paths(_lookup(table, "import", "roots", []), "import.roots"),
@@ -351,3 +372,10 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> StreamcoreC
     values.update(overrides)
     values["home"] = Path(values["home"]).expanduser().resolve()
     return StreamcoreConfig(**values)
+
+
+def streamcore_home() -> Path:
+    """STREAMCORE_HOME as every process resolves it: `load_config().home` (the environment, else
+    the file's `home`, else data/ under the project root). DAGs, run records and the UI plugin
+    take it from here, so they find what the jobs and the CLI wrote."""
+    return load_config().home

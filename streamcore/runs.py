@@ -3,26 +3,21 @@
 (dags/_streamcore.py) write them and the Airflow UI plugin (plugins/streamcore_ui_app.py) finds
 them by DAG id and run id (`find_record`): both take the place from here, so they cannot
 disagree. A run is named by its DAG and its run id together: two DAGs of one job (the bulk
-schedules) run on the same cron get the same run ids. Imports nothing heavy (DAG files and the
+schedules) run on the same cron get the same run ids. The home is `streamcore_home()` of
+streamcore.config, the one the jobs and the CLI resolve. Imports nothing heavy (DAG files and the
 plugin load it)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
 
-__all__ = ["find_record", "record_path", "record_stem", "streamcore_home"]
+from streamcore.config import streamcore_home
 
-_PROJECT_ROOT = Path(__file__).resolve().parents[1]
-
-
-def streamcore_home() -> Path:
-    """STREAMCORE_HOME as the jobs resolve it (environment, else ./data under the project)."""
-    return Path(os.environ.get("STREAMCORE_HOME") or _PROJECT_ROOT / "data").resolve()
+__all__ = ["find_record", "record_path", "record_stem"]
 
 
 def record_stem(run_id: str) -> str:

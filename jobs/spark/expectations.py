@@ -27,7 +27,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from streamcore.codecs import ParsedSchema
-from streamcore.config import PROJECT_ROOT
+from streamcore.config import project_root
 from streamcore.errors import ConfigError
 
 __all__ = [
@@ -42,7 +42,7 @@ __all__ = [
     "read_failure_counts",
 ]
 
-EXPECTATIONS_DIR = PROJECT_ROOT / "include" / "expectations"
+EXPECTATIONS_DIR = project_root() / "include" / "expectations"
 _SPARK_TYPES = {
     "string": "StringType",
     "long": "LongType",

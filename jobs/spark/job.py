@@ -160,7 +160,7 @@ def job_parser(prog: str, description: str) -> argparse.ArgumentParser:
     """A job's argument parser with the two arguments `run_job` reads: `--home`
     (STREAMCORE_HOME) and `--master` (the Spark master when spark-submit did not set one)."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
-    parser.add_argument("--home", help="STREAMCORE_HOME (default: the environment, else ./data)")
+    parser.add_argument("--home", help="STREAMCORE_HOME (default: the configured one)")
     parser.add_argument("--master", help="Spark master when not run by spark-submit")
     return parser
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from streamcore.config import PROJECT_ROOT
+from streamcore.config import project_root
 from streamcore.errors import ConfigError
 
 __all__ = ["DEFAULT_MASTER", "delta_confs", "jar_dir", "jars", "python_executable", "submit_config"]
@@ -22,7 +22,7 @@ DEFAULT_MASTER = "local[*]"
 
 def jar_dir() -> Path:
     """The Spark jar cache filled by `make jars` (`STREAMCORE_JARS` overrides `.cache/jars`)."""
-    base = Path(os.environ.get("STREAMCORE_JARS", PROJECT_ROOT / ".cache" / "jars"))
+    base = Path(os.environ.get("STREAMCORE_JARS", project_root() / ".cache" / "jars"))
     return base / "spark-jars"
 
 
@@ -41,7 +41,7 @@ def jars() -> list[str]:
 def python_executable() -> str:
     """The interpreter Spark's Python workers must run: the project's venv (it has streamcore,
     pyarrow and fastavro), not the system python3 Spark would pick."""
-    venv = PROJECT_ROOT / ".venv" / "bin" / "python"
+    venv = project_root() / ".venv" / "bin" / "python"
     return os.environ.get("PYSPARK_PYTHON") or (str(venv) if venv.exists() else sys.executable)
 
 

@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         parents=[global_options(top_level=True)],
         description="Inspect and manage streamcore logs (like Nuxeo's stream.sh). Data lives "
-        "under --home / $STREAMCORE_HOME (default ./data). Times are UTC.",
+        "under --home / $STREAMCORE_HOME (default data/ in the project). Times are UTC.",
         epilog="Run `streamcore COMMAND --help` for the options of a command.",
     )
     sub = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND", required=True)

@@ -53,12 +53,12 @@ from streamcore.codecs.record_binary import (
 )
 from streamcore.codecs.record_codec import record_from_datum, record_to_datum
 from streamcore.codecs.registry import open_registry
-from streamcore.config import PROJECT_ROOT, load_config
+from streamcore.config import load_config, project_root
 from streamcore.errors import CodecError, SchemaNotFoundError
 from streamcore.record import Flag, Record
 
-INCLUDE_SCHEMAS = PROJECT_ROOT / "include" / "schemas"
-TEST_SCHEMAS = PROJECT_ROOT / "tests" / "data" / "schemas"
+INCLUDE_SCHEMAS = project_root() / "include" / "schemas"
+TEST_SCHEMAS = project_root() / "tests" / "data" / "schemas"
 RECORD_AVSC = INCLUDE_SCHEMAS / "Record.avsc"
 ITEM_V1 = TEST_SCHEMAS / "Item.v1.avsc"
 ITEM_V2 = TEST_SCHEMAS / "Item.v2.avsc"
@@ -720,8 +720,8 @@ class TestBinaryGuard:
             capture_output=True,
             text=True,
             timeout=120,
-            cwd=PROJECT_ROOT,
-            env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)},
+            cwd=project_root(),
+            env={**os.environ, "PYTHONPATH": str(project_root())},
             check=False,
         )
         assert done.returncode == 0, done.stderr
@@ -814,14 +814,14 @@ class TestFileSchemaRegistry:
             print(json.dumps(ids))
             """
         )
-        env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT)}
+        env = {**os.environ, "PYTHONPATH": str(project_root())}
         children = [
             subprocess.Popen(
                 [sys.executable, "-c", script, str(tmp_path), str(seed)],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
-                cwd=PROJECT_ROOT,
+                cwd=project_root(),
                 env=env,
             )
             for seed in range(4)
@@ -1135,8 +1135,8 @@ class TestNoUnsafeDeserializers:
 
     def test_streamcore_sources(self) -> None:
         offenders = []
-        for path in sorted((PROJECT_ROOT / "streamcore").rglob("*.py")):
-            where = str(path.relative_to(PROJECT_ROOT))
+        for path in sorted((project_root() / "streamcore").rglob("*.py")):
+            where = str(path.relative_to(project_root()))
             offenders += unsafe_uses(path.read_text(encoding="utf-8"), where)
         assert not offenders, "unsafe deserialisation in streamcore/:\n" + "\n".join(offenders)
 

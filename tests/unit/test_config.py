@@ -9,14 +9,16 @@ from pathlib import Path
 import pytest
 
 from streamcore.config import (
-    PROJECT_ROOT,
     LogDefaults,
     StreamcoreConfig,
     load_config,
     parse_cron_schedule,
     parse_duration_ms,
+    project_root,
+    streamcore_home,
 )
 from streamcore.errors import ConfigError
+from streamcore.runs import record_path
 
 DAY = 86_400_000
 
@@ -106,22 +108,22 @@ class TestFile:
         assert config.log.fsync == "none"
         assert config.log.partitions == 4
         assert config.default_codec == "avro"
-        assert config.schemas_dir == PROJECT_ROOT / "include" / "schemas"
+        assert config.schemas_dir == project_root() / "include" / "schemas"
 
-    def test_relative_home_resolves_against_working_directory(
+    def test_relative_home_resolves_against_the_project_root(
         self, env: pytest.MonkeyPatch, toml_file, tmp_path: Path
     ) -> None:
         env.chdir(tmp_path)
-        assert load_config(toml_file('home = "./somewhere"')).home == tmp_path / "somewhere"
+        assert load_config(toml_file('home = "./somewhere"')).home == project_root() / "somewhere"
 
     def test_relative_schemas_dir_resolves_against_project_root(
         self, env: pytest.MonkeyPatch, toml_file
     ) -> None:
         config = load_config(toml_file('[codec]\nschemas_dir = "include/schemas"'))
-        assert config.schemas_dir == PROJECT_ROOT / "include" / "schemas"
+        assert config.schemas_dir == project_root() / "include" / "schemas"
 
     def test_project_file_is_valid(self, env: pytest.MonkeyPatch) -> None:
-        config = load_config(PROJECT_ROOT / "include" / "streamcore.toml")
+        config = load_config(project_root() / "include" / "streamcore.toml")
         assert config.log.retention_ms == 4 * DAY
         assert config.log.segment_roll_ms == DAY
 
@@ -219,6 +221,70 @@ class TestEnvironment:
             load_config(toml_file('[log]\nfsync = "often"'))
 
 
+class TestHome:
+    """One STREAMCORE_HOME for every process: data/ under the project root by default, relative
+    values from the file or the environment against the project root, whatever the working
+    directory (DAG processes, Spark drivers and the CLI each run in their own)."""
+
+    def test_project_root_holds_the_package_and_include(self) -> None:
+        root = project_root()
+        assert root.is_absolute()
+        assert (root / "streamcore" / "config.py").is_file()
+        assert (root / "include" / "streamcore.toml").is_file()
+
+    def test_default_is_data_under_the_project_root_from_any_directory(
+        self, env: pytest.MonkeyPatch, toml_file, tmp_path: Path
+    ) -> None:
+        env.chdir(tmp_path)
+        assert load_config(toml_file("")).home == project_root() / "data"
+
+    def test_the_project_file_gives_the_default(self, env: pytest.MonkeyPatch, tmp_path) -> None:
+        env.chdir(tmp_path)
+        assert load_config(project_root() / "include" / "streamcore.toml").home == (
+            project_root() / "data"
+        )
+
+    def test_empty_variable_is_the_default(self, env: pytest.MonkeyPatch, toml_file) -> None:
+        env.setenv("STREAMCORE_HOME", "")
+        assert load_config(toml_file("")).home == project_root() / "data"
+
+    def test_relative_variable_resolves_against_the_project_root(
+        self, env: pytest.MonkeyPatch, toml_file, tmp_path: Path
+    ) -> None:
+        env.chdir(tmp_path)
+        env.setenv("STREAMCORE_HOME", "scratch/home")
+        assert load_config(toml_file("")).home == project_root() / "scratch" / "home"
+
+    def test_override_resolves_against_the_working_directory(
+        self, env: pytest.MonkeyPatch, toml_file, tmp_path: Path
+    ) -> None:
+        env.chdir(tmp_path)
+        assert load_config(toml_file(""), home="here").home == tmp_path / "here"
+
+    @pytest.mark.parametrize("variable", [None, "", "relative/home", "/srv/streamcore"])
+    @pytest.mark.parametrize("file_home", [None, "./data", "elsewhere", "/srv/from-file"])
+    def test_run_records_and_the_configuration_agree(
+        self,
+        env: pytest.MonkeyPatch,
+        tmp_path: Path,
+        variable: str | None,
+        file_home: str | None,
+    ) -> None:
+        """What the DAGs and the UI plugin use (streamcore.runs) is what the jobs and the CLI
+        load, from another working directory than the project."""
+        file = tmp_path / "streamcore.toml"
+        file.write_text("" if file_home is None else f'home = "{file_home}"\n')
+        env.setenv("STREAMCORE_CONFIG", str(file))
+        if variable is not None:
+            env.setenv("STREAMCORE_HOME", variable)
+        env.chdir(tmp_path)
+        home = load_config().home
+        assert streamcore_home() == home
+        assert record_path("job", "dag", "run") == home / "runs" / "job" / "dag+run.json"
+        given = variable or file_home  # the variable wins over the file; "" counts as unset
+        assert home == ((project_root() / given).resolve() if given else project_root() / "data")
+
+
 class TestConfigObject:
     def test_log_defaults_validate_directly(self) -> None:
         with pytest.raises(ConfigError, match=r"log\.fsync is 'x'"):
@@ -302,5 +368,5 @@ class TestCronSchedule:
             bad.audit_schedule  # noqa: B018
 
     def test_project_file_runs_every_five_minutes(self, env: pytest.MonkeyPatch) -> None:
-        schedule = load_config(PROJECT_ROOT / "include" / "streamcore.toml").audit_schedule
+        schedule = load_config(project_root() / "include" / "streamcore.toml").audit_schedule
         assert (schedule.cron, schedule.period) == ("*/5 * * * *", timedelta(minutes=5))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from streamcore.config import PROJECT_ROOT, load_config
+from streamcore.config import load_config, project_root
 from streamcore.errors import ConfigError
 from streamcore.log.config import KAFKA_DEFAULTS, LogConfig
 from streamcore.log.kafka.description import KafkaLogDescription
@@ -145,7 +145,7 @@ class TestParse:
         }
 
     def test_shipped_file_routes_everything_to_local(self) -> None:
-        config = LogConfig.load(PROJECT_ROOT / "include" / "streamcore.toml", environ={})
+        config = LogConfig.load(project_root() / "include" / "streamcore.toml", environ={})
         assert config.configs["default"].type == "local"
         assert config.configs["kafka"].type == "kafka"
         assert config.rules == ()
