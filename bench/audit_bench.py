@@ -51,7 +51,7 @@ from outbox_bench import with_postgres
 from streamcore.audit import STREAM, publish, relay
 from streamcore.cli.table import Column, render_table
 from streamcore.config import StreamcoreConfig, project_root
-from streamcore.log.api import LogManager
+from streamcore.log import LogManager
 from streamcore.log.local.manager import LocalLogManager
 from streamcore.outbox import Outbox, Registry
 from streamcore.outbox.schema import TABLE

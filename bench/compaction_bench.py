@@ -40,7 +40,7 @@ ROOT = project_root()
 sys.path.insert(0, str(ROOT))
 
 from streamcore.cli.table import Column, render_table  # noqa: E402
-from streamcore.log.api import LogPartition  # noqa: E402
+from streamcore.log import LogPartition  # noqa: E402
 from streamcore.log.config import ARCHIVER  # noqa: E402
 from streamcore.log.local.manager import LocalLogManager  # noqa: E402
 from streamcore.log.local.reader import PartitionCursor  # noqa: E402

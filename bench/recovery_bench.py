@@ -105,8 +105,7 @@ def spark_job(*args: str) -> dict[str, Any]:
 def run(records: int, spark: bool) -> dict[str, Any]:
     from streamcore.codecs import get_codec
     from streamcore.config import load_config
-    from streamcore.log import open_log_manager
-    from streamcore.log.api import LogPartition
+    from streamcore.log import LogPartition, open_log_manager
     from streamcore.recovery import DeadLetterFilter, Recovery
 
     home = Path(tempfile.mkdtemp(prefix="recovery-bench-"))

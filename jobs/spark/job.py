@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from jobs.spark.phases import Phases
     from streamcore.codecs import SchemaStore
     from streamcore.config import StreamcoreConfig
-    from streamcore.log.api import LogManager
+    from streamcore.log import LogManager
 
 __all__ = [
     "FAULT_ENV",
