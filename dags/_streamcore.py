@@ -39,7 +39,7 @@ CONNECT_PORT = 15002  # Spark Connect's default port, when the connection gives 
 
 
 def default_args(retries: int = 1, retry_delay_s: int = 30) -> dict[str, Any]:
-    """Retries are explicit on every streamcore task (DESIGN.md section 5)."""
+    """Retries are explicit on every streamcore task (docs/design.md, "Conventions")."""
     from datetime import timedelta
 
     return {

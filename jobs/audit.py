@@ -1,5 +1,5 @@
-"""The audit job: entries of the stream `audit/entries` into the Delta table `audit` (DESIGN.md
-section 6; Nuxeo's stream audit writer, landed by Spark), exactly once.
+"""The audit job: entries of the stream `audit/entries` into the Delta table `audit`
+(docs/design.md, "The catalog"; Nuxeo's stream audit writer, landed by Spark), exactly once.
 
     spark-submit jobs/audit.py batch [--failure-threshold 0.01] [--batch-size 100000]
     spark-submit jobs/audit.py interval --start 2026-11-23T10:00 --end 2026-11-23T10:05

@@ -1,4 +1,4 @@
-"""The table catalog: every Delta table of the warehouse, as data (DESIGN.md section 6).
+"""The table catalog: every Delta table of the warehouse, as data (docs/design.md, "The catalog").
 
 Each table is a `TableSpec`: its columns (in a small portable type vocabulary), partition columns,
 natural key, Delta properties, OPTIMIZE z-order columns and VACUUM retention. Spark jobs create

@@ -1,4 +1,5 @@
-"""Micro-batches of a stream into Delta, as one reusable piece (DESIGN.md section 7).
+"""Micro-batches of a stream into Delta, as one reusable piece (docs/design.md, "Micro-batches,
+exactly-once and intervals").
 
 **Offset-range batches** (`run_offset_batch`): plan (recover a batch that reached Delta but not
 the log, then the group's committed positions to the end observed now) → read the ranges as

@@ -1,8 +1,9 @@
 """Checked landing: what every stream-to-Delta job does between reading a batch of Records and
-writing it (DESIGN.md section 7). Decode the payloads with their schema, check the rows against
-the schema's expectation suite, have Great Expectations validate them for the report and the Data
-Docs, refuse the batch when too many rows fail, send the failing rows to `quarantine`, and hand
-the good rows to the job's own write. `run_offset_batch` (or an interval job) supplies the batch.
+writing it (docs/design.md, "Micro-batches, exactly-once and intervals"). Decode the payloads
+with their schema, check the rows against the schema's expectation suite, have Great
+Expectations validate them for the report and the Data Docs, refuse the batch when too many rows
+fail, send the failing rows to `quarantine`, and hand the good rows to the job's own write.
+`run_offset_batch` (or an interval job) supplies the batch.
 
 Two passes over the batch and no cache: filling a cache of the decoded batch cost more than
 reading and decoding it again (1M documents: 3.6-4.1 s against 2.2 s). The first pass is one

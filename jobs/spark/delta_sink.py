@@ -1,4 +1,5 @@
-"""The exactly-once Delta sink of offset-range batches (DESIGN.md section 7).
+"""The exactly-once Delta sink of offset-range batches (docs/design.md, "Micro-batches,
+exactly-once and intervals").
 
 A batch is the records of a consumer group from its committed positions to the end offsets seen
 at start. Its write to Delta is one commit carrying `txnAppId = <job>/<group>`,

@@ -1,5 +1,6 @@
-"""Time-interval batches (DESIGN.md section 7): which records of a stream were appended in
-`[start_ms, end_ms)`, and how to write an interval's result idempotently.
+"""Time-interval batches (docs/design.md, "Micro-batches, exactly-once and intervals"): which
+records of a stream were appended in `[start_ms, end_ms)`, and how to write an interval's result
+idempotently.
 
     found = interval_ranges(manager, "audit/entries", start_ms, end_ms)
     found.ranges                 # {partition: (first offset, end offset)} on the hot log

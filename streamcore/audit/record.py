@@ -1,5 +1,5 @@
 """What an audit entry is on the stream `audit/entries`: a `Record` whose data is the entry in
-Avro single-object encoding (`AuditEntry.avsc`), like every stream of DESIGN.md.
+Avro single-object encoding (`AuditEntry.avsc`), like every stream of docs/design.md.
 
 - key: the document id, or the event id for an event about no document. The stream has one
   partition, so the key places nothing today; if it ever had more, keying by document would keep

@@ -5,7 +5,8 @@ built-ins (docs/bulk.md, "Actions").
 `update` action rows of `id` and the columns to set (MERGEd into the table), for `delete` the ids
 to delete, for `export` the rows to write as CSV. `docs` is a Spark DataFrame and `F` is
 `pyspark.sql.functions`, both handed in by the job: streamcore never imports pyspark
-(DESIGN.md section 2). Params only ever reach Spark as literals (`F.lit`), never as SQL text.
+(docs/design.md, "Top-level layout and boundaries"). Params only ever reach Spark as literals
+(`F.lit`), never as SQL text.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What commands and statuses are on the streams: `Record`s keyed by command id, whose data is the
 BulkCommand / BulkStatus datum in Avro single-object encoding (include/schemas), like every
-stream of DESIGN.md section 6."""
+stream of the catalog (docs/design.md, "The catalog")."""
 
 from __future__ import annotations
 

@@ -9,8 +9,8 @@ the order of jobs, hence the order per key, is the put order. Delivery is at-lea
 retry after a lost acknowledgement can append a record twice.
 
 By default the log record is a `Record` whose key is the job key and whose data is the payload
-in the queue's encoding (e.g. an Avro single-object AuditEntry), as DESIGN.md's streams carry,
-written with the default Record codec (`get_codec("avro")`).
+in the queue's encoding (e.g. an Avro single-object AuditEntry), as the streams of the catalog
+carry (docs/design.md, "The catalog"), written with the default Record codec (`get_codec("avro")`).
 
 With `batch_capacity` the relay is a batch consumer: one `append_batch` for up to that many jobs
 (waiting up to `batch_threshold` seconds for a batch to fill), all marked done once the batch

@@ -1,6 +1,7 @@
 """The DAGs of dags/ as Airflow loads them: no import errors, fast parsing, the conventions of
-DESIGN.md section 5, and the parameter checks of the importer and audit DAGs (Param schemas and
-the validate task's cross-parameter checks); the audit DAG's schedule from the configuration."""
+docs/design.md ("Conventions"), and the parameter checks of the importer and audit DAGs (Param
+schemas and the validate task's cross-parameter checks); the audit DAG's schedule from the
+configuration."""
 
 from __future__ import annotations
 
