@@ -38,6 +38,7 @@ from jobs.spark.job import (
     run_job,
 )
 from streamcore.errors import InvalidNameError, StreamcoreError
+from streamcore.log.registry import MAX_PARTITIONS, partitions_in_range
 from streamcore.names import Name
 
 logger = logging.getLogger("jobs.importer")
@@ -128,8 +129,10 @@ def check_args(args: argparse.Namespace) -> None:
                     args.format = detect_format(args.path)
                 except StreamcoreError as exc:
                     raise JobArgumentError(str(exc)) from None
-        if args.partitions is not None and not 1 <= args.partitions <= 1000:
-            raise JobArgumentError(f"--partitions must be 1..1000, got {args.partitions}")
+        if args.partitions is not None and not partitions_in_range(args.partitions):
+            raise JobArgumentError(
+                f"--partitions must be 1..{MAX_PARTITIONS}, got {args.partitions}"
+            )
         if args.avg_blob_size < 0:
             raise JobArgumentError(f"--avg-blob-size must be >= 0 bytes, got {args.avg_blob_size}")
     else:

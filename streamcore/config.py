@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from streamcore.errors import ConfigError
+from streamcore.log.registry import MAX_PARTITIONS, partitions_in_range
 from streamcore.redact import redact_credentials
 
 # The checkout this package runs from: streamcore/ lies directly under it.
@@ -160,8 +161,8 @@ class LogDefaults:
     def __post_init__(self) -> None:
         if self.fsync not in FSYNC_MODES:
             raise ConfigError(f"log.fsync is {self.fsync!r}; use one of {', '.join(FSYNC_MODES)}")
-        if not 1 <= self.partitions <= 1000:
-            raise ConfigError(f"log.partitions is {self.partitions}; use 1..1000")
+        if not partitions_in_range(self.partitions):
+            raise ConfigError(f"log.partitions is {self.partitions}; use 1..{MAX_PARTITIONS}")
         if self.segment_bytes < 4096:
             raise ConfigError(f"log.segment_bytes is {self.segment_bytes}; use at least 4096")
         if self.max_record_bytes < 1:

@@ -24,6 +24,8 @@ from streamcore.cli.table import (
 from streamcore.config import FSYNC_MODES, parse_duration_ms
 from streamcore.errors import ConfigError, LogExistsError, StreamcoreError
 from streamcore.log import LogManager, LogPartition
+from streamcore.log.config import BackendConfig
+from streamcore.log.registry import MAX_PARTITIONS, backend_type, partitions_in_range
 from streamcore.names import Name
 
 
@@ -80,10 +82,10 @@ def _searched(ctx: Context) -> str:
     used = getattr(getattr(ctx.manager, "log_config", None), "used", None)
     if used is None:
         return f"under {ctx.config.log_dir}"
-    places = [
-        f"{b.label} under {b.local_root(ctx.config.home)}" if b.type == "local" else b.label
-        for b in used()
-    ]
+    places = []
+    for b in used():
+        folder = backend_type(b.type).folder(b, ctx.config.home)
+        places.append(f"{b.label} under {folder}" if folder is not None else b.label)
     return "in " + ", ".join(places)
 
 
@@ -145,8 +147,8 @@ def run_create(ctx: Context) -> int:
             raise UsageError(str(exc)) from None
     if args.fsync is not None:
         options["fsync"] = args.fsync
-    if args.partitions is not None and not 1 <= args.partitions <= 1000:
-        raise UsageError(f"-p {args.partitions}: partitions must be 1..1000")
+    if args.partitions is not None and not partitions_in_range(args.partitions):
+        raise UsageError(f"-p {args.partitions}: partitions must be 1..{MAX_PARTITIONS}")
     manager = ctx.manager
     if manager.exists(name):
         size = manager.size(name)
@@ -288,13 +290,8 @@ def run_purge(ctx: Context) -> int:
     return 0
 
 
-def _backend_where(ctx: Context, backend: Any) -> str:
-    if backend.type == "local":
-        return str(backend.local_root(ctx.config.home))
-    if backend.type == "kafka":
-        options = backend.options
-        return f"{options['bootstrap_servers']} topics {options['topic_prefix']}<log-id>"
-    return "this process"
+def _backend_where(ctx: Context, backend: BackendConfig) -> str:
+    return backend_type(backend.type).where(backend, ctx.config.home)
 
 
 def run_route(ctx: Context) -> int:

@@ -37,6 +37,7 @@ from streamcore.config import StreamcoreConfig
 from streamcore.errors import CodecError, ConfigError, StreamcoreError
 from streamcore.log import partition_for_key
 from streamcore.log.config import TOOLS_GROUP
+from streamcore.log.registry import MAX_PARTITIONS, partitions_in_range
 from streamcore.record import Flag, Record
 from streamcore.watermark import Watermark
 
@@ -206,8 +207,8 @@ def run_append(ctx: Context) -> int:
         name = ctx.log(args.log, must_exist=False)
         created = False
         if not manager.exists(name):
-            if args.partitions is not None and not 1 <= args.partitions <= 1000:
-                raise UsageError(f"-p {args.partitions}: partitions must be 1..1000")
+            if args.partitions is not None and not partitions_in_range(args.partitions):
+                raise UsageError(f"-p {args.partitions}: partitions must be 1..{MAX_PARTITIONS}")
             size = args.partitions or (int(file_partitions) if file_partitions else None)
             created = manager.create(name, size)
         size = manager.size(name)

@@ -13,6 +13,7 @@ from streamcore.cli.context import (
     resolve_codec,
 )
 from streamcore.cli.table import Column, human_bytes, render_table
+from streamcore.log.registry import MAX_PARTITIONS, partitions_in_range
 
 
 def _progress(ctx: Context) -> Any:
@@ -99,8 +100,8 @@ def run_demo_command(ctx: Context) -> int:
     args = ctx.args
     if args.count < 0:
         raise UsageError(f"--count {args.count}: give a count >= 0")
-    if not 1 <= args.partitions <= 1000:
-        raise UsageError(f"--partitions {args.partitions}: use 1..1000")
+    if not partitions_in_range(args.partitions):
+        raise UsageError(f"--partitions {args.partitions}: use 1..{MAX_PARTITIONS}")
     if args.batch < 1:
         raise UsageError(f"--batch {args.batch}: give a batch size >= 1")
     resolve_codec(args.codec, ctx.config, allow_raw=False)  # validates the name

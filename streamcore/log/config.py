@@ -6,7 +6,7 @@ Schema (every key optional; with none of it, every log is a local log under `hom
     backend = ""                    # force every name to one config or type (see below)
 
     [log.configs.default]           # a named config; "default" takes unmatched names
-    type = "local"                  # local | kafka | memory
+    type = "local"                  # local | kafka | memory (streamcore.log.registry)
     # local options: root (folder; relative = under home; default <home>/log), and defaults for
     # logs it creates: partitions, retention, segment_bytes, segment_roll, fsync, max_record_bytes
     # (each defaults to the [log] value of the same name)
@@ -75,22 +75,10 @@ Environment overrides (over the file):
 - `STREAMCORE_KAFKA_BOOTSTRAP_SERVERS`: the `bootstrap_servers` of every kafka config.
 - `STREAMCORE_KAFKA_TOPIC_PREFIX`: the `topic_prefix` of every kafka config.
 
-Environment variables in a kafka config's properties (credentials stay out of the file): in every
-string value of `[log.configs.<name>.properties]`, `${NAME}` is replaced by the variable `NAME`,
-`${NAME:-default}` by `default` when `NAME` is unset or empty, and `$${` is a literal `${` (in a
-run of `$` before `{`, `$$` is one `$`: `$$${NAME}` is `$` then the value; any other `$` stays).
-`NAME` unset (or empty: CI systems pass a missing secret as an empty string) without a default
-raises `ConfigError` naming the variable, the property and the config, and the fix. The variables
-are read when the file is loaded (`LogConfig.parse` / `load`, with `environ`), in the process that
-loads it: for a Spark job that is the driver, and the resolved values travel in the log's
-description (`KafkaLogDescription.properties` -> `kafka.sasl.jaas.config`), so executors need no
-such variable. An unset variable in a config that no call can reach (not `default`, no rule's,
-not the forced one) fails only when that config is opened, not at load: a file naming
-`${KAFKA_PASSWORD}` still loads where the Kafka config is not used (`STREAMCORE_LOG_BACKEND=memory`
-in tests). A malformed reference (`${}`, `${1X}`, an unclosed `${`) is an error at load, always.
-Resolved values are secrets like written ones: reprs show `***` for passwords, secrets, tokens,
-JAAS configs and private keys (`streamcore.redact.redact_properties`), and no error message
-shows a property's value.
+Each backend type parses its own options (`streamcore.log.<type>.backend`; the types are those of
+`streamcore.log.registry`) and applies its own environment: `${NAME}` in a kafka config's
+properties is replaced from the environment at load (`streamcore.log.environ`), so credentials
+stay out of the file.
 """
 
 from __future__ import annotations
@@ -103,39 +91,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from streamcore.config import FSYNC_MODES, StreamcoreConfig, parse_duration_ms
+from streamcore.config import StreamcoreConfig
 from streamcore.errors import ConfigError
+from streamcore.log.environ import Unresolved
+from streamcore.log.registry import DEFAULT_TYPE, backend_type, backend_types
 from streamcore.names import Name
 from streamcore.redact import redact_properties
 
-TYPES = ("local", "kafka", "memory")
 DEFAULT_CONFIG = "default"
 ENV_BACKEND = "STREAMCORE_LOG_BACKEND"
-ENV_KAFKA_BOOTSTRAP = "STREAMCORE_KAFKA_BOOTSTRAP_SERVERS"
-ENV_KAFKA_PREFIX = "STREAMCORE_KAFKA_TOPIC_PREFIX"
-
-KAFKA_DEFAULTS: dict[str, Any] = {
-    "bootstrap_servers": "127.0.0.1:9092",
-    "topic_prefix": "streamcore-",
-    "timeout": 30.0,
-    "replication_factor": 1,
-    "partitions": None,  # None = the [log] partitions setting
-    "properties": {},
-}
-LOCAL_OPTIONS = (
-    "root",
-    "partitions",
-    "retention",
-    "segment_bytes",
-    "segment_roll",
-    "fsync",
-    "max_record_bytes",
-)
-_OPTIONS = {
-    "local": LOCAL_OPTIONS,
-    "kafka": tuple(KAFKA_DEFAULTS),
-    "memory": (),
-}
 _CONFIG_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_\-]*")
 _NAMESPACE = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 _BARE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]*")
@@ -146,13 +110,6 @@ _RULE_KEYS = ("namespace", "group", "config", "archive", "compact")
 ARCHIVER = "retention/archiver"
 # Nuxeo's default group for tools (streamcore's CLI, recovery): read with it, never commit.
 TOOLS_GROUP = "admin/tools"
-# A run of "$" before "{": each "$$" is a literal "$"; an odd run ends with a reference "${".
-_DOLLARS_BRACE = re.compile(r"(\$+)\{")
-_VARIABLE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?::-(.*))?", re.DOTALL)
-_REFERENCE_SYNTAX = (
-    "write ${NAME} or ${NAME:-default} (NAME: letters, digits and _, not starting with a digit; "
-    'a default holds no "}" and no "${"), or $${ for a literal "${"'
-)
 
 
 @dataclass(frozen=True)
@@ -178,20 +135,12 @@ class BackendConfig:
         # Secret properties (sasl.password, ... whether written or from `${VAR}`) never show.
         options = dict(self.options)
         properties = options.get("properties")
-        if isinstance(properties, Mapping) and not isinstance(properties, _Unresolved):
+        if isinstance(properties, Mapping) and not isinstance(properties, Unresolved):
             options["properties"] = redact_properties(properties)
         return (
             f"BackendConfig(name={self.name!r}, type={self.type!r}, options={options!r}, "
             f"builtin={self.builtin!r})"
         )
-
-    def local_root(self, home: Path) -> Path:
-        """The folder of a local config's logs."""
-        root = self.options.get("root")
-        if root is None:
-            return home / "log"
-        path = Path(root).expanduser()
-        return path if path.is_absolute() else home / path
 
 
 @dataclass(frozen=True)
@@ -244,7 +193,7 @@ class LogConfig:
     ) -> None:
         configs = dict(configs or {})
         if DEFAULT_CONFIG not in configs:
-            configs[DEFAULT_CONFIG] = BackendConfig(DEFAULT_CONFIG, "local", {}, builtin=True)
+            configs[DEFAULT_CONFIG] = BackendConfig(DEFAULT_CONFIG, DEFAULT_TYPE, {}, builtin=True)
         self.configs: dict[str, BackendConfig] = configs
         self.rules: tuple[MatchRule, ...] = tuple(rules)
         self.forced = forced
@@ -284,8 +233,9 @@ class LogConfig:
             )
         rules = [_parse_rule(i + 1, raw) for i, raw in enumerate(raw_rules)]
         if DEFAULT_CONFIG not in configs:
-            configs[DEFAULT_CONFIG] = BackendConfig(DEFAULT_CONFIG, "local", {}, builtin=True)
-        configs = _apply_kafka_env(configs, env)
+            configs[DEFAULT_CONFIG] = BackendConfig(DEFAULT_CONFIG, DEFAULT_TYPE, {}, builtin=True)
+        for kind in backend_types():
+            backend_type(kind).environment(env)
         forced_value, forced_source = None, None
         if env.get(ENV_BACKEND, "").strip():
             forced_value, forced_source = env[ENV_BACKEND].strip(), ENV_BACKEND
@@ -295,13 +245,14 @@ class LogConfig:
         if forced_value is not None:
             forced = _forced_route(forced_value, forced_source or "", configs)
             if forced.config not in configs:  # a built-in config of a type
-                builtin = BackendConfig(forced.config, forced.config, {}, builtin=True)
-                configs[forced.config] = _apply_kafka_env({"x": builtin}, env)["x"]
+                configs[forced.config] = BackendConfig(
+                    forced.config, forced.config, {}, builtin=True
+                )
         config = cls(configs, rules, forced)
         reachable = {backend.name for backend in config.used()}
         for name, backend in config.configs.items():
-            if backend.type == "kafka":
-                config.configs[name] = _resolve_properties(backend, env, name in reachable)
+            found = backend_type(backend.type).configure(backend, env, name in reachable)
+            config.configs[name] = found
         return config
 
     @classmethod
@@ -400,111 +351,20 @@ def _parse_backend(name: Any, raw: Any) -> BackendConfig:
     if not isinstance(raw, Mapping):
         raise ConfigError(f'{key} must be a table, e.g. [{key}] with type = "local"')
     kind = raw.get("type")
+    types = backend_types()
     if kind is None:
-        raise ConfigError(f"{key}.type is missing; set type = one of {', '.join(TYPES)}")
-    if kind not in TYPES:
+        raise ConfigError(f"{key}.type is missing; set type = one of {', '.join(types)}")
+    if kind not in types:
         raise ConfigError(
-            f"{key}.type = {kind!r} is not a backend type; use one of {', '.join(TYPES)}"
+            f"{key}.type = {kind!r} is not a backend type; use one of {', '.join(types)}"
         )
-    allowed = _OPTIONS[kind]
+    backend = backend_type(kind)
+    allowed = backend.options
     unknown = sorted(set(raw) - {"type", *allowed})
     if unknown:
-        hint = f"use {', '.join(allowed)}" if allowed else "a memory config takes no options"
+        hint = f"use {', '.join(allowed)}" if allowed else f"a {kind} config takes no options"
         raise ConfigError(f"{key}: unknown option(s) {', '.join(unknown)} for type {kind}; {hint}")
-    parse = _parse_local if kind == "local" else _parse_kafka if kind == "kafka" else None
-    options = parse(key, raw) if parse else {}
-    return BackendConfig(name, kind, options)
-
-
-def _int(value: Any, key: str, low: int, high: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{key} must be an integer, got {value!r}")
-    if value < low or (high is not None and value > high):
-        bounds = f"{low}..{high}" if high is not None else f"at least {low}"
-        raise ConfigError(f"{key} is {value}; use {bounds}")
-    return value
-
-
-def _str(value: Any, key: str, *, empty: bool = False) -> str:
-    if not isinstance(value, str) or (not empty and not value.strip()):
-        raise ConfigError(f"{key} must be a non-empty string, got {value!r}")
-    return value
-
-
-def _duration(value: Any, key: str) -> int:
-    if isinstance(value, bool):
-        raise ConfigError(f"{key} must be a duration such as '4d' or '12h', got {value!r}")
-    return parse_duration_ms(value, key)
-
-
-def _parse_local(key: str, raw: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if "root" in raw:
-        out["root"] = _str(raw["root"], f"{key}.root")
-    if "partitions" in raw:
-        out["partitions"] = _int(raw["partitions"], f"{key}.partitions", 1, 1000)
-    if "retention" in raw:
-        out["retention_ms"] = _duration(raw["retention"], f"{key}.retention")
-    if "segment_bytes" in raw:
-        out["segment_bytes"] = _int(raw["segment_bytes"], f"{key}.segment_bytes", 4096)
-    if "segment_roll" in raw:
-        out["segment_roll_ms"] = _duration(raw["segment_roll"], f"{key}.segment_roll")
-    if "fsync" in raw:
-        fsync = raw["fsync"]
-        if fsync not in FSYNC_MODES:
-            raise ConfigError(f"{key}.fsync = {fsync!r}; use one of {', '.join(FSYNC_MODES)}")
-        out["fsync"] = fsync
-    if "max_record_bytes" in raw:
-        out["max_record_bytes"] = _int(raw["max_record_bytes"], f"{key}.max_record_bytes", 1)
-    return out
-
-
-def _seconds(value: Any, key: str) -> float:
-    if isinstance(value, bool):
-        raise ConfigError(f"{key} must be seconds or a duration such as '30s', got {value!r}")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    else:
-        seconds = parse_duration_ms(value, key) / 1000
-    if seconds <= 0:
-        raise ConfigError(f"{key} is {value!r}; use a positive duration such as '30s'")
-    return seconds
-
-
-def _parse_kafka(key: str, raw: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(KAFKA_DEFAULTS)
-    out["properties"] = {}
-    if "bootstrap_servers" in raw:
-        out["bootstrap_servers"] = _str(raw["bootstrap_servers"], f"{key}.bootstrap_servers")
-    if "topic_prefix" in raw:
-        out["topic_prefix"] = _str(raw["topic_prefix"], f"{key}.topic_prefix", empty=True)
-    if "timeout" in raw:
-        out["timeout"] = _seconds(raw["timeout"], f"{key}.timeout")
-    if "replication_factor" in raw:
-        out["replication_factor"] = _int(
-            raw["replication_factor"], f"{key}.replication_factor", 1, 32767
-        )
-    if "partitions" in raw:
-        out["partitions"] = _int(raw["partitions"], f"{key}.partitions", 1, 100_000)
-    props = raw.get("properties", {})
-    if not isinstance(props, Mapping):
-        raise ConfigError(
-            f"{key}.properties must be a table of librdkafka properties, e.g. "
-            f'[{key}.properties] with "security.protocol" = "SASL_SSL"'
-        )
-    for prop, value in props.items():
-        if isinstance(value, Mapping | list) or value is None:
-            raise ConfigError(
-                f'{key}.properties."{prop}" = {value!r}: a librdkafka property is a string, '
-                "number or boolean"
-            )
-    if "bootstrap.servers" in props:
-        raise ConfigError(
-            f'{key}.properties."bootstrap.servers": set {key}.bootstrap_servers instead (one '
-            "place, and STREAMCORE_KAFKA_BOOTSTRAP_SERVERS overrides it)"
-        )
-    out["properties"] = dict(props)
-    return out
+    return BackendConfig(name, kind, backend.parse_options(key, raw))
 
 
 def _parse_prefixes(value: Any, key: str) -> tuple[str, ...]:
@@ -571,142 +431,19 @@ def _parse_rule(position: int, raw: Any) -> MatchRule:
     return MatchRule(position, config, groups=_parse_prefixes(raw["group"], f"{key}.group"))
 
 
-def _apply_kafka_env(
-    configs: dict[str, BackendConfig], env: Mapping[str, str]
-) -> dict[str, BackendConfig]:
-    bootstrap = env.get(ENV_KAFKA_BOOTSTRAP)
-    prefix = env.get(ENV_KAFKA_PREFIX)
-    if bootstrap is not None and not bootstrap.strip():
-        raise ConfigError(f"{ENV_KAFKA_BOOTSTRAP} is empty; unset it or give host:port[,host:port]")
-    out = {}
-    for name, cfg in configs.items():
-        if cfg.type == "kafka":
-            options = dict(KAFKA_DEFAULTS) | dict(cfg.options)
-            if bootstrap is not None:
-                options["bootstrap_servers"] = bootstrap.strip()
-            if prefix is not None:
-                options["topic_prefix"] = prefix
-            cfg = BackendConfig(cfg.name, cfg.type, options, cfg.builtin)
-        out[name] = cfg
-    return out
-
-
-class _UnsetVariable(ConfigError):
-    """A `${NAME}` whose variable is unset or empty, with no default."""
-
-    def __init__(self, message: str, variable: str) -> None:
-        super().__init__(message)
-        self.variable = variable
-
-
-class _Unresolved(Mapping[str, Any]):
-    """The properties of a kafka config that no call can reach and whose `${NAME}` is not set:
-    loading the file does not fail for a config it does not open; reading them (opening the
-    backend: `KafkaLogManager(config=...)`) raises the `ConfigError` of the missing variable."""
-
-    def __init__(self, error: _UnsetVariable) -> None:
-        self.message = str(error)
-        self.variable = error.variable
-
-    def _raise(self) -> Any:
-        raise ConfigError(self.message)
-
-    def __getitem__(self, key: str) -> Any:
-        return self._raise()
-
-    def __iter__(self) -> Any:
-        return self._raise()
-
-    def __len__(self) -> int:
-        return int(self._raise())
-
-    def __eq__(self, other: object) -> bool:
-        return other is self
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"<unresolved: ${{{self.variable}}}, its variable is unset or empty>"
-
-
-def _substitute(text: str, env: Mapping[str, str], where: str) -> str:
-    """`text` with `${NAME}` / `${NAME:-default}` replaced from `env`; before a `{`, `$$` is a
-    literal `$` (`$${X}` -> `${X}`, `$$${X}` -> `$` + X). Other `$` stay as written. Messages name
-    the variable and `where` (the property), never the value."""
-    out: list[str] = []
-    pos = 0
-    while (match := _DOLLARS_BRACE.search(text, pos)) is not None:
-        dollars = len(match.group(1))
-        out.append(text[pos : match.start()] + "$" * (dollars // 2))
-        pos = match.end()
-        if dollars % 2 == 0:  # escaped: a literal "{"
-            out.append("{")
-            continue
-        close = text.find("}", pos)
-        parsed = _VARIABLE.fullmatch(text[pos:close]) if close >= 0 else None
-        if parsed is None or "${" in (parsed.group(2) or ""):
-            raise ConfigError(
-                f'{where} holds a "${{" that is not a variable reference; {_REFERENCE_SYNTAX}'
-            )
-        out.append(_lookup(parsed.group(1), parsed.group(2), env, where))
-        pos = close + 1
-    out.append(text[pos:])
-    return "".join(out)
-
-
-def _lookup(variable: str, default: str | None, env: Mapping[str, str], where: str) -> str:
-    value = env.get(variable, "")
-    if value:
-        return value
-    if default is not None:
-        return default
-    state = "is set but empty" if variable in env else "is not set"
-    raise _UnsetVariable(
-        f"{where} takes ${{{variable}}} from the environment, but the environment variable "
-        f"{variable} {state}; export {variable} in the environment of the process that loads "
-        "the config (the shell, the Airflow worker, the Spark driver: executors get the "
-        f'resolved value), or give a default: "${{{variable}:-default}}"',
-        variable,
-    )
-
-
-def _resolve_properties(
-    backend: BackendConfig, env: Mapping[str, str], reachable: bool
-) -> BackendConfig:
-    """A kafka config with `${NAME}` resolved in its properties' string values. An unset variable
-    raises for a config calls can reach; for another, reading its properties raises."""
-    properties = backend.options.get("properties", {})
-    resolved: dict[str, Any] = {}
-    unset: _UnsetVariable | None = None
-    for prop, value in properties.items():
-        if not isinstance(value, str) or "${" not in value:
-            resolved[prop] = value
-            continue
-        try:
-            resolved[prop] = _substitute(value, env, f'{backend.key}.properties."{prop}"')
-        except _UnsetVariable as exc:  # go on: a malformed reference elsewhere fails at load
-            unset = unset or exc
-    if unset is not None:
-        if reachable:
-            raise ConfigError(str(unset)) from None
-        options = {**backend.options, "properties": _Unresolved(unset)}
-    else:
-        options = {**backend.options, "properties": resolved}
-    return BackendConfig(backend.name, backend.type, options, backend.builtin)
-
-
 def _forced_route(value: Any, source: str, configs: Mapping[str, BackendConfig]) -> Route:
     shown = f"{source}={value}" if source == ENV_BACKEND else f"{source} = {value!r}"
+    types = backend_types()
     if not isinstance(value, str):
-        raise ConfigError(f"{shown}: use a config name or one of {', '.join(TYPES)}")
+        raise ConfigError(f"{shown}: use a config name or one of {', '.join(types)}")
     if value in configs:
         return Route(value, f"{shown} forces every log to config {value!r}")
-    if value in TYPES:
+    if value in types:
         for cfg in configs.values():
             if cfg.type == value:
                 return Route(cfg.name, f"{shown} forces every log to config {cfg.name!r}")
         return Route(value, f"{shown} forces every log to a built-in {value} config")
     raise ConfigError(
         f"{shown} is neither a config nor a backend type; use one of "
-        f"{', '.join(sorted({*configs, *TYPES}))}"
+        f"{', '.join(sorted({*configs, *types}))}"
     )

@@ -5,11 +5,12 @@ calls naming only a log by the log's name; group calls (tailer, subscribe, commi
 latency) by the log and the group. Appenders and tailers are the backend's own objects, so reading
 and writing cost nothing extra; only the routing of the call that makes them does.
 
-Backends are built on first use: a local config becomes a `LocalLogManager` on its root folder
-(with its own log defaults), a memory config one `MemoryLogManager` per config name, a kafka
-config a `KafkaLogManager` (imported only then, so confluent-kafka is not loaded by local-only
-runs). `list_logs` merges the backends calls can reach (the default and every rule's config);
-`close` closes every backend built.
+Backends are built on first use, by the registry's `Backend` of the config's type
+(`streamcore.log.registry`): a local config becomes a `LocalLogManager` on its root folder (with
+its own log defaults), a memory config one `MemoryLogManager` per config name, a kafka config a
+`KafkaLogManager` (imported only then, so confluent-kafka is not loaded by local-only runs).
+`list_logs` merges the backends calls can reach (the default and every rule's config); `close`
+closes every backend built.
 
 One method answers which backend serves a log (for a group): `backend_for(name, group)`; tools
 reach backend-specific features through it (the local log's `info`, `purge`), `route()` says why,
@@ -19,8 +20,6 @@ any other call; `group_members`, which names no log, asks every backend calls ca
 
 from __future__ import annotations
 
-import dataclasses
-import importlib
 import logging
 import threading
 from collections.abc import Sequence
@@ -30,24 +29,11 @@ from streamcore.config import StreamcoreConfig, load_config
 from streamcore.errors import ConfigError, LogClosedError
 from streamcore.log.api import LogAppender, LogManager, LogTailer, RebalanceListener
 from streamcore.log.config import BackendConfig, LogConfig, Route
+from streamcore.log.registry import backend_type
 from streamcore.log.values import Latency, LiveMember, LogDescription, LogLag, LogPartition
 from streamcore.names import Name
 
 logger = logging.getLogger(__name__)
-KAFKA_MODULE = "streamcore.log.kafka"
-
-
-def kafka_kwargs(backend: BackendConfig, settings: StreamcoreConfig) -> dict[str, Any]:
-    """The `KafkaLogManager(...)` keyword arguments of a kafka config."""
-    options = backend.options
-    return {
-        "bootstrap_servers": options["bootstrap_servers"],
-        "topic_prefix": options["topic_prefix"],
-        "config": dict(options["properties"]),
-        "timeout": float(options["timeout"]),
-        "replication_factor": int(options["replication_factor"]),
-        "partitions": int(options["partitions"] or settings.log.partitions),
-    }
 
 
 def _source_names(source: Any) -> list[Name]:
@@ -79,14 +65,16 @@ class UnifiedLogManager(LogManager):
         self._lock = threading.RLock()
         self._closed = False
         self._verified: set[tuple[Name, str]] = set()
-        self._check_local_roots()
+        self._check_folders()
 
-    def _check_local_roots(self) -> None:
+    def _check_folders(self) -> None:
+        """Two configs that keep their logs in one folder would see each other's logs."""
         seen: dict[Any, BackendConfig] = {}
         for backend in self.log_config.used():
-            if backend.type != "local":
+            folder = backend_type(backend.type).folder(backend, self.config.home)
+            if folder is None:
                 continue
-            root = backend.local_root(self.config.home).resolve()
+            root = folder.resolve()
             other = seen.get(root)
             if other is not None:
                 raise ConfigError(
@@ -134,32 +122,7 @@ class UnifiedLogManager(LogManager):
             return dict(self._managers)
 
     def _build(self, backend: BackendConfig) -> LogManager:
-        if backend.type == "memory":
-            from streamcore.log.memory import MemoryLogManager
-
-            return MemoryLogManager()
-        if backend.type == "local":
-            from streamcore.log.local.manager import LocalLogManager
-
-            overrides = {k: v for k, v in backend.options.items() if k != "root"}
-            settings = self.config
-            if overrides:
-                settings = dataclasses.replace(
-                    settings, log=dataclasses.replace(settings.log, **overrides)
-                )
-            return LocalLogManager(backend.local_root(self.config.home), config=settings)
-        if backend.type == "kafka":
-            try:
-                module = importlib.import_module(KAFKA_MODULE)
-                cls = module.KafkaLogManager
-            except (ImportError, AttributeError) as exc:
-                raise ConfigError(
-                    f"{backend.key} is a kafka config but the Kafka backend cannot be loaded "
-                    f"({exc}); install the project's dependencies (confluent-kafka), or route "
-                    "these logs to a local config"
-                ) from exc
-            return cls(**kafka_kwargs(backend, self.config))
-        raise ConfigError(f"{backend.key}: unknown backend type {backend.type!r}")
+        return backend_type(backend.type).open(backend, self.config)
 
     def _group_manager(self, name: Name, group: str) -> LogManager:
         route = self.log_config.route(name, group)
@@ -201,9 +164,8 @@ class UnifiedLogManager(LogManager):
         """Create the log where its name routes. A log LogConfig compacts (`compact = true`)
         becomes, on Kafka, a topic with `cleanup.policy=compact` (unless `topic_config` sets
         a policy); a local log is compacted by the retention job."""
-        if self.log_config.compacted(name) and self.log_config.config_for(name).type == "kafka":
-            topic_config = {"cleanup.policy": "compact", **options.get("topic_config", {})}
-            options = {**options, "topic_config": topic_config}
+        if self.log_config.compacted(name):
+            options = backend_type(self.log_config.config_for(name).type).compacted(options)
         return self.backend_for(name).create(name, partitions, **options)
 
     def size(self, name: str | Name) -> int:

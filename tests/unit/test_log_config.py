@@ -10,9 +10,11 @@ import pytest
 
 from streamcore.config import load_config, project_root
 from streamcore.errors import ConfigError
-from streamcore.log.config import KAFKA_DEFAULTS, LogConfig
+from streamcore.log.config import LogConfig
+from streamcore.log.kafka.backend import KAFKA_DEFAULTS, kafka_kwargs
 from streamcore.log.kafka.description import KafkaLogDescription
-from streamcore.log.unified import UnifiedLogManager, kafka_kwargs
+from streamcore.log.local.backend import local_root
+from streamcore.log.unified import UnifiedLogManager
 from streamcore.redact import redact_properties
 
 FULL = """
@@ -86,7 +88,7 @@ class TestParse:
             "fsync": "always",
             "max_record_bytes": 4096,
         }
-        assert archive.local_root(Path("/home")) == Path("/srv/archive")
+        assert local_root(archive, Path("/home")) == Path("/srv/archive")
         kafka = config.configs["kafka"]
         assert kafka.options == {
             "bootstrap_servers": "broker:9093",
@@ -116,7 +118,7 @@ class TestParse:
         assert list(config.configs) == ["default"]
         default = config.configs["default"]
         assert (default.type, default.builtin, default.options) == ("local", True, {})
-        assert default.local_root(Path("/h")) == Path("/h/log")
+        assert local_root(default, Path("/h")) == Path("/h/log")
         assert route(config, "bulk/command") == "default"
         assert [b.name for b in config.used()] == ["default"]
 
@@ -126,7 +128,7 @@ class TestParse:
 
     def test_relative_local_root_is_under_home(self) -> None:
         config = parse('[log.configs.default]\ntype = "local"\nroot = "other"\n')
-        assert config.configs["default"].local_root(Path("/h")) == Path("/h/other")
+        assert local_root(config.configs["default"], Path("/h")) == Path("/h/other")
 
     def test_a_single_match_table_is_accepted(self) -> None:
         config = parse(

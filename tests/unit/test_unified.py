@@ -27,9 +27,10 @@ from streamcore.errors import (
 )
 from streamcore.log import LogLag, LogPartition, RebalanceListener, open_log_manager
 from streamcore.log.config import LogConfig
+from streamcore.log.kafka.backend import kafka_kwargs
 from streamcore.log.local.manager import LocalLogManager
 from streamcore.log.memory import MemoryLogManager
-from streamcore.log.unified import UnifiedLogManager, kafka_kwargs
+from streamcore.log.unified import UnifiedLogManager
 from streamcore.names import Name
 
 MIXED = """
@@ -161,7 +162,7 @@ def test_list_logs_reaches_every_used_backend(
     fake_kafka.create("bulk/command", 1)
     monkeypatch.setitem(
         sys.modules,
-        "streamcore.log.kafka",
+        "streamcore.log.kafka.manager",
         types.SimpleNamespace(KafkaLogManager=lambda **kwargs: fake_kafka),
     )
     with unified(tmp_path, WITH_KAFKA) as manager:
@@ -350,10 +351,13 @@ class RecordingKafka:
 def test_kafka_config_builds_the_kafka_manager_with_its_options(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The KafkaLogManager class is replaced by a recorder (a fake `streamcore.log.kafka`
-    module), so this checks the constructor keyword arguments without a broker."""
+    """The KafkaLogManager class is replaced by a recorder (a fake
+    `streamcore.log.kafka.manager` module), so this checks the constructor keyword arguments
+    without a broker."""
     monkeypatch.setitem(
-        sys.modules, "streamcore.log.kafka", types.SimpleNamespace(KafkaLogManager=RecordingKafka)
+        sys.modules,
+        "streamcore.log.kafka.manager",
+        types.SimpleNamespace(KafkaLogManager=RecordingKafka),
     )
     RecordingKafka.made = []
     text = WITH_KAFKA.replace(
@@ -397,7 +401,10 @@ def test_kafka_kwargs_of_the_builtin_defaults(tmp_path: Path) -> None:
 def test_kafka_backend_that_cannot_be_imported(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(sys.modules, "streamcore.log.kafka", None)
+    """Without confluent-kafka, a configuration naming Kafka still loads and its other backends
+    work; opening the Kafka one says what to install."""
+    monkeypatch.setitem(sys.modules, "confluent_kafka", None)
+    monkeypatch.delitem(sys.modules, "streamcore.log.kafka.manager", raising=False)
     with unified(tmp_path, WITH_KAFKA) as manager:
         with pytest.raises(ConfigError) as info:
             manager.exists("bulk/command")

@@ -61,8 +61,31 @@ Differences from the local log (documented, and asserted in the tests)
     batch may hold several partitions (the `partition` column tells).
 """
 
-from streamcore.log.kafka.manager import KafkaAppender, KafkaLogManager
-from streamcore.log.kafka.partitioner import kafka_partition_for_key, murmur2
-from streamcore.log.kafka.tailer import KafkaTailer
+from __future__ import annotations
 
-__all__ = ["KafkaAppender", "KafkaLogManager", "KafkaTailer", "kafka_partition_for_key", "murmur2"]
+import importlib
+from typing import Any
+
+# Exports are imported on first use (PEP 562): the registry imports `streamcore.log.kafka.backend`
+# to load a configuration naming Kafka, which must not need confluent-kafka.
+_EXPORTS = {
+    "KafkaAppender": "manager",
+    "KafkaLogManager": "manager",
+    "KafkaTailer": "tailer",
+    "kafka_partition_for_key": "partitioner",
+    "murmur2": "partitioner",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

@@ -39,6 +39,7 @@ from streamcore.log.append_checks import check_keys_encode, check_timestamps
 from streamcore.log.kafka.client import _POOL, KafkaClients
 from streamcore.log.kafka.description import BACKEND, KafkaLogDescription
 from streamcore.log.kafka.partitioner import kafka_partition_for_key
+from streamcore.log.registry import check_partitions
 from streamcore.log.values import AppendedOffsets, LiveMember, LogInfo, LogOffset, LogPartition
 from streamcore.names import Name
 
@@ -172,8 +173,7 @@ class KafkaLogManager(LogManager):
         name = Name.of(name)
         explicit = partitions is not None
         count = self.default_partitions if partitions is None else int(partitions)
-        if not 1 <= count <= 1000:
-            raise ConfigError(f"cannot create {name}: partitions must be 1..1000, got {count}")
+        check_partitions(name, count)
         unknown = set(options) - set(_CREATE_OPTIONS)
         if unknown:
             raise ConfigError(

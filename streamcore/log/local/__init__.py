@@ -1,0 +1,30 @@
+"""The local log: the embedded, broker-less backend and the default. Segment files under a folder
+(`STREAMCORE_HOME/log/` unless configured), one writer per partition across processes, any
+number of readers; the layout is in `streamcore.log.local.manager`, the format in
+`streamcore.log.local.segment`."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# Exports are imported on first use (PEP 562), like every backend folder's.
+_EXPORTS = {
+    "LocalAppender": "manager",
+    "LocalLogDescription": "description",
+    "LocalLogManager": "manager",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

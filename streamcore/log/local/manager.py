@@ -7,7 +7,7 @@ Layout under `STREAMCORE_HOME/log/` (the root is configurable):
     <log-id>/P-NN/<offset>.log       segments (see segment.py) and their sparse .index files
     <log-id>/P-NN/.lock              single-writer lock (flock) holding the writer's pid
     <log-id>/groups/<group-id>/p-NN  committed positions (see positions.py)
-    _subscriptions/<group>@<logs>/N.json  state of a dynamic consumer group (see membership.py)
+    _subscriptions/<group>@<logs>/N.json  state of a dynamic consumer group (see groups.py)
 
 Any number of processes may read; one process at a time may write a partition.
 """
@@ -71,6 +71,7 @@ from streamcore.log.local.segment import list_segments
 from streamcore.log.local.syncer import BatchSyncer
 from streamcore.log.local.writer import PartitionWriter, append_all_or_nothing, check_types
 from streamcore.log.partitioner import partition_for_key, partitions_for_keys
+from streamcore.log.registry import check_partitions
 from streamcore.log.values import AppendedOffsets, LiveMember, LogInfo, LogOffset, LogPartition
 from streamcore.names import Name
 
@@ -112,8 +113,7 @@ class LocalLogManager(LogManager):
         defaults = self.config.log
         explicit = partitions is not None
         partitions = defaults.partitions if partitions is None else int(partitions)
-        if not 1 <= partitions <= 1000:
-            raise ConfigError(f"cannot create {name}: partitions must be 1..1000, got {partitions}")
+        check_partitions(name, partitions)
         unknown = set(options) - {"retention", "segment_bytes", "segment_roll", "fsync"}
         if unknown:
             raise ConfigError(

@@ -1,6 +1,26 @@
-"""The memory backend: logs in one process's memory, for tests and examples (see
-`streamcore.log.memory.manager`)."""
+"""The memory backend: logs in one process's memory, for tests and examples. Same contracts as
+the local log (contiguous offsets, committed = next to read, one live tailer per group and
+partition, consumer groups across the tailers of one manager), nothing on disk, no retention;
+other processes cannot open its logs (`describe` refuses)."""
 
-from streamcore.log.memory.manager import MemoryLogManager
+from __future__ import annotations
 
-__all__ = ["MemoryLogManager"]
+import importlib
+from typing import Any
+
+# Exports are imported on first use (PEP 562), like every backend folder's.
+_EXPORTS = {"MemoryLogManager": "manager"}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

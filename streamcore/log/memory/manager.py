@@ -33,6 +33,7 @@ from streamcore.log.cursor.subscription import (
 )
 from streamcore.log.cursor.tailer import CursorTailer
 from streamcore.log.partitioner import partition_for_key
+from streamcore.log.registry import check_partitions
 from streamcore.log.values import LiveMember, LogDescription, LogOffset, LogPartition
 from streamcore.names import Name
 
@@ -124,8 +125,7 @@ class MemoryLogManager(LogManager):
                     )
                 return False
             count = 4 if partitions is None else int(partitions)
-            if not 1 <= count <= 1000:
-                raise ConfigError(f"cannot create {name}: partitions must be 1..1000, got {count}")
+            check_partitions(name, count)
             self._logs[name] = [_Partition() for _ in range(count)]
             self._positions[name] = _Positions()
             self._incarnations[name] = uuid.uuid4().hex
