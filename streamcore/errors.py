@@ -17,6 +17,13 @@ class InvalidNameError(StreamcoreError, ValueError):
     """A log or group name does not follow the `namespace/name` rules."""
 
 
+class RecordFieldError(StreamcoreError, TypeError, ValueError):
+    """A `Record` was given a field it cannot hold: a key that is not UTF-8 text, data or a trace
+    context that is not bytes, a watermark outside the signed 64-bit range, flags outside one
+    byte. Raised by the constructor and the `with_*` copies; fix the value, retrying cannot help.
+    A `TypeError` and a `ValueError`, like Python's own argument errors."""
+
+
 class CodecError(StreamcoreError):
     """Bytes could not be encoded or decoded by a codec (bad magic, unknown schema, truncated)."""
 

@@ -651,9 +651,12 @@ class ComputationRunner(RebalanceListener):
                     if filtered is not None:
                         kept.append((filtered.key, filtered))
                 items = kept
-            for _, record in items:
-                if not record.watermark:
-                    record.watermark = low_watermark
+            # A record produced without a watermark gets the low watermark, in a copy: the
+            # computation's Record is never changed under it.
+            items = [
+                (key, record if record.watermark else record.with_watermark(low_watermark))
+                for key, record in items
+            ]
             if items:
                 out.appender.append_batch(items)
                 self.stats.last_activity = time.monotonic()

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from streamcore.errors import RecordFieldError
 from streamcore.record import Flag, Record
 from streamcore.watermark import LOWEST, Watermark
 
@@ -187,3 +188,73 @@ class TestRecord:
         assert "data[211]='hello.world" in text
         assert "z" * 116 + "'" in text
         assert "z" * 117 not in text
+
+
+class TestImmutableRecord:
+    """A Record never changes once made (Kafka Streams' `Record`): its fields are checked by the
+    constructor, and `with_*` returns a changed copy."""
+
+    def test_fields_cannot_be_assigned(self) -> None:
+        record = Record("k", b"x", 5)
+        for field, value in (("key", "j"), ("data", b"y"), ("watermark", 6), ("flags", 0)):
+            with pytest.raises(AttributeError):
+                setattr(record, field, value)
+        assert record == Record("k", b"x", 5)
+
+    def test_with_methods_return_changed_copies(self) -> None:
+        record = Record("k", b"x", 5, Flag.COMMIT, b"t")
+        assert record.with_key("j") == Record("j", b"x", 5, Flag.COMMIT, b"t")
+        assert record.with_data(b"y") == Record("k", b"y", 5, Flag.COMMIT, b"t")
+        assert record.with_watermark(6) == Record("k", b"x", 6, Flag.COMMIT, b"t")
+        assert record.with_flags(Flag.USER1) == Record("k", b"x", 5, Flag.USER1, b"t")
+        assert record.with_trace_context(None) == Record("k", b"x", 5, Flag.COMMIT)
+        assert record == Record("k", b"x", 5, Flag.COMMIT, b"t")
+
+    @pytest.mark.parametrize(
+        ("fields", "match"),
+        [
+            ({"key": b"bytes"}, "key must be a str"),
+            ({"key": "\ud800"}, "key must be encodable as UTF-8"),
+            ({"data": "text"}, "data must be bytes"),
+            ({"data": None}, "data must be bytes"),
+            ({"watermark": 2**63}, "watermark must be in the signed 64-bit range"),
+            ({"watermark": "1"}, "watermark must be an int"),
+            ({"watermark": True}, "watermark must be an int"),
+            ({"flags": 256}, "flags must be a Flag or an int in 0..255"),
+            ({"trace_context": "t"}, "trace_context must be bytes"),
+        ],
+    )
+    def test_the_constructor_and_the_copies_refuse_a_bad_field(
+        self, fields: dict[str, object], match: str
+    ) -> None:
+        with pytest.raises(RecordFieldError, match=match):
+            Record(**{"key": "k", **fields})  # type: ignore[arg-type]
+        ((field, value),) = fields.items()
+        with pytest.raises(RecordFieldError, match=match):
+            getattr(Record("k"), f"with_{field}")(value)
+        with pytest.raises(RecordFieldError, match=match):
+            Record("k")._replace(**fields)
+        assert issubclass(RecordFieldError, TypeError) and issubclass(RecordFieldError, ValueError)
+
+    def test_buffers_and_int_flags_are_normalised(self) -> None:
+        buffer = bytearray(b"ab")
+        record = Record("k", buffer, -5, 3, memoryview(b"t"))  # type: ignore[arg-type]
+        buffer[0] = ord("z")
+        assert record == Record("k", b"ab", -5, Flag.DEFAULT | Flag.COMMIT, b"t")
+        assert type(record.data) is bytes and type(record.flags) is Flag
+
+    def test_a_record_equals_records_only_and_hashes_by_value(self) -> None:
+        record = Record("k", b"x", 5)
+        assert record != tuple(record)
+        assert tuple(record) != record
+        assert hash(record) == hash(Record("k", b"x", 5))
+        assert len({record, Record("k", b"x", 5)}) == 1
+
+    def test_repr_and_pickle_round_trip(self) -> None:
+        import pickle
+
+        record = Record("k", b"x", 5, Flag.COMMIT, b"t")
+        assert repr(record) == (
+            "Record(key='k', data=b'x', watermark=5, flags=<Flag.COMMIT: 2>, trace_context=b't')"
+        )
+        assert pickle.loads(pickle.dumps(record)) == record

@@ -313,8 +313,7 @@ class Redact(RecordFilter):
     def before_append(self, record):
         if record.data == b"SECRET":
             return None
-        record.data = record.data + b"!"
-        return record
+        return record.with_data(record.data + b"!")
 
 
 def test_filters_drop_and_change_records() -> None:
