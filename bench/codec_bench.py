@@ -23,7 +23,7 @@ from streamcore.record import Flag, Record
 
 __all__ = ["measure", "run"]
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 
 def _rate(fn: Callable[[], Any], batch: int, rounds: int) -> float:

@@ -30,7 +30,8 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 from streamcore.config import project_root, streamcore_home
 from streamcore.runs import record_path
 
-logger = logging.getLogger("streamcore.dags")
+# Airflow imports DAG files under a generated name: the logger is named for the file's path.
+logger = logging.getLogger("dags._streamcore")
 
 JOBS_DIR = project_root() / "jobs"
 SPARK_CONN_ID = "spark_default"

@@ -28,7 +28,8 @@ from streamcore.config import load_config
 # From include/streamcore.toml `[audit] schedule` (or STREAMCORE_AUDIT_SCHEDULE), read when the
 # file is parsed: an operator changes the schedule there, and a bad one is this file's import
 # error with the ConfigError's fix.
-logger = logging.getLogger(__name__)
+# Airflow imports DAG files under a generated name: the logger is named for the file's path.
+logger = logging.getLogger("dags.streamcore_audit")
 
 SCHEDULE = load_config().audit_schedule
 PERIOD = f"{SCHEDULE.period.total_seconds() / 60:g} minutes"

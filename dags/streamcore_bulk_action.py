@@ -24,7 +24,8 @@ from streamcore.bulk.dispatch import BULK_DAG_ID, DISPATCH_DAG_ID, runner
 from streamcore.bulk.model import COMMAND_ID_PATTERN
 from streamcore.bulk.registry import actions_for
 
-logger = logging.getLogger("streamcore.dags")
+# Airflow imports DAG files under a generated name: the logger is named for the file's path.
+logger = logging.getLogger("dags.streamcore_bulk_action")
 
 ACTIONS = actions_for()
 

@@ -23,7 +23,8 @@ from streamcore.bulk.dispatch import (
     dispatched_runner,
 )
 
-logger = logging.getLogger("streamcore.dags")
+# Airflow imports DAG files under a generated name: the logger is named for the file's path.
+logger = logging.getLogger("dags.streamcore_bulk_dispatch")
 
 INTERVAL = dispatch_interval()
 

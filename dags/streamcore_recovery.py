@@ -27,7 +27,8 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from streamcore.runs import record_stem
 
-logger = logging.getLogger("streamcore.dags.recovery")
+# Airflow imports DAG files under a generated name: the logger is named for the file's path.
+logger = logging.getLogger("dags.streamcore_recovery")
 
 JOB = "recovery"
 DEAD_LETTERS = ("list", "redrive")  # jobs/recovery.py's actions: the ones that scale with the DLQ

@@ -89,7 +89,8 @@ APPEND_BATCH = 10_000
 TARGET_KINDS = ("stream", "topology", "table")
 # The tables a backfill can land into, and the records their writer takes.
 TABLE_WRITERS = {"repository": "Document records, through the importer's landing"}
-logger = logging.getLogger(__name__)
+# Run as __main__ by spark-submit: the logger is named for the module's path, not __name__.
+logger = logging.getLogger("jobs.backfill")
 
 
 def build_parser() -> argparse.ArgumentParser:

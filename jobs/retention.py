@@ -69,7 +69,8 @@ from streamcore.tables import DELTA_MIN_RETENTION_HOURS, TABLES
 TABLE = "archive"
 _DAY_MS = 86_400_000
 _SINGLE_OBJECT = b"\xc3\x01"
-logger = logging.getLogger(__name__)
+# Run as __main__ by spark-submit: the logger is named for the module's path, not __name__.
+logger = logging.getLogger("jobs.retention")
 
 
 def build_parser() -> argparse.ArgumentParser:

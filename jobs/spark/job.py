@@ -72,7 +72,7 @@ __all__ = [
     "run_job",
 ]
 
-logger = logging.getLogger("jobs")
+logger = logging.getLogger(__name__)
 
 FAULT_ENV = "STREAMCORE_FAULT"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2

@@ -51,7 +51,7 @@ __all__ = [
     "load_schema",
 ]
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 CODEC_NAMES = ("json", "avro", "avro-binary", "avro-json", "avro-confluent")
 
@@ -120,7 +120,7 @@ def get_codec(
                 codec = AvroCodec(parsed, name, store, registry)
             # The codec holds `store`, so id(store) stays unique while the entry lives.
             _cache[key] = codec
-            log.debug("created %r", codec)
+            logger.debug("created %r", codec)
     return codec
 
 

@@ -41,7 +41,7 @@ from streamcore.errors import CodecError
 
 __all__ = ["AVRO_MODES", "AvroCodec", "as_bytes", "default_store"]
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 AVRO_MODES = ("avro", "avro-binary", "avro-json", "avro-confluent")
 
@@ -157,7 +157,7 @@ class AvroCodec(Codec[dict[str, Any]]):
     def _resolution_for(self, writer: ParsedSchema) -> _Resolution:
         if writer.canonical == self.schema.canonical:
             return self._own
-        log.debug("resolving writer %s to reader %s", writer.label, self.schema.label)
+        logger.debug("resolving writer %s to reader %s", writer.label, self.schema.label)
         return _Resolution(
             writer, self.schema.parsed, BinaryGuard.for_schema(writer.parsed, writer.named)
         )

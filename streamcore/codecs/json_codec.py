@@ -11,7 +11,7 @@ from streamcore.codecs.base import Codec, describe_failure
 
 __all__ = ["JsonCodec"]
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 _encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 

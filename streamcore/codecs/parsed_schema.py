@@ -20,7 +20,7 @@ from streamcore.errors import CodecError
 
 __all__ = ["NAMED_TYPES", "ParsedSchema", "load_schema", "strip_fastavro_keys"]
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 NAMED_TYPES = ("record", "error", "enum", "fixed")
 _FASTAVRO_KEYS = ("__fastavro_parsed", "__named_schemas")

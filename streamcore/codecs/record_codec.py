@@ -43,7 +43,7 @@ from streamcore.record import Record
 
 __all__ = ["RECORD_CODEC_NAMES", "RecordCodec", "record_from_datum", "record_to_datum"]
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 RECORD_CODEC_NAMES = ("json", "avro", "avro-binary", "avro-json", "avro-confluent")
 
@@ -155,7 +155,7 @@ class RecordCodec(Codec[Record]):
             self._avro = AvroCodec(schema, inner_name, store, registry)
             self.fast = schema.canonical == RECORD_CANONICAL
             if not self.fast:
-                log.warning(
+                logger.warning(
                     "Record schema %s differs from the layout of the fast Record encoder; "
                     "Records go through fastavro (slower)",
                     schema.label,
@@ -177,7 +177,7 @@ class RecordCodec(Codec[Record]):
             store = default_store()
         current = store.get(RECORD_FULLNAME)
         if current is None:
-            log.debug("no %s in %r; using the built-in Record schema", RECORD_FULLNAME, store)
+            logger.debug("no %s in %r; using the built-in Record schema", RECORD_FULLNAME, store)
             current = load_schema(RECORD_SCHEMA)
         return current
 

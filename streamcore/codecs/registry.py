@@ -41,7 +41,7 @@ __all__ = [
     "open_registry",
 ]
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 CODEC = "avro-confluent"
 REGISTRY_FILE = "registry.json"
@@ -178,7 +178,7 @@ class FileSchemaRegistry:
                 if changed:
                     self._write_file(content)
                     self._refresh(content)
-                    log.info(
+                    logger.info(
                         "registered %s under subject %r as id %d in %s",
                         parsed.label,
                         subject,

@@ -19,7 +19,7 @@ from streamcore.errors import CodecError, SchemaNotFoundError
 
 __all__ = ["SchemaStore"]
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 
 class SchemaStore:
@@ -48,14 +48,16 @@ class SchemaStore:
 
     def _load_dir(self, directory: Path) -> None:
         if not directory.is_dir():
-            log.warning("schema directory %s does not exist; no schemas loaded from it", directory)
+            logger.warning(
+                "schema directory %s does not exist; no schemas loaded from it", directory
+            )
             return
         count = 0
         for path in sorted(directory.glob("*.avsc")):
             schema = load_schema(path, source=str(path))
             self._index(schema, current=False)
             count += 1
-        log.debug("loaded %d schemas from %s", count, directory)
+        logger.debug("loaded %d schemas from %s", count, directory)
 
     def _index(self, schema: ParsedSchema, *, current: bool) -> None:
         with self._lock:
@@ -76,7 +78,7 @@ class SchemaStore:
                 if current or schema.fullname not in self._by_name:
                     self._by_name[schema.fullname] = schema
                 elif self._by_name[schema.fullname].fingerprint != schema.fingerprint:
-                    log.debug(
+                    logger.debug(
                         "%s: another version of %s, reachable by fingerprint only",
                         schema.source or "schema",
                         schema.fullname,

@@ -17,7 +17,7 @@ from streamcore.record import Flag, Record
 
 __all__ = ["DslComputation"]
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 Emit = Callable[[str, Any], None]
 _CONTROL = Flag.COMMIT | Flag.POISON_PILL
@@ -53,7 +53,7 @@ class DslComputation(Computation):
         self._logical = {stream: f"o{i}" for i, stream in enumerate(subtopology.outputs, 1)}
         self._decode = subtopology.codec.decode
         self._root = _fan_out([self._compile(child) for child in subtopology.root.children])
-        log.debug(
+        logger.debug(
             "DSL computation %s: %s -> %s",
             subtopology.name,
             subtopology.source,

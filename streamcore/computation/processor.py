@@ -66,7 +66,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Processor", "ProcessorComputation", "ProcessorContext", "wire_processor"]
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 PUNCTUATE_TIMER = "punctuate"
 _CONTROL = Flag.COMMIT | Flag.POISON_PILL
@@ -265,7 +265,7 @@ class ProcessorComputation(Computation):
         due = timestamp_ms + self._interval_ms
         if due <= now:  # late (a long pause): skip the missed firings instead of bursting
             due = now + self._interval_ms - (now - timestamp_ms) % self._interval_ms
-            log.info(
+            logger.info(
                 "processor %s: punctuation due at %d ran at %d; skipping the %d missed firing(s)",
                 self.metadata.name,
                 timestamp_ms,
