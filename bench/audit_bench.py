@@ -49,7 +49,7 @@ import sqlalchemy as sa
 from outbox_bench import with_postgres
 
 from streamcore.audit import STREAM, publish, relay
-from streamcore.cli.table import Column, render_table
+from streamcore.cli.table import TextColumn, render_table
 from streamcore.config import StreamcoreConfig, project_root
 from streamcore.log import LogManager
 from streamcore.log.local.manager import LocalLogManager
@@ -222,14 +222,14 @@ def print_publish(section: dict[str, Any]) -> None:
         f"transaction, 1 publisher, relay on an Outbox of {shape['outbox_workers']} workers"
     )
     columns = [
-        Column("database", "left"),
-        Column("relay", "left"),
-        Column("seconds", "right"),
-        Column("entries/s", "right"),
-        Column("vs 1 per append", "right"),
-        Column("per append", "right"),
-        Column("CPU s", "right"),
-        Column("entries/CPU-s", "right"),
+        TextColumn("database", "left"),
+        TextColumn("relay", "left"),
+        TextColumn("seconds", "right"),
+        TextColumn("entries/s", "right"),
+        TextColumn("vs 1 per append", "right"),
+        TextColumn("per append", "right"),
+        TextColumn("CPU s", "right"),
+        TextColumn("entries/CPU-s", "right"),
     ]
     table = [
         [

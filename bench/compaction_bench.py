@@ -39,7 +39,7 @@ from streamcore.config import LogDefaults, StreamcoreConfig, project_root
 ROOT = project_root()
 sys.path.insert(0, str(ROOT))
 
-from streamcore.cli.table import Column, render_table  # noqa: E402
+from streamcore.cli.table import TextColumn, render_table  # noqa: E402
 from streamcore.log import LogPartition  # noqa: E402
 from streamcore.log.config import ARCHIVER  # noqa: E402
 from streamcore.log.local.manager import LocalLogManager  # noqa: E402
@@ -177,10 +177,10 @@ def main(argv: list[str] | None = None) -> int:
     print(
         render_table(
             [
-                Column("operation"),
-                Column("records/s", align="right"),
-                Column("MB/s", align="right"),
-                Column("x raw copy", align="right"),
+                TextColumn("operation"),
+                TextColumn("records/s", align="right"),
+                TextColumn("MB/s", align="right"),
+                TextColumn("x raw copy", align="right"),
             ],
             [(op, f"{r:,.0f}", f"{m:,.1f}", f"{x:.3f}") for op, r, m, x in rows],
         )

@@ -34,7 +34,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from streamcore.cli.table import Column, render_table
+from streamcore.cli.table import TextColumn, render_table
 from streamcore.config import project_root
 from streamcore.outbox import Outbox, Registry, put_many
 from streamcore.outbox.schema import TABLE
@@ -278,15 +278,15 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(summary, indent=2))
         return 0
     columns = [
-        Column("system", "left"),
-        Column("consumed", "right"),
-        Column("put", "right"),
-        Column("seconds", "right"),
-        Column("jobs/s", "right"),
-        Column("put/s", "right"),
-        Column("vs PgQueuer", "right"),
-        Column("CPU s", "right"),
-        Column("jobs/CPU-s", "right"),
+        TextColumn("system", "left"),
+        TextColumn("consumed", "right"),
+        TextColumn("put", "right"),
+        TextColumn("seconds", "right"),
+        TextColumn("jobs/s", "right"),
+        TextColumn("put/s", "right"),
+        TextColumn("vs PgQueuer", "right"),
+        TextColumn("CPU s", "right"),
+        TextColumn("jobs/CPU-s", "right"),
     ]
     table = [
         [

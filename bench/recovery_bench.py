@@ -44,7 +44,7 @@ from streamcore.config import project_root
 ROOT = project_root()
 sys.path.insert(0, str(ROOT))
 
-from streamcore.cli.table import Column, render_table  # noqa: E402
+from streamcore.cli.table import TextColumn, render_table  # noqa: E402
 
 DLQ, TARGET, SPARK_TARGET = "bench/dlq-x", "bench/in", "bench/in-spark"
 APPEND_BATCH = 10_000
@@ -223,10 +223,10 @@ def main(argv: list[str] | None = None) -> int:
         for step, s in result["steps"].items()
     ]
     headers = [
-        Column("step"),
-        Column("records/s", align="right"),
-        Column("seconds", align="right"),
-        Column("x read", align="right"),
+        TextColumn("step"),
+        TextColumn("records/s", align="right"),
+        TextColumn("seconds", align="right"),
+        TextColumn("x read", align="right"),
     ]
     print(render_table(headers, rows))
     return 0

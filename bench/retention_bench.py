@@ -58,7 +58,7 @@ from streamcore.config import project_root
 ROOT = project_root()
 sys.path.insert(0, str(ROOT))  # `jobs` is not installed
 
-from streamcore.cli.table import Column, render_table  # noqa: E402
+from streamcore.cli.table import TextColumn, render_table  # noqa: E402
 from streamcore.codecs.framing import single_object_header  # noqa: E402
 
 TARGET = 0.5  # the archive job's records/s >= half of plain Spark's (issue 13)
@@ -417,7 +417,7 @@ def print_archive(result: dict[str, Any]) -> None:
         )
     ]
     numbers = ("records", "seconds", "records/s", "MB/s", "x baseline")
-    columns = [Column("step", "left"), *(Column(title, "right") for title in numbers)]
+    columns = [TextColumn("step", "left"), *(TextColumn(title, "right") for title in numbers)]
     print(render_table(columns, rows))
     print_phases("archive job phase", job)
     verdict = "met" if result["target_met"] else "MISSED"
@@ -442,7 +442,7 @@ def print_backfill(result: dict[str, Any]) -> None:
         )
     ]
     numbers = ("records", "seconds", "records/s", "x baseline")
-    columns = [Column("step", "left"), *(Column(title, "right") for title in numbers)]
+    columns = [TextColumn("step", "left"), *(TextColumn(title, "right") for title in numbers)]
     print(render_table(columns, rows))
     print(
         f"\nreplayed {result['from_archive']:,} records from archive and "
@@ -465,7 +465,7 @@ def print_optimize(result: dict[str, Any]) -> None:
         )
     ]
     numbers = ("records", "seconds", "files before", "files after", "MB before", "MB after")
-    columns = [Column("step", "left"), *(Column(title, "right") for title in numbers)]
+    columns = [TextColumn("step", "left"), *(TextColumn(title, "right") for title in numbers)]
     print(render_table(columns, rows))
     print(
         f"\n(the table: the archive step's commit plus {result['extra_commits']} commits of "

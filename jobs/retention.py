@@ -62,7 +62,9 @@ from jobs.spark.batches import Landed
 from jobs.spark.job import JobArgumentError, JobContext, JobError, job_parser, run_job
 from streamcore.config import parse_duration_ms
 from streamcore.errors import ConfigError, InvalidNameError, StreamcoreError
+from streamcore.log.capabilities import Compactable, Purgeable, TopicConfigurable
 from streamcore.log.config import ARCHIVER
+from streamcore.log.registry import backend_type
 from streamcore.names import Name
 from streamcore.tables import DELTA_MIN_RETENTION_HOURS, TABLES
 
@@ -296,7 +298,7 @@ def _why_not_archived(name: Name, routing: Any) -> str | None:
     if not routing.archived(name):
         return "archive = false in its [[log.match]] rule"
     backend = routing.config_for(name).type
-    if backend not in ("local", "kafka"):
+    if backend_type(backend).description() is None:  # no other process opens its logs
         return f"a {backend} log, which Spark cannot read"
     return None
 
@@ -410,23 +412,24 @@ def _compact(
     """Key compaction of each local log; Kafka topics are compacted by their broker."""
     streams: dict[str, dict[str, Any]] = {}
     for name in names:
-        backend = routing.config_for(name).type
         if not routing.compacted(name):
             streams[name.urn] = {
                 "skipped": "not a compacted log (set compact = true on its [[log.match]] rule)"
             }
-        elif backend == "kafka":
-            policy = ctx.logs.backend_for(name).topic_config(name).get("cleanup.policy", "?")
+            continue
+        manager = ctx.logs.backend_for(name)
+        if isinstance(manager, TopicConfigurable):  # the broker compacts it
+            policy = manager.topic_config(name).get("cleanup.policy", "?")
             streams[name.urn] = {
                 "skipped": f"compacted by the broker (cleanup.policy={policy})"
                 if "compact" in policy.split(",")
                 else f"cleanup.policy={policy}: the broker does not compact it; set "
                 "cleanup.policy=compact on the topic (kafka-configs --alter)"
             }
-        elif backend != "local":
-            streams[name.urn] = {"skipped": f"a {backend} log"}
+        elif not isinstance(manager, Compactable):
+            streams[name.urn] = {"skipped": f"a {routing.config_for(name).type} log"}
         else:
-            parts = ctx.logs.backend_for(name).compact(
+            parts = manager.compact(
                 name,
                 min_lag_ms=parse_duration_ms(args.min_lag),
                 delete_retention_ms=parse_duration_ms(args.delete_retention),
@@ -457,12 +460,12 @@ def _purge(
     """Retention on each local log, with the guard of `streamcore.log.local.retention`."""
     streams: dict[str, dict[str, Any]] = {}
     for name in names:
-        backend = routing.config_for(name).type
-        if backend != "local":
-            why = "the broker applies retention.ms" if backend == "kafka" else "held in memory"
+        local = ctx.logs.backend_for(name)
+        if not isinstance(local, Purgeable):
+            backend = routing.config_for(name).type
+            why = backend_type(backend).retention_by
             streams[name.urn] = {"skipped": f"a {backend} log: {why}"}
             continue
-        local = ctx.logs.backend_for(name)
         plans = local.purge_plan(name)
         before = local.start_offsets(name)
         removed = {} if args.dry_run else local.purge(name, force=args.force)

@@ -18,6 +18,7 @@ from typing import Any
 
 from streamcore.config import StreamcoreConfig, load_config
 from streamcore.log import LogLag, LogManager
+from streamcore.log.capabilities import Configured, OnDisk
 from streamcore.names import Name
 from streamcore.record import Flag, Record
 
@@ -42,10 +43,9 @@ def _payload(i: int, size: int) -> bytes:
 
 
 def _disk(manager: LogManager) -> tuple[str | None, int | None]:
-    folder = getattr(manager, "folder", None)
-    if folder is None:
+    if not isinstance(manager, OnDisk):
         return None, None
-    path = Path(folder(DEMO_LOG))
+    path = Path(manager.folder(DEMO_LOG))
     return str(path), sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
@@ -82,7 +82,7 @@ def run_demo(
         raise ValueError("count >= 0, partitions >= 1, batch >= 1 and data_size >= 0 please")
     own = manager is None
     if config is None:
-        config = getattr(manager, "config", None) or load_config()
+        config = manager.config if isinstance(manager, Configured) else load_config()
     record_codec = get_codec(codec, config=config)
     if manager is None:
         manager = LocalLogManager(config=config)

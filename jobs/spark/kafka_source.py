@@ -1,8 +1,8 @@
 """Offset ranges of a Kafka-backed log through Spark's Kafka source (batch, not streaming).
 
 The columns match `jobs.spark.local_source.RAW_SCHEMA`, so everything downstream of a read is the
-same for both backends. The topic and the client settings come from the log's
-`KafkaLogDescription` (`KafkaLogManager.describe`).
+same for both backends. The topic and the client settings come from the log's description, a
+`streamcore.log.capabilities.TopicDescription` (`KafkaLogManager.describe`).
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.spark.local_source import SPLIT_RECORDS
-from streamcore.log.kafka.description import KafkaLogDescription
+from streamcore.log.capabilities import TopicDescription
 
 __all__ = ["read_kafka_ranges"]
 
 
 def read_kafka_ranges(
     spark: SparkSession,
-    log: KafkaLogDescription,
+    log: TopicDescription,
     ranges: dict[int, tuple[int, int]],
     *,
     split_records: int = SPLIT_RECORDS,

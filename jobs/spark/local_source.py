@@ -1,8 +1,9 @@
-"""`streamcore_log`: a Python Data Source that reads explicit offset ranges of a local log.
+"""`streamcore_log`: a Python Data Source that reads explicit offset ranges of a local log (of any
+log whose description opens cursors: `streamcore.log.capabilities.CursorDescription`).
 
 One Spark partition per log partition, or per `SPLIT_RECORDS` of its range when it holds more (a
 one-partition log such as `audit/entries` would otherwise be read, and written on, by one task);
-each executor opens its partition itself from the log's
+each executor opens its partition itself from the log's description, e.g.
 `LocalLogDescription` (a read-only cursor, any number of processes may read; the on-disk layout
 stays in `streamcore.log.local`) and yields Arrow record batches
 built straight from the segment buffers, so records never become Python objects. Columns:
@@ -20,14 +21,15 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from streamcore.errors import LogError
+from streamcore.errors import ConfigError, LogError
 from streamcore.log import LogDescription
-from streamcore.log.local.description import LocalLogDescription
+from streamcore.log.capabilities import CursorDescription
+from streamcore.log.registry import description_from_json
 
 __all__ = ["RAW_SCHEMA", "SPLIT_RECORDS", "LocalLogDataSource", "encode_description"]
 
@@ -40,15 +42,24 @@ SPLIT_RECORDS = 250_000
 
 
 def encode_description(description: LogDescription) -> str:
-    """The `description` option of a local log's description."""
-    return cast(LocalLogDescription, description).to_json()
+    """The `description` option of a log whose description opens cursors (a local log's)."""
+    return _readable(description).to_json()
+
+
+def _readable(description: LogDescription) -> CursorDescription:
+    if not isinstance(description, CursorDescription):
+        raise ConfigError(
+            f"log {description.name} is a {description.backend} log, whose partitions other "
+            "processes cannot open with cursors; the streamcore_log source reads local logs"
+        )
+    return description
 
 
 @dataclass(frozen=True)
 class LogRange(InputPartition):
     """Offsets `[start, end)` of partition `partition` of the described log."""
 
-    log: LocalLogDescription
+    log: CursorDescription
     partition: int
     start: int
     end: int
@@ -77,7 +88,7 @@ class LocalLogReader(DataSourceReader):
                 "= encode_description(manager.describe(name)), ranges = JSON {partition: "
                 "[start, end]}"
             )
-        self.log = LocalLogDescription.from_json(options["description"])
+        self.log = _readable(description_from_json(options["description"]))
         self.ranges = {
             int(p): (int(s), int(e)) for p, (s, e) in json.loads(options["ranges"]).items()
         }

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from typing import Any, cast
+from typing import Any
 
 import pandas as pd
 from pyspark.sql import DataFrame
@@ -38,8 +38,7 @@ from pyspark.sql.types import IntegerType
 from jobs.spark.delta_sql import is_connect
 from streamcore.errors import ConfigError
 from streamcore.log import LogManager
-from streamcore.log.kafka.description import KafkaLogDescription
-from streamcore.log.local.description import LocalLogDescription
+from streamcore.log.capabilities import ArrowAppender, ManagerDescription, TopicDescription
 from streamcore.names import Name
 
 __all__ = ["append_dataframe"]
@@ -54,15 +53,14 @@ def append_dataframe(
     """Append rows `key` (string) and `value` (binary) of `df` to log `name`; returns the number
     of records appended per partition."""
     name = Name.of(name)
-    description = manager.describe(name)
-    if description.backend == "kafka":
-        return _append_kafka(df, manager, cast(KafkaLogDescription, description))
-    if description.backend != "local":
+    log = manager.describe(name)
+    if isinstance(log, TopicDescription):  # a Kafka topic
+        return _append_kafka(df, manager, log)
+    if not isinstance(log, ManagerDescription):  # else a local log, appended to by the tasks
         raise ConfigError(
-            f"log {name} lives in a {description.backend} log; Spark jobs write local or kafka "
+            f"log {name} lives in a {log.backend} log; Spark jobs write local or kafka "
             "logs: route it to one with LogConfig (include/streamcore.toml)"
         )
-    log = cast(LocalLogDescription, description)
     size = log.partitions
     if layout == "by_task":
         if is_connect(df.sparkSession) or df.rdd.getNumPartitions() != size:
@@ -95,15 +93,17 @@ def _partition_of(key: Any, size: int) -> Any:
     return partition_for(key)
 
 
-def _append_local(batches: Iterator[Any], log: LocalLogDescription) -> Iterator[Any]:
+def _append_local(batches: Iterator[Any], log: ManagerDescription) -> Iterator[Any]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
     manager = log.open_manager()
-    appender = manager.appender(log.name)
     firsts: dict[int, int] = {}
     counts: dict[int, int] = {}
     try:
+        appender = manager.appender(log.name)
+        if not isinstance(appender, ArrowAppender):
+            raise ConfigError(f"the appender of {log.name} takes no Arrow columns")
         for batch in batches:
             if not batch.num_rows:
                 continue
@@ -126,7 +126,7 @@ def _append_local(batches: Iterator[Any], log: LocalLogDescription) -> Iterator[
         )
 
 
-def _append_kafka(df: DataFrame, manager: LogManager, log: KafkaLogDescription) -> dict[int, int]:
+def _append_kafka(df: DataFrame, manager: LogManager, log: TopicDescription) -> dict[int, int]:
     before = manager.end_offsets(log.name)
     (
         df.select("key", "value")

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from typing import cast
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -25,7 +24,7 @@ from streamcore.codecs.framing import single_object_header
 from streamcore.codecs.record_binary import RECORD_FINGERPRINT, RECORD_SCHEMA
 from streamcore.errors import ConfigError, LogError
 from streamcore.log import LogManager
-from streamcore.log.kafka.description import KafkaLogDescription
+from streamcore.log.capabilities import CursorDescription, TopicDescription
 from streamcore.names import Name
 
 __all__ = ["read_raw", "read_stream", "unwrap_records"]
@@ -48,7 +47,7 @@ def read_raw(
     is refused there, with what to do), in Spark partitions of at most `split_records`."""
     description = manager.describe(name)
     clean = {int(p): (int(s), int(e)) for p, (s, e) in ranges.items()}
-    if description.backend == "local":
+    if isinstance(description, CursorDescription):  # a local log
         spark.dataSource.register(LocalLogDataSource)
         return (
             spark.read.format(LocalLogDataSource.name())
@@ -57,20 +56,19 @@ def read_raw(
             .option("split_records", str(split_records))
             .load()
         )
-    if description.backend == "kafka":
+    if isinstance(description, TopicDescription):  # a Kafka topic
         from jobs.spark.kafka_source import read_kafka_ranges
 
-        kafka = cast(KafkaLogDescription, description)
-        if kafka.compacted:
-            _check_retained(manager, kafka, clean)
-        return read_kafka_ranges(spark, kafka, clean, split_records=split_records)
+        if description.compacted:
+            _check_retained(manager, description, clean)
+        return read_kafka_ranges(spark, description, clean, split_records=split_records)
     raise ConfigError(
         f"log {description.name} lives in a {description.backend} log, which Spark jobs cannot "
         "read; route it to a local or kafka log config in include/streamcore.toml"
     )
 
 
-def _check_retained(manager: LogManager, log: KafkaLogDescription, ranges: Ranges) -> None:
+def _check_retained(manager: LogManager, log: TopicDescription, ranges: Ranges) -> None:
     """On a compacted topic Spark reads with `failOnDataLoss` off (compaction gaps are not
     losses), so a range that retention already deleted is refused here, before reading."""
     starts = manager.start_offsets(log.name)

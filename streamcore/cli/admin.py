@@ -7,14 +7,14 @@ from typing import Any
 from streamcore.cli.context import (
     Context,
     UsageError,
-    backend_feature,
+    backend_with,
     global_options,
     group_name,
-    require_feature,
+    require_backend,
 )
 from streamcore.cli.lag import lag_dict
 from streamcore.cli.table import (
-    Column,
+    TextColumn,
     format_time,
     human_bytes,
     iso_time,
@@ -24,16 +24,18 @@ from streamcore.cli.table import (
 from streamcore.config import FSYNC_MODES, parse_duration_ms
 from streamcore.errors import ConfigError, LogExistsError, StreamcoreError
 from streamcore.log import LogManager, LogPartition
+from streamcore.log.capabilities import Inspectable, Purgeable
 from streamcore.log.config import BackendConfig
 from streamcore.log.registry import MAX_PARTITIONS, backend_type, partitions_in_range
+from streamcore.log.unified import UnifiedLogManager
 from streamcore.names import Name
 
 
 def log_summary(manager: LogManager, name: Name) -> dict[str, Any]:
     """Partitions, records, bytes, retention and oldest/newest append time of a log, from
     `info()` when the backend has it, else from the offsets."""
-    info_of = backend_feature(manager, name, "info")
-    info = info_of(name) if info_of is not None else None
+    inspectable = backend_with(manager, name, Inspectable)
+    info = inspectable.info(name) if inspectable is not None else None
     starts = list(info.first_offsets) if info else manager.start_offsets(name)
     ends = list(info.end_offsets) if info else manager.end_offsets(name)
     oldest: int | None = None
@@ -64,12 +66,11 @@ def _located_logs(manager: LogManager) -> list[tuple[Name, LogManager, dict[str,
     """Every log with the backend manager holding it and its backend fields for the output. A
     log found in a backend its name does not route to (e.g. after a routing change) is listed
     with a note: commands on that name go to the routed backend, not there."""
-    locations = getattr(manager, "locations", None)
-    if locations is None:
+    if not isinstance(manager, UnifiedLogManager):
         label = type(manager).__name__
         return [(name, manager, {"backend": label}) for name in manager.list_logs()]
     out = []
-    for name, backend in locations():
+    for name, backend in manager.locations():
         fields: dict[str, Any] = {"backend": backend.label, "config": backend.name}
         routed = manager.route(name).config
         if routed != backend.name:
@@ -79,11 +80,10 @@ def _located_logs(manager: LogManager) -> list[tuple[Name, LogManager, dict[str,
 
 
 def _searched(ctx: Context) -> str:
-    used = getattr(getattr(ctx.manager, "log_config", None), "used", None)
-    if used is None:
+    if not isinstance(ctx.manager, UnifiedLogManager):
         return f"under {ctx.config.log_dir}"
     places = []
-    for b in used():
+    for b in ctx.manager.log_config.used():
         folder = backend_type(b.type).folder(b, ctx.config.home)
         places.append(f"{b.label} under {folder}" if folder is not None else b.label)
     return "in " + ", ".join(places)
@@ -123,8 +123,8 @@ def run_logs(ctx: Context) -> int:
         "backend",
         "partitions",
         "records",
-        Column("size", "right"),
-        Column("retention", "right"),
+        TextColumn("size", "right"),
+        TextColumn("retention", "right"),
         "groups",
         "oldest (UTC)",
         "newest (UTC)",
@@ -218,12 +218,11 @@ def run_purge(ctx: Context) -> int:
     name = ctx.log(ctx.args.log)
     manager = ctx.manager
     what = "purge command (a broker applies retention)"
-    plan_of = require_feature(manager, name, "purge_plan", what)
-    purge = require_feature(manager, name, "purge", what)
+    purgeable = require_backend(manager, name, Purgeable, what)
     force, dry_run = ctx.args.force, ctx.args.dry_run
-    plans = plan_of(name)
+    plans = purgeable.purge_plan(name)
     before = manager.start_offsets(name)
-    removed: dict[int, list[int]] = {} if dry_run else purge(name, force=force)
+    removed: dict[int, list[int]] = {} if dry_run else purgeable.purge(name, force=force)
     after = manager.start_offsets(name)
     parts = []
     for plan in plans:
@@ -298,9 +297,9 @@ def run_route(ctx: Context) -> int:
     """Where a log (read by a group) goes and why; without -l, the whole routing table."""
     args = ctx.args
     manager = ctx.manager
-    log_config = getattr(manager, "log_config", None)
-    if log_config is None:
+    if not isinstance(manager, UnifiedLogManager):
         raise StreamcoreError(f"the {type(manager).__name__} manager does not route logs")
+    log_config = manager.log_config
     if args.log:
         name = Name.of(args.log)
         group = group_name(args.group) if args.group else None

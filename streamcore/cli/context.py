@@ -2,8 +2,8 @@
 and output helpers. `open_manager` is the one place that chooses the log backend: a
 `UnifiedLogManager` routing each log by the `[log.configs.*]` / `[[log.match]]` tables of the
 configuration (`--config`), so every command works on every backend. Features only some backends
-have (the local log's `info`, `purge`, ...) are reached per log through
-`backend_feature`."""
+have (the local log's `purge`, ...: the protocols of `streamcore.log.capabilities`) are reached
+per log through `backend_with`."""
 
 from __future__ import annotations
 
@@ -12,14 +12,17 @@ import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from streamcore.config import StreamcoreConfig, load_config
 from streamcore.errors import LogNotFoundError, StreamcoreError
 from streamcore.log import LogManager, LogPartition
+from streamcore.log.capabilities import OnDisk
+from streamcore.log.unified import UnifiedLogManager
 from streamcore.names import Name
 
 RAW = "raw"
+T = TypeVar("T")
 
 
 class UsageError(StreamcoreError):
@@ -42,45 +45,44 @@ def load_cli_config(args: argparse.Namespace) -> StreamcoreConfig:
 def open_manager(args: argparse.Namespace, config: StreamcoreConfig | None = None) -> LogManager:
     """The log manager the command works on: every log in the backend the configuration routes
     it to (LogConfig; `STREAMCORE_LOG_BACKEND` forces one)."""
-    from streamcore.log.unified import UnifiedLogManager
-
     return UnifiedLogManager(config or load_cli_config(args))
 
 
 def backend_for(manager: LogManager, name: str | Name, group: str | None = None) -> LogManager:
     """The backend manager holding log `name` (the one `group`'s calls on it use, if given);
     the manager itself when it does not route."""
-    routed = getattr(manager, "backend_for", None)
-    return routed(name, group) if routed is not None else manager
+    if isinstance(manager, UnifiedLogManager):
+        return manager.backend_for(name, group)
+    return manager
 
 
-def backend_feature(
-    manager: LogManager, name: str | Name, feature: str, group: str | None = None
-) -> Any:
-    """The bound method `feature` of the backend holding `name`, or None if it has none."""
-    return getattr(backend_for(manager, name, group), feature, None)
+def backend_with(
+    manager: LogManager, name: str | Name, capability: type[T], group: str | None = None
+) -> T | None:
+    """The backend holding `name` if it has `capability` (a protocol of
+    `streamcore.log.capabilities`), else None."""
+    backend = backend_for(manager, name, group)
+    return backend if isinstance(backend, capability) else None
 
 
 def backend_label(manager: LogManager, name: str | Name) -> str:
     """How tools name the backend of `name`: `local`, `kafka`, `memory:scratch`, ..."""
-    log_config = getattr(manager, "log_config", None)
-    if log_config is not None:
-        return str(log_config.config_for(name).label)
+    if isinstance(manager, UnifiedLogManager):
+        return manager.log_config.config_for(name).label
     return type(manager).__name__
 
 
 def where(manager: LogManager, name: str | Name) -> str:
     """Where a log would live, for messages: a folder for a local log, else the backend."""
     backend = backend_for(manager, name)
-    root = getattr(backend, "root", None)
-    if root is not None:
-        return f"under {root}"
+    if isinstance(backend, OnDisk):
+        return f"under {backend.root}"
     return f"in the {backend_label(manager, name)} backend"
 
 
-def require_feature(manager: LogManager, name: Name, feature: str, what: str) -> Any:
-    """`backend_feature`, or a clear error naming the backend that lacks it."""
-    found = backend_feature(manager, name, feature)
+def require_backend(manager: LogManager, name: Name, capability: type[T], what: str) -> T:
+    """`backend_with`, or a clear error naming the backend that lacks the capability."""
+    found = backend_with(manager, name, capability)
     if found is None:
         raise StreamcoreError(
             f"log {name} lives in the {backend_label(manager, name)} backend, which has no "

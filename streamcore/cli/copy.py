@@ -10,7 +10,7 @@ from typing import Any
 from streamcore.cli.context import (
     Context,
     UsageError,
-    backend_feature,
+    backend_with,
     global_options,
     group_name,
     resolve_codec,
@@ -18,6 +18,7 @@ from streamcore.cli.context import (
 from streamcore.cli.progress import Progress
 from streamcore.cli.table import human_bytes, rate
 from streamcore.log import LogAppender, LogRecord
+from streamcore.log.capabilities import Segmented
 from streamcore.log.config import TOOLS_GROUP
 from streamcore.names import Name
 
@@ -89,12 +90,12 @@ def run_copy(ctx: Context) -> int:
             transcode = (src_codec, dest_codec)
     partitions = manager.size(src)
     options: dict[str, Any] = {}
-    retention = backend_feature(manager, src, "retention_ms")
-    if retention is not None and backend_feature(manager, dest, "retention_ms") is not None:
-        options["retention"] = retention(src)  # both local: keep the source's retention
+    source = backend_with(manager, src, Segmented)
+    if source is not None and backend_with(manager, dest, Segmented) is not None:
+        options["retention"] = source.retention_ms(src)  # both local: keep the source's retention
     manager.create(dest, partitions, **options)
-    segment_roll = backend_feature(manager, dest, "segment_roll_ms")
-    roll_ms = segment_roll(dest) if segment_roll is not None else 0
+    destination = backend_with(manager, dest, Segmented)
+    roll_ms = destination.segment_roll_ms(dest) if destination is not None else 0
     group = group_name(args.group) if args.group else TOOLS_GROUP
     ends = manager.end_offsets(src)
     count = nbytes = 0

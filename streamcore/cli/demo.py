@@ -12,7 +12,7 @@ from streamcore.cli.context import (
     global_options,
     resolve_codec,
 )
-from streamcore.cli.table import Column, human_bytes, render_table
+from streamcore.cli.table import TextColumn, human_bytes, render_table
 from streamcore.log.registry import MAX_PARTITIONS, partitions_in_range
 
 
@@ -37,9 +37,9 @@ def render_summary(s: dict[str, Any]) -> str:
             [
                 "phase",
                 "records",
-                Column("seconds", "right"),
-                Column("records/s", "right"),
-                Column("MB/s", "right"),
+                TextColumn("seconds", "right"),
+                TextColumn("records/s", "right"),
+                TextColumn("MB/s", "right"),
             ],
             [
                 [

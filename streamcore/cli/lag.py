@@ -12,7 +12,7 @@ from streamcore.cli.context import (
     group_name,
     resolve_codec,
 )
-from streamcore.cli.table import Column, format_time, human_duration, iso_time, render_table
+from streamcore.cli.table import TextColumn, format_time, human_duration, iso_time, render_table
 from streamcore.errors import CodecError
 from streamcore.log import Latency, LogLag
 from streamcore.names import Name
@@ -74,14 +74,14 @@ def run_lag(ctx: Context) -> int:
     if not rows:
         ctx.out("no logs")
         return 0
-    columns: list[str | Column] = ["log", "group"]
+    columns: list[str | TextColumn] = ["log", "group"]
     if args.per_partition:
-        columns.append(Column("partition", "right"))
+        columns.append(TextColumn("partition", "right"))
     columns += [
-        Column("pos", "right"),
-        Column("end", "right"),
-        Column("lag", "right"),
-        Column("lost", "right"),
+        TextColumn("pos", "right"),
+        TextColumn("end", "right"),
+        TextColumn("lag", "right"),
+        TextColumn("lost", "right"),
     ]
     ctx.out(render_table(columns, rows))
     return 0
@@ -168,16 +168,16 @@ def run_latency(ctx: Context) -> int:
     if not rows:
         ctx.out("no consumer groups")
         return 0
-    columns: list[str | Column] = ["log", "group"]
+    columns: list[str | TextColumn] = ["log", "group"]
     if args.per_partition:
-        columns.append(Column("partition", "right"))
+        columns.append(TextColumn("partition", "right"))
     columns += [
-        Column("lag", "right"),
-        Column("latency_ms", "right"),
-        Column("latency", "right"),
+        TextColumn("lag", "right"),
+        TextColumn("latency_ms", "right"),
+        TextColumn("latency", "right"),
         "pos_date (UTC)",
-        Column("pos", "right"),
-        Column("end", "right"),
+        TextColumn("pos", "right"),
+        TextColumn("end", "right"),
         "key",
     ]
     ctx.out(render_table(columns, rows))

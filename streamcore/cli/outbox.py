@@ -15,7 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from streamcore.cli.context import Context, UsageError, global_options
-from streamcore.cli.table import Column, iso_time, render_table
+from streamcore.cli.table import TextColumn, iso_time, render_table
 from streamcore.config import parse_duration_ms
 from streamcore.errors import ConfigError, StreamcoreError
 
@@ -153,7 +153,14 @@ def run_errors(ctx: Context) -> int:
         if len(message) > MESSAGE_WIDTH:
             message = message[: MESSAGE_WIDTH - 3] + "..."
         rows.append([e.id, e.tries, iso_time(e.error_ms), e.error_type, message])
-    ctx.out(render_table(["id", Column("tries", "right"), "last error", "type", "message"], rows))
+    columns: list[str | TextColumn] = [
+        "id",
+        TextColumn("tries", "right"),
+        "last error",
+        "type",
+        "message",
+    ]
+    ctx.out(render_table(columns, rows))
     return 0
 
 

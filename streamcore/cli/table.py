@@ -1,7 +1,7 @@
 """Rendering helpers for the CLI: aligned text tables and human-readable numbers, times, sizes.
 
 `render_table` right-aligns numeric columns (detected from the values, or forced with
-`Column(align="right")`), left-aligns the rest, and puts a rule under the header.
+`TextColumn(align="right")`), left-aligns the rest, and puts a rule under the header.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ _BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
 
 @dataclass(frozen=True)
-class Column:
+class TextColumn:
+    """A column of a text table: its title and alignment."""
+
     title: str
     align: str | None = None  # "left", "right" or None = right for numbers, left otherwise
 
@@ -33,10 +35,10 @@ def _cell(value: Any) -> str:
 
 
 def render_table(
-    columns: Sequence[str | Column], rows: Iterable[Sequence[Any]], *, indent: str = ""
+    columns: Sequence[str | TextColumn], rows: Iterable[Sequence[Any]], *, indent: str = ""
 ) -> str:
     """An aligned text table with a header and a rule; returns the text without a final newline."""
-    cols = [c if isinstance(c, Column) else Column(c) for c in columns]
+    cols = [c if isinstance(c, TextColumn) else TextColumn(c) for c in columns]
     data = [list(r) for r in rows]
     for row in data:
         if len(row) != len(cols):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from streamcore.cli.context import Context, global_options
-from streamcore.cli.table import Column, human_bytes, render_table
+from streamcore.cli.table import TextColumn, human_bytes, render_table
 from streamcore.table_status import table_status
 from streamcore.tables import table_specs
 
@@ -33,13 +33,13 @@ def run_tables(ctx: Context) -> int:
                 status.spec.location,
             ]
         )
-    columns: list[str | Column] = [
+    columns: list[str | TextColumn] = [
         "table",
         "exists",
-        Column("version", "right"),
-        Column("files", "right"),
-        Column("rows", "right"),
-        Column("size", "right"),
+        TextColumn("version", "right"),
+        TextColumn("files", "right"),
+        TextColumn("rows", "right"),
+        TextColumn("size", "right"),
         "partitioned by",
         "location",
     ]

@@ -8,9 +8,11 @@ the contracts that produce them are in `streamcore.log.api`.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import Any, Generic, NamedTuple, Self, TypeVar
 
 from streamcore.names import Name
 
@@ -163,12 +165,22 @@ class Latency:
 class LogDescription:
     """How another process (a Spark executor) opens a log without the manager that described
     it: primitives only, so it pickles. Made by `LogManager.describe`; each backend subclasses it
-    with its own fields and knows how to open it (see docs/spark-jobs.md). `backend` is `local`
-    or `kafka`; `name` is the log's URN."""
+    with its own fields and knows how to open it (see docs/spark-jobs.md and
+    `streamcore.log.capabilities`). `backend` is the backend's type (`local`, `kafka`); `name` is
+    the log's URN."""
 
     backend: str
     name: str
     partitions: int
+
+    def to_json(self) -> str:
+        """This description as text, e.g. for a Spark data source option;
+        `streamcore.log.registry.description_from_json` reads it back as its backend's class."""
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> Self:
+        return cls(**json.loads(text))
 
 
 @dataclass(frozen=True)

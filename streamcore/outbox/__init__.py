@@ -34,7 +34,7 @@ from streamcore.outbox.outbox import Outbox
 from streamcore.outbox.put import put, put_many
 from streamcore.outbox.relay import relay
 from streamcore.outbox.schema import DONE, ERROR, INIT, PROCESSING, create_schema
-from streamcore.outbox.store import JobError
+from streamcore.outbox.store import FailedJob
 from streamcore.sql import create_engine, default_url
 
 __all__ = [
@@ -46,9 +46,9 @@ __all__ = [
     "DependencyCycleError",
     "DependencyNotFoundError",
     "DuplicateJobError",
+    "FailedJob",
     "Health",
     "InvalidPayloadError",
-    "JobError",
     "NoJobError",
     "Outbox",
     "OutboxError",

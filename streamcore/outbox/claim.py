@@ -67,7 +67,7 @@ _QUEUE_LOCK = "SELECT pg_try_advisory_xact_lock(hashtext('streamcore_outbox:' ||
 
 
 @dataclass(frozen=True, slots=True)
-class Job:
+class ClaimedJob:
     """A claimed job: run it, then finish it with its `token`."""
 
     seq: int
@@ -99,13 +99,15 @@ def _due(created: list[int], capacity: int, threshold: float) -> BatchDue:
     return BatchDue(max(0.0, threshold - (now_ms() - min(created)) / 1000), len(created))
 
 
-def _jobs(rows: list[Any], queue: str, token: str) -> list[Job]:
+def _jobs(rows: list[Any], queue: str, token: str) -> list[ClaimedJob]:
     return sorted(
-        (Job(r[0], queue, r[1], bytes(r[2]), r[3], token) for r in rows), key=lambda j: j.seq
+        (ClaimedJob(r[0], queue, r[1], bytes(r[2]), r[3], token) for r in rows), key=lambda j: j.seq
     )
 
 
-def claim_batch(conn: sa.Connection, queue: str, limit: int, *, ordered: bool = False) -> list[Job]:
+def claim_batch(
+    conn: sa.Connection, queue: str, limit: int, *, ordered: bool = False
+) -> list[ClaimedJob]:
     """Claim up to `limit` claimable jobs of `queue` (in a transaction the caller commits)."""
     if ordered:
         return _claim_head(conn, queue, limit)[1]
@@ -133,7 +135,7 @@ def _head(conn: sa.Connection, params: dict[str, object]) -> list[Any]:
 
 def _claim_head(
     conn: sa.Connection, queue: str, limit: int, threshold: float | None = None
-) -> tuple[BatchDue, list[Job]]:
+) -> tuple[BatchDue, list[ClaimedJob]]:
     """Claim the head, up to `limit` jobs: (what was claimable, the jobs claimed). With a
     `threshold` only a due batch is claimed."""
     token = uuid.uuid4().hex
@@ -197,7 +199,7 @@ def peek_batch(
 
 def claim_due_batch(
     conn: sa.Connection, queue: str, capacity: int, threshold: float, *, ordered: bool = False
-) -> tuple[BatchDue, list[Job]]:
+) -> tuple[BatchDue, list[ClaimedJob]]:
     """Claim up to `capacity` jobs of `queue` if its batch is due (`batch_due_in`), in a
     transaction the caller commits: (what the look found, the jobs claimed: none unless the
     batch was due). An ordered queue's head is read once for both."""
@@ -213,7 +215,7 @@ def claim_due_batch(
     return _claim_head(conn, queue, capacity, threshold)
 
 
-def claim_error(conn: sa.Connection, queue: str, seq: int) -> Job | None:
+def claim_error(conn: sa.Connection, queue: str, seq: int) -> ClaimedJob | None:
     """Claim one job in `error` for a retry (None if someone else retried it meanwhile)."""
     token = uuid.uuid4().hex
     rows = sql.execute(conn, _CLAIM_ERROR, {"seq": seq, "token": token, "now": now_ms()})

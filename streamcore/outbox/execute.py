@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from streamcore.outbox.claim import Job
+from streamcore.outbox.claim import ClaimedJob
 from streamcore.outbox.consumers import QueueSpec
 from streamcore.outbox.watcher import ExecutionWatcher
 
@@ -20,8 +20,10 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
-    jobs: tuple[Job, ...]
+class ExecutionOutcome:
+    """What running a batch of claimed jobs gave: the consumer's result, or its error."""
+
+    jobs: tuple[ClaimedJob, ...]
     result: Any = None
     error: BaseException | None = None
 
@@ -30,14 +32,16 @@ class Outcome:
         return self.error is None
 
 
-def execute(spec: QueueSpec, job: Job, watcher: ExecutionWatcher | None = None) -> Outcome:
+def execute(
+    spec: QueueSpec, job: ClaimedJob, watcher: ExecutionWatcher | None = None
+) -> ExecutionOutcome:
     """Run `job` with the consumer of `spec` in the calling thread."""
     return execute_batch(spec, [job], watcher)
 
 
 def execute_batch(
-    spec: QueueSpec, jobs: Sequence[Job], watcher: ExecutionWatcher | None = None
-) -> Outcome:
+    spec: QueueSpec, jobs: Sequence[ClaimedJob], watcher: ExecutionWatcher | None = None
+) -> ExecutionOutcome:
     """Run `jobs` (several only for a batch queue) with one call of the consumer of `spec`."""
     if spec.consumer is None:
         raise RuntimeError(f"queue {spec.name} has no consumer in this process")
@@ -64,5 +68,5 @@ def execute_batch(
             type(exc).__name__,
             exc,
         )
-        return Outcome(tuple(jobs), error=exc)
-    return Outcome(tuple(jobs), result=result)
+        return ExecutionOutcome(tuple(jobs), error=exc)
+    return ExecutionOutcome(tuple(jobs), result=result)

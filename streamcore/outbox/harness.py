@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from streamcore.outbox.claim import Job, claim_batch
+from streamcore.outbox.claim import ClaimedJob, claim_batch
 from streamcore.outbox.consumers import QueueSpec
 from streamcore.outbox.errors import ConsumerFailedError, NoJobError, OutboxError
 from streamcore.outbox.execute import execute_batch
@@ -30,7 +30,7 @@ class VirtualQueue:
         self.outbox = outbox
         outbox.create_schema()
 
-    def _run(self, spec: QueueSpec, jobs: list[Job]) -> Any:
+    def _run(self, spec: QueueSpec, jobs: list[ClaimedJob]) -> Any:
         outcome = execute_batch(spec, jobs)
         self.outbox.record(jobs, outcome.error)
         if outcome.error is not None:

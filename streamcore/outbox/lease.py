@@ -29,7 +29,7 @@ from collections.abc import Callable
 import sqlalchemy as sa
 
 from streamcore.outbox import store
-from streamcore.outbox.claim import Job
+from streamcore.outbox.claim import ClaimedJob
 from streamcore.outbox.consumers import QueueSpec
 
 logger = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ class Lease:
     `done` not recorded yet). Thread-safe: the worker and the keeper share it."""
 
     def __init__(
-        self, engine: sa.Engine, spec: QueueSpec, batch: list[Job], stamped: float
+        self, engine: sa.Engine, spec: QueueSpec, batch: list[ClaimedJob], stamped: float
     ) -> None:
         """`stamped`: `time.monotonic()` taken before the claim that stamped `batch`."""
         self.engine = engine
@@ -51,11 +51,11 @@ class Lease:
         self.queue = spec.name
         self.hung_timeout = spec.hung_timeout
         self._waiting = {job.seq: job for job in batch}
-        self._finished: list[Job] = []
+        self._finished: list[ClaimedJob] = []
         self._stamped = stamped
         self._lock = threading.Lock()
 
-    def take(self, job: Job) -> bool:
+    def take(self, job: ClaimedJob) -> bool:
         """`job` starts now: True if this worker still holds it. Raises if the database cannot
         say (the job must not run then)."""
         with self._lock:
@@ -63,7 +63,7 @@ class Lease:
                 self._stamp()
             return self._waiting.pop(job.seq, None) is not None
 
-    def finished(self, job: Job) -> None:
+    def finished(self, job: ClaimedJob) -> None:
         """`job` succeeded; its `done` is recorded with the next stamp or by `release`."""
         with self._lock:
             self._finished.append(job)
@@ -74,13 +74,13 @@ class Lease:
             if self._stale() and (self._waiting or self._finished):
                 self._stamp()
 
-    def pop_finished(self) -> list[Job]:
+    def pop_finished(self) -> list[ClaimedJob]:
         """Hand back the finished jobs not recorded `done` yet (to record them now)."""
         with self._lock:
             finished, self._finished = self._finished, []
             return finished
 
-    def release(self) -> tuple[list[Job], list[Job]]:
+    def release(self) -> tuple[list[ClaimedJob], list[ClaimedJob]]:
         """Hand back (finished jobs not recorded `done`, jobs never started); empties the lease."""
         with self._lock:
             finished, waiting = self._finished, list(self._waiting.values())

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 
 from streamcore.outbox import stats as stats_module
 from streamcore.outbox import store
-from streamcore.outbox.claim import Job, claim_error
+from streamcore.outbox.claim import ClaimedJob, claim_error
 from streamcore.outbox.consumers import QueueSpec, Registry, default_registry
 from streamcore.outbox.errors import NoJobError, OutboxError
 from streamcore.outbox.execute import execute
@@ -36,7 +36,7 @@ from streamcore.outbox.purge import purge as purge_jobs
 from streamcore.outbox.put import JobRef, put, put_many
 from streamcore.outbox.retry import RetryPoller
 from streamcore.outbox.schema import ERROR, create_schema
-from streamcore.outbox.store import JobError
+from streamcore.outbox.store import FailedJob
 from streamcore.outbox.watcher import ExecutionWatcher
 from streamcore.sql import create_engine, is_sqlite
 
@@ -212,7 +212,7 @@ class Outbox:
         return put_many(conn_or_session, queue, payloads, registry=self.registry, **kw)
 
     # -- operations -----------------------------------------------------------------------
-    def get_errors(self, queue: str, limit: int = 100) -> list[JobError]:
+    def get_errors(self, queue: str, limit: int = 100) -> list[FailedJob]:
         """Jobs of `queue` in error, oldest error first, with their last error and payload."""
         spec = self.registry.find(queue)
         with self.engine.connect() as conn:
@@ -226,7 +226,7 @@ class Outbox:
                 except Exception:  # shown raw: an undecodable payload is itself the error
                     logger.debug("cannot decode payload of %s/%s", queue, row.id)
             out.append(
-                JobError(
+                FailedJob(
                     row.queue,
                     row.id,
                     row.tries,
@@ -239,7 +239,7 @@ class Outbox:
             )
         return out
 
-    def claim_oldest_error(self, queue: str) -> tuple[QueueSpec, Job]:
+    def claim_oldest_error(self, queue: str) -> tuple[QueueSpec, ClaimedJob]:
         """Claim the oldest job of `queue` in error, whatever its backoff and tries: on an
         ordered queue its head, by put order (NoJobError when the head is not in error: the
         jobs in error behind it may not run before it)."""
@@ -271,7 +271,7 @@ class Outbox:
             "it (or force_retry them: they go back to the workers in put order)"
         )
 
-    def record(self, jobs: Sequence[Job], error: BaseException | None) -> None:
+    def record(self, jobs: Sequence[ClaimedJob], error: BaseException | None) -> None:
         """Record the outcome of one run of a consumer: its jobs `done`, or all in `error`."""
         with self.engine.begin() as conn:
             if error is None:

@@ -27,9 +27,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from streamcore.outbox import store
-from streamcore.outbox.claim import BatchDue, Job, claim_batch, claim_due_batch, peek_batch
+from streamcore.outbox.claim import BatchDue, ClaimedJob, claim_batch, claim_due_batch, peek_batch
 from streamcore.outbox.consumers import QueueSpec, Registry
-from streamcore.outbox.execute import Outcome, execute, execute_batch
+from streamcore.outbox.execute import ExecutionOutcome, execute, execute_batch
 from streamcore.outbox.lease import Lease, LeaseKeeper
 from streamcore.outbox.watcher import ExecutionWatcher
 
@@ -189,7 +189,7 @@ class WorkerPool:
         # Successes of the last batch, marked done in the transaction of the next claim: one
         # write transaction per batch instead of two. A crash before it re-runs them (after the
         # hung timeout), as a crash before any done would.
-        unrecorded: list[Job] = []
+        unrecorded: list[ClaimedJob] = []
         while not self._stopping.is_set():
             seen = self.wakeup.generation
             specs = self.registry.consumed()
@@ -199,7 +199,7 @@ class WorkerPool:
                 spec = specs[(turn + n) % len(specs)]
                 if self._stopping.is_set():
                     break
-                batch: list[Job] = []
+                batch: list[ClaimedJob] = []
                 try:
                     # Jobs to record `done` need the write transaction anyway: no look first.
                     due = self._due(spec, looks) if not unrecorded else 0.0
@@ -274,7 +274,9 @@ class WorkerPool:
         looks[spec.name] = _Look(now, found, *counts)
         return found.seconds
 
-    def _claim(self, conn: sa.Connection, spec: QueueSpec) -> tuple[BatchDue | None, list[Job]]:
+    def _claim(
+        self, conn: sa.Connection, spec: QueueSpec
+    ) -> tuple[BatchDue | None, list[ClaimedJob]]:
         """(what the look found, the jobs claimed); a batch queue with a threshold is claimed
         only when its batch is due, and only it reports a look (None for the others)."""
         if spec.batch_threshold and spec.batch_capacity is not None:
@@ -285,7 +287,7 @@ class WorkerPool:
         return None, claim_batch(conn, spec.name, limit, ordered=spec.ordered)
 
     @staticmethod
-    def _take(spec: QueueSpec, lease: Lease, job: Job) -> bool | None:
+    def _take(spec: QueueSpec, lease: Lease, job: ClaimedJob) -> bool | None:
         """`lease.take(job)`: whether this worker still holds the job; None when the database
         cannot say (the job must not run, and neither may the rest of its batch)."""
         try:
@@ -299,7 +301,7 @@ class WorkerPool:
             )
             return None
 
-    def _run(self, spec: QueueSpec, lease: Lease) -> list[Job]:
+    def _run(self, spec: QueueSpec, lease: Lease) -> list[ClaimedJob]:
         """Run a batch; returns the successes not recorded yet (a failure is recorded at once,
         with the successes before it)."""
         succeeded = 0
@@ -335,13 +337,13 @@ class WorkerPool:
             return []
         return done
 
-    def _run_batch(self, spec: QueueSpec, lease: Lease) -> list[Job]:
+    def _run_batch(self, spec: QueueSpec, lease: Lease) -> list[ClaimedJob]:
         """Run a batch queue's consumer once on the claimed jobs this worker still holds (a
         leading run: a later job must not go without an earlier one). Returns them if they
         succeeded, to be recorded `done` with the next claim; a failure is recorded at once,
         every job of the batch in `error`."""
-        jobs: list[Job] = []
-        outcome: Outcome | None = None
+        jobs: list[ClaimedJob] = []
+        outcome: ExecutionOutcome | None = None
         self.keeper.add(lease)
         try:
             for job in lease.jobs:
@@ -372,10 +374,10 @@ class WorkerPool:
     def _finish(
         self,
         queue: str,
-        done: list[Job],
+        done: list[ClaimedJob],
         *,
-        failed: tuple[list[Job], BaseException] | None = None,
-        rest: list[Job] | None = None,
+        failed: tuple[list[ClaimedJob], BaseException] | None = None,
+        rest: list[ClaimedJob] | None = None,
     ) -> None:
         """Record outcomes in one transaction (retried: losing them would re-run jobs)."""
         for attempt in range(10):

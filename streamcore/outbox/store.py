@@ -16,7 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from streamcore.outbox import sql
-from streamcore.outbox.claim import Job, now_ms
+from streamcore.outbox.claim import ClaimedJob, now_ms
 from streamcore.outbox.schema import DONE, ERROR, INIT, PROCESSING, TABLE, jobs
 
 logger = logging.getLogger(__name__)
@@ -25,7 +25,7 @@ MAX_TRACEBACK = 20_000
 
 
 @dataclass(frozen=True)
-class JobError:
+class FailedJob:
     """A job in `error`, as `get_errors` reports it."""
 
     queue: str
@@ -38,7 +38,7 @@ class JobError:
     payload: Any
 
 
-def mark_done(conn: sa.Connection, batch: Sequence[Job]) -> int:
+def mark_done(conn: sa.Connection, batch: Sequence[ClaimedJob]) -> int:
     """`processing` → `done` for jobs still holding their token; returns how many."""
     if not batch:
         return 0
@@ -67,7 +67,7 @@ def mark_done(conn: sa.Connection, batch: Sequence[Job]) -> int:
     return changed
 
 
-def stamp(conn: sa.Connection, batch: Sequence[Job]) -> set[int]:
+def stamp(conn: sa.Connection, batch: Sequence[ClaimedJob]) -> set[int]:
     """Claimed jobs (one claim's) count as `processing` from now for the hung detector; returns
     the seqs still holding their token (the others were handed to another worker)."""
     if not batch:
@@ -83,7 +83,7 @@ def stamp(conn: sa.Connection, batch: Sequence[Job]) -> set[int]:
     return {row[0] for row in rows.fetchall()}
 
 
-def mark_error(conn: sa.Connection, job: Job, exc: BaseException) -> bool:
+def mark_error(conn: sa.Connection, job: ClaimedJob, exc: BaseException) -> bool:
     """`processing` → `error` with the exception's type, message and traceback."""
     now = now_ms()
     text = "".join(traceback.format_exception(exc))[-MAX_TRACEBACK:]
@@ -104,7 +104,7 @@ def mark_error(conn: sa.Connection, job: Job, exc: BaseException) -> bool:
     )
 
 
-def release(conn: sa.Connection, batch: Sequence[Job]) -> int:
+def release(conn: sa.Connection, batch: Sequence[ClaimedJob]) -> int:
     """Give claimed jobs that never ran back to `init` (stop, or an ordered batch cut short);
     the claim does not count as a try."""
     changed = 0

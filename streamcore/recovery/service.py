@@ -39,7 +39,7 @@ from streamcore.log import LogManager, open_log_manager
 from streamcore.outbox import store as outbox_store
 from streamcore.outbox.outbox import Outbox
 from streamcore.outbox.purge import purge as purge_jobs
-from streamcore.outbox.store import JobError
+from streamcore.outbox.store import FailedJob
 from streamcore.recovery.deadletters import (
     DeadLetterEntry,
     DeadLetterFilter,
@@ -256,7 +256,7 @@ class Recovery:
         return outcome
 
     # -- outbox -------------------------------------------------------------------------------
-    def outbox_errors(self, queue: str, *, limit: int = 100) -> list[JobError]:
+    def outbox_errors(self, queue: str, *, limit: int = 100) -> list[FailedJob]:
         """Jobs of `queue` in error, oldest error first (none without a database yet)."""
         if not self._database_exists():
             return []

@@ -1,9 +1,12 @@
 """The repository's rules a machine keeps: with CI=true a skipped test fails the run (a missing
-broker or server must break the build; without it a skip stays a skip), and no tracked file refers
-to a file or folder outside the repository."""
+broker or server must break the build; without it a skip stays a skip), no tracked file refers
+to a file or folder outside the repository, no two classes share a name, and every logger is
+named for its module."""
 
 from __future__ import annotations
 
+import ast
+import functools
 import re
 import subprocess
 from pathlib import Path
@@ -100,3 +103,64 @@ def test_markdown_links_stay_inside_the_repository() -> None:
                 if not (folder / path).resolve().is_relative_to(root):
                     escaping.append(f"{name}:{number}: {target}")
     assert not escaping, "links that leave the repository:\n" + "\n".join(escaping)
+
+
+# -- names -------------------------------------------------------------------------------------
+# One name, one thing: two classes (or errors) with one name in the library and the jobs read as
+# one in a traceback, a log line or an import. And one logger convention (docs/computations.md,
+# Logging): a logger is named for its module.
+CODE = ("streamcore", "jobs", "dags", "plugins")
+
+
+@functools.cache
+def _modules() -> list[tuple[str, ast.Module]]:
+    root = project_root()
+    return [
+        (str(path.relative_to(root)), ast.parse(path.read_text(encoding="utf-8"), str(path)))
+        for folder in CODE
+        for path in sorted((root / folder).rglob("*.py"))
+    ]
+
+
+def test_no_two_classes_share_a_name() -> None:
+    defined: dict[str, list[str]] = {}
+    for name, tree in _modules():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                defined.setdefault(node.name, []).append(f"{name}:{node.lineno}")
+    shared = {cls: where for cls, where in defined.items() if len(where) > 1}
+    assert not shared, "classes defined more than once; name each for what it is:\n" + "\n".join(
+        f"{cls}: {', '.join(where)}" for cls, where in sorted(shared.items())
+    )
+
+
+def _logger_name_expected(name: str) -> str | None:
+    """The literal a file must pass to getLogger, or None when `__name__` is its path: job
+    scripts run as `__main__` by spark-submit and DAG files Airflow imports under another name."""
+    path = Path(name)
+    if path.parent.name in ("jobs", "dags") and len(path.parts) == 2:
+        return f"{path.parent.name}.{path.stem}"
+    return None
+
+
+def test_every_logger_is_named_for_its_module() -> None:
+    wrong = []
+    for name, tree in _modules():
+        expected = _logger_name_expected(name)
+        for node in tree.body:
+            if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
+                continue
+            if ast.unparse(node.value.func) != "logging.getLogger":
+                continue
+            target, args = ast.unparse(node.targets[0]), node.value.args
+            arg = ast.unparse(args[0]) if args else ""
+            if target == "logger":
+                ok = arg == (repr(expected) if expected else "__name__")
+            else:  # a child logger for a library's own lines: f"{__name__}.<library>"
+                ok = arg.startswith("f'{__name__}.")
+            if not ok:
+                wrong.append(f"{name}:{node.lineno}: {ast.unparse(node)}")
+    assert not wrong, (
+        "write logger = logging.getLogger(__name__) (in a job script or DAG file, the literal "
+        "'jobs.<file>' / 'dags.<file>'):\n" + "\n".join(wrong)
+    )

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from streamcore.cli.context import backend_feature, require_feature
+from streamcore.cli.context import backend_with, require_backend
 from streamcore.cli.main import main
 from streamcore.config import LogDefaults, StreamcoreConfig, load_config
 from streamcore.errors import (
@@ -26,6 +26,7 @@ from streamcore.errors import (
     TailerConflictError,
 )
 from streamcore.log import LogLag, LogPartition, RebalanceListener, open_log_manager
+from streamcore.log.capabilities import Purgeable
 from streamcore.log.config import LogConfig
 from streamcore.log.kafka.backend import kafka_kwargs
 from streamcore.log.local.manager import LocalLogManager
@@ -418,10 +419,10 @@ def test_kafka_backend_that_cannot_be_imported(
 def test_backend_features_through_the_router(um: UnifiedLogManager) -> None:
     um.create("app/a", 1)
     um.create("fast/a", 1)
-    assert backend_feature(um, "app/a", "purge") is not None
-    assert backend_feature(um, "fast/a", "purge") is None
+    assert backend_with(um, "app/a", Purgeable) is um.backend_for("app/a")
+    assert backend_with(um, "fast/a", Purgeable) is None
     with pytest.raises(StreamcoreError) as info:
-        require_feature(um, Name.of("fast/a"), "purge", "purge command")
+        require_backend(um, Name.of("fast/a"), Purgeable, "purge command")
     assert str(info.value) == (
         "log fast/a lives in the memory:mem backend, which has no purge command; this command "
         "works on local logs only"

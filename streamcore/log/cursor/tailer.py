@@ -1,9 +1,9 @@
 """`CursorTailer`: the LogTailer shared by the local and memory backends.
 
 A backend supplies one cursor per assigned partition (`next_records`, `seek`, `start_offset`,
-`end_offset`, `offset_for_timestamp`, optionally `next_arrow`) and a position store. The tailer
-rotates between partitions one batch at a time, decodes messages with its codec, tracks the position
-after the last record it returned per partition, and commits those positions.
+`end_offset`, `offset_for_timestamp`; an `ArrowCursor` also `next_arrow`) and a position store.
+The tailer rotates between partitions one batch at a time, decodes messages with its codec, tracks
+the position after the last record it returned per partition, and commits those positions.
 
 Positions move only past records returned: a record the codec rejects, or whose key a cursor
 cannot read as UTF-8 (`BinaryKey`), raises `UndecodableRecordError` with the tailer standing at
@@ -17,7 +17,7 @@ import gc
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from streamcore.errors import CodecError, LogClosedError, LogError, UndecodableRecordError
 from streamcore.log.api import LogTailer
@@ -101,6 +101,15 @@ class Cursor(Protocol):
     def next_records(self, max_records: int) -> list[tuple[int, int, str, bytes]]: ...
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None: ...
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class ArrowCursor(Protocol):
+    """A cursor that also returns raw records as Arrow batches without per-record Python work
+    (the local log's, mapped from its segments); `read_arrow` builds batches from
+    `next_records` for the others."""
+
+    def next_arrow(self, max_records: int) -> Any: ...
 
 
 class PositionStore(Protocol):
@@ -331,7 +340,7 @@ class CursorTailer(LogTailer[Any]):
             for step in range(count):
                 partition = self._partitions[(self._next + step) % count]
                 cursor = self._cursors[partition]
-                if hasattr(cursor, "next_arrow"):
+                if isinstance(cursor, ArrowCursor):
                     try:
                         batch = cursor.next_arrow(max_records)
                     except BinaryKey as bad:

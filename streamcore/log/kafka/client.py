@@ -27,8 +27,9 @@ from streamcore.errors import (
     StreamcoreError,
 )
 
-logger = logging.getLogger("streamcore.log.kafka")
-librdkafka_logger = logging.getLogger("streamcore.log.kafka.librdkafka")
+logger = logging.getLogger(__name__)
+# librdkafka's own lines, as a child of this module's logger.
+librdkafka_logger = logging.getLogger(f"{__name__}.librdkafka")
 T = TypeVar("T")
 
 # The broker could not be reached, or did not answer in time.

@@ -43,7 +43,7 @@ from streamcore.log.registry import check_partitions
 from streamcore.log.values import AppendedOffsets, LiveMember, LogInfo, LogOffset, LogPartition
 from streamcore.names import Name
 
-logger = logging.getLogger("streamcore.log.kafka")
+logger = logging.getLogger(__name__)
 _CREATE_OPTIONS = ("replication_factor", "retention", "topic_config")
 _READERS = 8  # offsets-reading consumers a manager keeps open (least recently used closed)
 

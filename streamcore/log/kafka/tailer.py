@@ -37,7 +37,7 @@ from streamcore.names import Name
 if TYPE_CHECKING:
     from streamcore.log.kafka.manager import KafkaLogManager
 
-logger = logging.getLogger("streamcore.log.kafka")
+logger = logging.getLogger(__name__)
 _BATCH = 1000
 _SLICE = 0.05
 _IGNORED = {

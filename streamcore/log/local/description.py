@@ -45,10 +45,6 @@ class LocalLogDescription(LogDescription):
     ) -> LocalLogDescription:
         return cls(BACKEND, name, partitions, str(folder), dataclasses.asdict(defaults))
 
-    def to_json(self) -> str:
-        """This description as a string, e.g. for a Spark data source option."""
-        return json.dumps(dataclasses.asdict(self))
-
     @classmethod
     def from_json(cls, text: str) -> LocalLogDescription:
         fields = json.loads(text)

@@ -58,7 +58,7 @@ from streamcore.log.local.compaction import (
 )
 from streamcore.log.local.description import LocalLogDescription, partition_folder
 from streamcore.log.local.groups import FileGroupStore, group_states
-from streamcore.log.local.positions import PositionStore
+from streamcore.log.local.positions import LocalPositionStore
 from streamcore.log.local.reader import PartitionCursor
 from streamcore.log.local.retention import (
     PartitionPurge,
@@ -213,7 +213,7 @@ class LocalLogManager(LogManager):
 
     def list_groups(self, name: str | Name) -> list[str]:
         self._meta(name)
-        return PositionStore(self.folder(name), "none").groups()
+        return LocalPositionStore(self.folder(name), "none").groups()
 
     def partition_folder(self, partition: LogPartition) -> Path:
         return partition_folder(self.folder(partition.name), partition.partition)
@@ -269,8 +269,8 @@ class LocalLogManager(LogManager):
     def _hold(self, partition: LogPartition) -> int | None:
         return hold_offset(self.holding_positions(partition))
 
-    def _positions(self, name: Name) -> PositionStore:
-        return PositionStore(self.folder(name), self._meta(name)["fsync"])
+    def _positions(self, name: Name) -> LocalPositionStore:
+        return LocalPositionStore(self.folder(name), self._meta(name)["fsync"])
 
     def record_at(self, partition: LogPartition, offset: int) -> tuple[str, bytes, int] | None:
         cursor = PartitionCursor(self.partition_folder(partition), str(partition))

@@ -50,7 +50,10 @@ def _newest(data: bytes) -> tuple[int, int] | None:
     return best
 
 
-class PositionStore:
+class LocalPositionStore:
+    """The local log's committed positions, a file per group and partition (a `PositionStore`
+    of the cursor tailer)."""
+
     def __init__(self, log_folder: Path, fsync: str) -> None:
         self.folder = log_folder / "groups"
         self.fsync = fsync

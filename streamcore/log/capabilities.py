@@ -1,0 +1,183 @@
+"""What some backends can do beyond the contracts of `streamcore.log.api`, as runtime-checkable
+protocols: a caller tests `isinstance(manager, Purgeable)` rather than the backend's type name or
+`getattr`, so a new backend with the method gets the feature, and one without it gets the
+caller's "not here" path.
+
+| protocol | of | who has it today |
+|---|---|---|
+| `Purgeable` | manager | local: retention on demand, with the groups' guard |
+| `Compactable` | manager | local: key compaction (Kafka's broker compacts its topics itself) |
+| `TopicConfigurable` | manager | Kafka: the topic's configs as the broker reports them |
+| `Inspectable` | manager | local, Kafka: `info(name)` (records, bytes, retention) |
+| `Segmented` | manager | local: per-log retention and segment roll times |
+| `OnDisk` | manager | local: the folder of the logs and of each log |
+| `Configured` | manager | local, `UnifiedLogManager`: the settings it was made with |
+| `ArrowAppender` | appender | local: whole Arrow columns as one batch |
+| `CursorDescription` | description | local: another process reads partitions with cursors |
+| `ManagerDescription` | description | local: another process opens a manager to append |
+| `TopicDescription` | description | Kafka: Spark's Kafka source and sink reach the topic |
+
+A protocol checks that the members exist, not their signatures: the signatures below are the
+contract an implementation keeps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from streamcore.config import StreamcoreConfig
+    from streamcore.log.api import LogManager
+    from streamcore.log.values import LogInfo
+    from streamcore.names import Name
+
+__all__ = [
+    "ArrowAppender",
+    "Compactable",
+    "Configured",
+    "CursorDescription",
+    "Inspectable",
+    "ManagerDescription",
+    "OnDisk",
+    "Purgeable",
+    "Segmented",
+    "TopicConfigurable",
+    "TopicDescription",
+]
+
+
+@runtime_checkable
+class Purgeable(Protocol):
+    """Retention applied on demand: expired segments go once every group has read past them."""
+
+    def purge_plan(self, name: str | Name, now_ms: int | None = None) -> Sequence[Any]:
+        """Per partition, what `purge` would remove and which groups hold the rest (nothing
+        changes); local: `streamcore.log.local.retention.PartitionPurge`."""
+        ...
+
+    def purge(
+        self, name: str | Name, now_ms: int | None = None, *, force: bool = False
+    ) -> dict[int, list[int]]:
+        """Remove expired segments (also those groups have not read, with `force`); the removed
+        segment bases per partition."""
+        ...
+
+
+@runtime_checkable
+class Compactable(Protocol):
+    """Key compaction run by the caller (the retention job), not by a broker."""
+
+    def compact(
+        self,
+        name: str | Name,
+        now_ms: int | None = None,
+        *,
+        min_lag_ms: int = 0,
+        delete_retention_ms: int = ...,
+        dry_run: bool = False,
+    ) -> Sequence[Any]:
+        """Keep the latest record per key in sealed segments; per partition what it did
+        (local: `streamcore.log.local.compaction.PartitionCompaction`)."""
+        ...
+
+
+@runtime_checkable
+class TopicConfigurable(Protocol):
+    """Logs that carry broker-side configs (Kafka topics: `cleanup.policy`, `retention.ms`)."""
+
+    def topic_config(self, name: str | Name) -> dict[str, str]:
+        """The log's configs as the broker reports them."""
+        ...
+
+
+@runtime_checkable
+class Inspectable(Protocol):
+    """A summary of one log in one call."""
+
+    def info(self, name: str | Name) -> LogInfo: ...
+
+
+@runtime_checkable
+class Segmented(Protocol):
+    """Per-log retention and segment roll, set when the log is created (its manager's `create`
+    takes the options `retention` and `segment_roll`)."""
+
+    def retention_ms(self, name: str | Name) -> int: ...
+
+    def segment_roll_ms(self, name: str | Name) -> int: ...
+
+
+@runtime_checkable
+class OnDisk(Protocol):
+    """Logs in folders of this machine."""
+
+    root: Path
+
+    def folder(self, name: str | Name) -> Path:
+        """The folder of log `name`."""
+        ...
+
+
+@runtime_checkable
+class Configured(Protocol):
+    """A manager made from the project's settings (home, log defaults, codecs)."""
+
+    config: StreamcoreConfig
+
+
+@runtime_checkable
+class ArrowAppender(Protocol):
+    """An appender that takes Arrow columns without per-record Python work."""
+
+    def append_arrow(self, partition: int, keys: Any, values: Any) -> int:
+        """Append pyarrow string/binary arrays to `partition` as one batch; its first offset."""
+        ...
+
+
+@runtime_checkable
+class CursorDescription(Protocol):
+    """A description from which any process reads partitions through cursors
+    (`streamcore.log.cursor.tailer.Cursor`; Spark's streamcore_log data source also takes Arrow
+    batches from them, `next_arrow`)."""
+
+    name: str
+    partitions: int
+
+    def open_cursor(self, partition: int) -> Any:
+        """A read-only cursor on one partition; close it."""
+        ...
+
+    def label(self, partition: int) -> str:
+        """How messages name a partition."""
+        ...
+
+    def to_json(self) -> str:
+        """The description as text (`streamcore.log.registry.description_from_json` reads it)."""
+        ...
+
+
+@runtime_checkable
+class ManagerDescription(Protocol):
+    """A description from which any process opens a manager of the log's backend (to append)."""
+
+    name: str
+    partitions: int
+
+    def open_manager(self) -> LogManager:
+        """A manager on the log's backend; close it."""
+        ...
+
+
+@runtime_checkable
+class TopicDescription(Protocol):
+    """A log that is a Kafka topic: Spark's Kafka source and sink reach it with these options."""
+
+    name: str
+    topic: str
+    compacted: bool
+
+    def spark_options(self) -> dict[str, str]:
+        """`kafka.*` options for Spark's Kafka source and sink (secrets in clear: never log)."""
+        ...
