@@ -1,8 +1,9 @@
 """What `spark-submit` needs to run a job of `jobs/`: jars, Spark confs and environment.
 
-Pure Python, no pyspark import: Airflow DAGs call `submit_config()` at parse time to fill a
-SparkSubmitOperator, and `jobs.spark.session` builds local sessions from the same values, so a job
-behaves the same under spark-submit and under `python jobs/<job>.py`.
+Pure Python, no pyspark import: the DAGs' spark-submit tasks call `submit_config()` when the task
+runs (not when the DAG file is parsed: a config error then fails that task, not the DAG bag), and
+`jobs.spark.session` builds local sessions from the same values, so a job behaves the same under
+spark-submit and under `python jobs/<job>.py`.
 """
 
 from __future__ import annotations
