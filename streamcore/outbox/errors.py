@@ -33,9 +33,11 @@ class SchemaMissingError(OutboxError):
     """The jobs table does not exist in the database `put` writes to."""
 
 
-class ConsumerFailedError(OutboxError, AssertionError):
-    """The test harness ran a job whose consumer raised; the consumer's exception is the cause."""
+class ConsumerFailedError(OutboxError):
+    """The test harness ran a job whose consumer raised; the consumer's exception is the cause.
+    Not an `AssertionError` (it was one): pytest reports any exception as a failed test, and an
+    `except AssertionError` meant for a test's own checks must not catch a library error."""
 
 
-class NoJobError(OutboxError, AssertionError):
+class NoJobError(OutboxError):
     """There is no job to run in the queue (test harness, `retry_one_error`)."""

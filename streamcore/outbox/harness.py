@@ -9,7 +9,7 @@
 `consume_one` claims the next claimable job of the queue as a worker would (order, dependencies)
 and runs it; on a batch queue (`batch_capacity`) it runs one batch: the ready jobs up to the
 capacity, without waiting for the batch threshold. It asserts success: a consumer exception becomes
-ConsumerFailedError (an AssertionError) with the exception as its cause, and the jobs go to
+ConsumerFailedError (an OutboxError) with the exception as its cause, and the jobs go to
 `error` as in production. `force_retry` runs the oldest job in error the same way, ignoring its
 backoff.
 """

@@ -11,7 +11,15 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from streamcore.outbox import DONE, ERROR, OutboxError, QueueSpec, VirtualQueue, put_many
+from streamcore.outbox import (
+    DONE,
+    ERROR,
+    ConsumerFailedError,
+    OutboxError,
+    QueueSpec,
+    VirtualQueue,
+    put_many,
+)
 from streamcore.outbox.claim import batch_due_in
 from streamcore.outbox.schema import jobs
 
@@ -105,7 +113,7 @@ def test_the_virtual_queue_runs_a_batch_and_retries_one_job(make_outbox, registr
     with outbox.engine.begin() as conn:
         put_many(conn, "q", ["a", "b", "c", "d", "e"], ids=list("abcde"), registry=registry)
     queue = VirtualQueue(outbox)
-    with pytest.raises(AssertionError, match=r"job a and 3 more of queue q failed: Connection"):
+    with pytest.raises(ConsumerFailedError, match=r"job a and 3 more of queue q failed: Conn"):
         queue.consume_one("q")
     assert statuses(outbox.engine, "q") == {**dict.fromkeys("abcd", ERROR), "e": "init"}
     assert queue.force_retry("q") == 1

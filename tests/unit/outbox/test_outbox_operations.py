@@ -45,7 +45,7 @@ def test_virtual_queue_runs_jobs_in_the_callers_thread(make_outbox, registry):
     with pytest.raises(ConsumerFailedError, match="job m1 of queue mail failed: KeyError") as info:
         queue.consume_one("mail")
     assert isinstance(info.value.__cause__, KeyError)
-    assert isinstance(info.value, AssertionError)
+    assert not isinstance(info.value, AssertionError)
     assert outbox.get_errors("mail")[0].tries == 1
     flaky.broken = False
     assert queue.force_retry("mail") == "sent to ada"
