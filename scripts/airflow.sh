@@ -185,13 +185,49 @@ EOF
 init() {
   spark_auth_conf "$AIRFLOW_HOME/spark-conf"
   start_postgres
-  ensure_database
   compile_venv
   write_config
-  say "migrating the metadata database ($(redacted_db_url))"
-  "$venv_bin/airflow" db migrate >"$AIRFLOW_HOME/logs/migrate.log" 2>&1 \
-    || { tail -n 30 "$AIRFLOW_HOME/logs/migrate.log" >&2; fail "airflow db migrate failed (above)"; }
+  if [[ -n "$local_postgres" ]] && [[ "$(database exists)" == no ]]; then
+    copy_template
+  else
+    database create
+    migrate "$STREAMCORE_AIRFLOW_DB_URL"
+  fi
   register_connection
+}
+
+migrate() {
+  local url="$1"
+  say "migrating the metadata database ($(redact "$url"))"
+  local env=(AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="$url")
+  [[ "$url" != postgresql+psycopg://* ]] \
+    || env+=(AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_ASYNC="postgresql+psycopg_async://${url#postgresql+psycopg://}")
+  env "${env[@]}" "$venv_bin/airflow" db migrate >"$AIRFLOW_HOME/logs/migrate.log" 2>&1 \
+    || { tail -n 30 "$AIRFLOW_HOME/logs/migrate.log" >&2; fail "airflow db migrate failed (above)"; }
+}
+
+# Migrating an empty metadata database takes 20-45 s, and the test suite makes a dozen homes. On
+# the local server a new home's database is a copy of a migrated template (CREATE DATABASE ...
+# TEMPLATE, about a second), one template per installed environment (the .venv stamp names it,
+# so an upgraded Airflow migrates a new one). The template is migrated under another name and
+# renamed when done, so a migration killed half-way is never copied; a lock lets one init at a
+# time build it. Other servers (the cluster's, compose's) are migrated in place.
+copy_template() {
+  local stamp template
+  stamp="$(compgen -G "$root/.venv/.installed-*" | head -n 1 || true)"
+  stamp="$(basename "${stamp:-none}")"
+  template="airflow_template_${stamp#.installed-}"
+  mkdir -p "$root/.cache"
+  (
+    flock 9
+    if [[ "$(database exists "$template")" == no ]]; then
+      database drop "${template}_building"
+      database create "${template}_building"
+      migrate "${STREAMCORE_AIRFLOW_DB_URL%/*}/${template}_building"
+      database rename "${template}_building" "$template"
+    fi
+    database create "$(db_name)" "$template"
+  ) 9>"$root/.cache/airflow-template.lock"
 }
 
 # The pid of our standalone if it runs: the pid file names a live `airflow standalone`.
@@ -364,18 +400,22 @@ start_postgres() {
   }
 }
 
-redacted_db_url() { sed -E 's#//([^:@/]+):[^@/]*@#//\1:***@#' <<<"$STREAMCORE_AIRFLOW_DB_URL"; }
+redact() { sed -E 's#//([^:@/]+):[^@/]*@#//\1:***@#' <<<"$1"; }
+db_name() { echo "${STREAMCORE_AIRFLOW_DB_URL##*/}"; }
 
-# A PostgreSQL server (the local one, the cluster's, compose's image) starts with its own
-# databases only: Airflow's (STREAMCORE_AIRFLOW_DB_URL) is created here before the migration.
-ensure_database() {
-  [[ "$STREAMCORE_AIRFLOW_DB_URL" == postgresql* ]] || return 0
-  "$venv_bin/python" - "$STREAMCORE_AIRFLOW_DB_URL" <<'EOF'
+# `database exists|create|drop|rename [NAME] [TEMPLATE|NEW]` on the server of
+# STREAMCORE_AIRFLOW_DB_URL (NAME defaults to its database). A PostgreSQL server (the local one,
+# the cluster's, compose's image) starts with its own databases only: Airflow's is created here
+# before the migration. Other URLs (SQLite) need none of it.
+database() {
+  [[ "$STREAMCORE_AIRFLOW_DB_URL" == postgresql* ]] || { [[ "$1" == exists ]] && echo yes; return 0; }
+  "$venv_bin/python" - "$STREAMCORE_AIRFLOW_DB_URL" "$@" <<'EOF'
 import sys
 import psycopg
 from sqlalchemy.engine import make_url
 
-url = make_url(sys.argv[1])
+url, action, args = make_url(sys.argv[1]), sys.argv[2], sys.argv[3:]
+name = args[0] if args else url.database
 try:
     conn = psycopg.connect(host=url.host, port=url.port, user=url.username,
                            password=url.password, dbname="postgres", autocommit=True)
@@ -383,9 +423,18 @@ except psycopg.OperationalError as exc:
     sys.exit(f"airflow: cannot reach PostgreSQL at {url.host}:{url.port} ({exc}); "
              "is the server up, and STREAMCORE_AIRFLOW_DB_URL right?")
 with conn:
-    if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (url.database,)).fetchone():
-        conn.execute(f'CREATE DATABASE "{url.database}"')
-        print(f"airflow: created database {url.database} for Airflow's metadata")
+    exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+    if action == "exists":
+        print("yes" if exists else "no")
+    elif action == "create" and not exists:
+        template = f' TEMPLATE "{args[1]}"' if len(args) > 1 else ""
+        conn.execute(f'CREATE DATABASE "{name}"{template}')
+        source = f" (a copy of {args[1]})" if template else ""
+        print(f"airflow: created database {name} for Airflow's metadata{source}")
+    elif action == "drop" and exists:
+        conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+    elif action == "rename":
+        conn.execute(f'ALTER DATABASE "{name}" RENAME TO "{args[1]}"')
 EOF
 }
 
