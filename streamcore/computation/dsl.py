@@ -38,7 +38,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from streamcore.computation.dsl_errors import DslDefinitionError, NotCallableError
 from streamcore.computation.dsl_graph import (
     OperatorNode,
     SinkInfo,
@@ -47,6 +46,7 @@ from streamcore.computation.dsl_graph import (
     subtopologies,
 )
 from streamcore.computation.dsl_values import ValueCodecSpec, resolve_value_codec
+from streamcore.computation.errors import DslDefinitionError, NotCallableError
 from streamcore.errors import InvalidNameError
 from streamcore.names import Name
 

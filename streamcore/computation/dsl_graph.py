@@ -12,7 +12,7 @@ import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from streamcore.computation.dsl_errors import DslDefinitionError, UnfinishedStreamError
+from streamcore.computation.errors import DslDefinitionError, UnfinishedStreamError
 from streamcore.names import NO_NAMESPACE, Name
 
 if TYPE_CHECKING:

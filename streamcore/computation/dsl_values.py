@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from streamcore.codecs import AVRO_MODES, Codec, JsonCodec, get_codec
-from streamcore.computation.dsl_errors import DslDefinitionError
+from streamcore.computation.errors import DslDefinitionError
 from streamcore.errors import CodecError
 
 __all__ = ["BytesCodec", "ValueCodecSpec", "resolve_value_codec"]

@@ -50,12 +50,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from streamcore.computation.computation import Computation, ComputationContext
-from streamcore.computation.dsl_errors import (
+from streamcore.computation.dsl_values import ValueCodecSpec, resolve_value_codec
+from streamcore.computation.errors import (
     DslDefinitionError,
     NotCallableError,
     UnknownOutputError,
 )
-from streamcore.computation.dsl_values import ValueCodecSpec, resolve_value_codec
 from streamcore.errors import InvalidNameError
 from streamcore.names import Name
 from streamcore.record import Flag, Record

@@ -7,7 +7,7 @@ import pytest
 
 from streamcore.codecs import AvroCodec, JsonCodec
 from streamcore.computation import Computation, Processor, Topology
-from streamcore.computation.dsl_errors import (
+from streamcore.computation.errors import (
     DslDefinitionError,
     NotCallableError,
     UnfinishedStreamError,

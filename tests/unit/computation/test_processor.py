@@ -14,7 +14,7 @@ from streamcore.computation import (
     TopologyTestDriver,
 )
 from streamcore.computation.dlq import DeadLetter
-from streamcore.computation.dsl_errors import (
+from streamcore.computation.errors import (
     DslDefinitionError,
     NotCallableError,
     UnknownOutputError,

@@ -1,5 +1,5 @@
-"""Errors of the DSL and the processor API. Each message names the stream, operator or
-computation at fault and says how to fix it."""
+"""Errors of the computations: the DSL, the processor API and the runtime. Each message names
+the stream, operator or computation at fault and says how to fix it."""
 
 from __future__ import annotations
 
