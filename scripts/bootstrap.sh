@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Create .venv (if missing) and install the project with its dev group, pinned by pyproject.toml.
+# Create .venv (if missing) and install the project with every extra (kafka, jobs, airflow) and its
+# dev group, pinned by pyproject.toml: the development environment runs all of it. A core-only
+# install is `pip install streamcore` (docs/configuration.md#dependencies).
 # Called by make when the stamp for the current pyproject.toml hash is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +21,7 @@ fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check "uv==0.13.9"
 echo "bootstrap: installing streamcore and its dependencies into .venv (about a minute) ..."
 start=$SECONDS
-.venv/bin/uv pip install --quiet --python .venv/bin/python -e . --group dev
+.venv/bin/uv pip install --quiet --python .venv/bin/python -e '.[kafka,jobs,airflow]' --group dev
 .venv/bin/python -m pip check
 # pyspark ships only as a source archive, and each fresh environment builds it into a new 1.4 GB
 # revision of uv's shared cache; without pruning, repeated clean-clone runs filled a 90 GB disk.

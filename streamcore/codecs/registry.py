@@ -250,8 +250,8 @@ class ConfluentSchemaRegistry:
                 raise CodecError(
                     CODEC,
                     f"codec.schema_registry_url is set but confluent_kafka.schema_registry cannot "
-                    f"be imported ({exc}); install confluent-kafka[schemaregistry] or clear the "
-                    "url to use the file registry",
+                    f"be imported ({exc}); install the kafka extra (pip install "
+                    "'streamcore[kafka]') or clear the url to use the file registry",
                 ) from exc
             settings = {"url": url, **(conf or {})}
             try:

@@ -916,7 +916,7 @@ class TestConfluentSchemaRegistry:
         try:
             import confluent_kafka.schema_registry  # noqa: F401
         except ImportError:
-            with pytest.raises(CodecError, match=r"install confluent-kafka\[schemaregistry\]"):
+            with pytest.raises(CodecError, match=r"pip install 'streamcore\[kafka\]'"):
                 open_registry(config)
         else:
             assert isinstance(open_registry(config), ConfluentSchemaRegistry)

@@ -156,7 +156,7 @@ class KafkaBackend(Backend):
         except ImportError as exc:
             raise ConfigError(
                 f"{config.key} is a kafka config but the Kafka backend cannot be loaded "
-                f"({exc}); install the project's dependencies (confluent-kafka), or route "
+                f"({exc}); install the kafka extra (pip install 'streamcore[kafka]'), or route "
                 "these logs to a local config"
             ) from exc
         return KafkaLogManager(**kafka_kwargs(config, settings))
