@@ -49,12 +49,12 @@ import sqlalchemy as sa
 from outbox_bench import with_postgres
 
 from streamcore.audit import STREAM, publish, relay
-from streamcore.cli.table import TextColumn, render_table
 from streamcore.config import StreamcoreConfig, project_root
 from streamcore.log import LogManager
 from streamcore.log.local.manager import LocalLogManager
 from streamcore.outbox import Outbox, Registry
 from streamcore.outbox.schema import TABLE
+from streamcore.text import TextColumn, render_table
 
 TARGET_SQLITE_RATE = 5000.0
 BATCHED = "25 / 500 ms"

@@ -54,7 +54,7 @@ from streamcore.config import project_root
 ROOT = project_root()
 sys.path.insert(0, str(ROOT))
 
-from streamcore.cli.table import render_table  # noqa: E402
+from streamcore.text import render_table  # noqa: E402
 
 TARGET = 0.5  # bulk documents/s over the baseline's, at the best setting (issue 14)
 QUERY = "type IN ('Folder', 'File', 'Note')"  # every generated document

@@ -39,12 +39,12 @@ from streamcore.config import LogDefaults, StreamcoreConfig, project_root
 ROOT = project_root()
 sys.path.insert(0, str(ROOT))
 
-from streamcore.cli.table import TextColumn, render_table  # noqa: E402
 from streamcore.log import LogPartition  # noqa: E402
 from streamcore.log.config import ARCHIVER  # noqa: E402
 from streamcore.log.local.manager import LocalLogManager  # noqa: E402
 from streamcore.log.local.reader import PartitionCursor  # noqa: E402
 from streamcore.log.local.segment import list_segments, segment_name  # noqa: E402
+from streamcore.text import TextColumn, render_table  # noqa: E402
 
 NAME = "bench/state"
 APPEND_BATCH = 10_000

@@ -45,7 +45,7 @@ from streamcore.config import project_root
 ROOT = project_root()
 sys.path.insert(0, str(ROOT))
 
-from streamcore.cli.table import render_table  # noqa: E402
+from streamcore.text import render_table  # noqa: E402
 
 VENV_BIN = ROOT / ".venv" / "bin"
 DAG = "streamcore_audit"

@@ -35,7 +35,7 @@ from streamcore.config import project_root
 ROOT = project_root()
 sys.path.insert(0, str(ROOT))
 
-from streamcore.cli.table import render_table  # noqa: E402
+from streamcore.text import render_table  # noqa: E402
 
 # Importer throughput / plain-Spark throughput to reach (issue 11): consume alone, and produce +
 # consume.

@@ -34,10 +34,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from streamcore.cli.table import TextColumn, render_table
 from streamcore.config import project_root
 from streamcore.outbox import Outbox, Registry, put_many
 from streamcore.outbox.schema import TABLE
+from streamcore.text import TextColumn, render_table
 
 ROOT = project_root()
 POSTGRES = ROOT / "scripts" / "postgres.sh"

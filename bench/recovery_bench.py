@@ -44,7 +44,7 @@ from streamcore.config import project_root
 ROOT = project_root()
 sys.path.insert(0, str(ROOT))
 
-from streamcore.cli.table import TextColumn, render_table  # noqa: E402
+from streamcore.text import TextColumn, render_table  # noqa: E402
 
 DLQ, TARGET, SPARK_TARGET = "bench/dlq-x", "bench/in", "bench/in-spark"
 APPEND_BATCH = 10_000

@@ -58,8 +58,8 @@ from streamcore.config import project_root
 ROOT = project_root()
 sys.path.insert(0, str(ROOT))  # `jobs` is not installed
 
-from streamcore.cli.table import TextColumn, render_table  # noqa: E402
 from streamcore.codecs.framing import single_object_header  # noqa: E402
+from streamcore.text import TextColumn, render_table  # noqa: E402
 
 TARGET = 0.5  # the archive job's records/s >= half of plain Spark's (issue 13)
 STREAM = "bench/history"

@@ -377,7 +377,7 @@ def _outbox_action(params: dict[str, Any], user: str, dry_run: bool) -> dict[str
 
 def render_summary(params: dict[str, Any], planned: dict[str, Any], out: dict[str, Any]) -> str:
     """The before / after table of a run, for the summary task's log."""
-    from streamcore.cli.table import render_table
+    from streamcore.text import render_table
 
     action = params["action"]
     head = [

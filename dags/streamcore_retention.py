@@ -150,7 +150,7 @@ def _compacted(c: Mapping[str, Any]) -> str:
 
 def render_summary(outputs: Mapping[str, Mapping[str, Any]]) -> str:
     """One row per stream (archive, purge and compact) and per table (maintain)."""
-    from streamcore.cli.table import render_table
+    from streamcore.text import render_table
 
     archive, purge, maintain = outputs["archive"], outputs["purge"], outputs["maintain"]
     streams = []

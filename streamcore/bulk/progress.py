@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from streamcore.bulk.model import BulkStatus, now_ms
-from streamcore.cli.table import human_duration
+from streamcore.text import human_duration
 
 
 def progress(status: BulkStatus, now: int | None = None) -> dict[str, Any]:

@@ -13,14 +13,6 @@ from streamcore.cli.context import (
     require_backend,
 )
 from streamcore.cli.lag import lag_dict
-from streamcore.cli.table import (
-    TextColumn,
-    format_time,
-    human_bytes,
-    iso_time,
-    render_table,
-    short_duration,
-)
 from streamcore.config import FSYNC_MODES, parse_duration_ms
 from streamcore.errors import ConfigError, LogExistsError, StreamcoreError
 from streamcore.log import LogManager, LogPartition
@@ -29,6 +21,14 @@ from streamcore.log.config import BackendConfig
 from streamcore.log.registry import MAX_PARTITIONS, backend_type, partitions_in_range
 from streamcore.log.unified import UnifiedLogManager
 from streamcore.names import Name
+from streamcore.text import (
+    TextColumn,
+    format_time,
+    human_bytes,
+    iso_time,
+    render_table,
+    short_duration,
+)
 
 
 def log_summary(manager: LogManager, name: Name) -> dict[str, Any]:

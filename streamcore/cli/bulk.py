@@ -29,7 +29,7 @@ from streamcore.bulk.dispatch import DISPATCH_DAG_ID
 from streamcore.bulk.model import check_command_id
 from streamcore.bulk.progress import progress, progress_line
 from streamcore.cli.context import Context, UsageError, global_options
-from streamcore.cli.table import iso_time, render_table
+from streamcore.text import iso_time, render_table
 
 _BAD_ARGUMENTS = (BulkParamsError, BulkQueryError, UnknownActionError, CommandNotFoundError)
 _TIMES = (

@@ -12,8 +12,8 @@ from streamcore.cli.context import (
     global_options,
     resolve_codec,
 )
-from streamcore.cli.table import TextColumn, human_bytes, render_table
 from streamcore.log.registry import MAX_PARTITIONS, partitions_in_range
+from streamcore.text import TextColumn, human_bytes, render_table
 
 
 def _progress(ctx: Context) -> Any:

@@ -12,10 +12,10 @@ from streamcore.cli.context import (
     group_name,
     resolve_codec,
 )
-from streamcore.cli.table import TextColumn, format_time, human_duration, iso_time, render_table
 from streamcore.errors import CodecError
 from streamcore.log import Latency, LogLag
 from streamcore.names import Name
+from streamcore.text import TextColumn, format_time, human_duration, iso_time, render_table
 
 logger = logging.getLogger(__name__)
 

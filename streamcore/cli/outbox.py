@@ -15,9 +15,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from streamcore.cli.context import Context, UsageError, global_options
-from streamcore.cli.table import TextColumn, iso_time, render_table
 from streamcore.config import parse_duration_ms
 from streamcore.errors import ConfigError, StreamcoreError
+from streamcore.text import TextColumn, iso_time, render_table
 
 MESSAGE_WIDTH = 60
 

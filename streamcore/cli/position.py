@@ -12,9 +12,9 @@ from streamcore.cli.context import (
     global_options,
     group_name,
 )
-from streamcore.cli.table import iso_time, render_table
 from streamcore.recovery.errors import SelectionError
 from streamcore.recovery.positions import ResetTarget, apply_plan, plan_reset
+from streamcore.text import iso_time, render_table
 
 _TO_OFFSET = re.compile(r"^\s*(?:(\d+)\s*:\s*\+?)?(\d+)\s*$")
 

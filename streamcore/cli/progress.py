@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 import time
 
-from streamcore.cli.table import human_bytes, rate
+from streamcore.text import human_bytes, rate
 
 
 class Progress:

@@ -17,7 +17,6 @@ from typing import Any
 from streamcore.cli.context import Context, UsageError, global_options, group_name
 from streamcore.cli.position import parse_date_ms, parse_to_offset
 from streamcore.cli.progress import Progress
-from streamcore.cli.table import format_time, render_table
 from streamcore.recovery import (
     DeadLetterFilter,
     Outcome,
@@ -26,6 +25,7 @@ from streamcore.recovery import (
     SelectionError,
     error_counts,
 )
+from streamcore.text import format_time, render_table
 
 MESSAGE_WIDTH = 50
 

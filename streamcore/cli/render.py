@@ -9,10 +9,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from streamcore.cli.table import format_time, iso_time
 from streamcore.errors import CodecError
 from streamcore.log import LogOffset, LogPartition, LogRecord, LogTailer
 from streamcore.record import Flag, Record
+from streamcore.text import format_time, iso_time
 from streamcore.watermark import Watermark
 
 logger = logging.getLogger(__name__)

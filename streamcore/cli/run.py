@@ -22,7 +22,7 @@ from typing import Any
 
 from streamcore.cli.context import Context, UsageError, global_options
 from streamcore.cli.progress import Progress
-from streamcore.cli.table import human_duration, render_table
+from streamcore.text import human_duration, render_table
 
 _TICK = 0.2
 

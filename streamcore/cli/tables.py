@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from streamcore.cli.context import Context, global_options
-from streamcore.cli.table import TextColumn, human_bytes, render_table
 from streamcore.table_status import table_status
 from streamcore.tables import table_specs
+from streamcore.text import TextColumn, human_bytes, render_table
 
 
 def run_tables(ctx: Context) -> int:

@@ -21,12 +21,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from streamcore.cli.table import iso_time
 from streamcore.log import LiveMember, LogManager, LogPartition
 from streamcore.log.config import TOOLS_GROUP
 from streamcore.names import Name
 from streamcore.recovery.deadletters import read_range
 from streamcore.recovery.errors import LiveMembersError, SelectionError
+from streamcore.text import iso_time
 
 __all__ = [
     "PositionMove",

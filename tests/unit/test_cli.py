@@ -20,12 +20,12 @@ import pytest
 from cli_support import Result, cli_runner
 
 from streamcore.cli.main import main
-from streamcore.cli.table import human_bytes, human_duration, render_table
 from streamcore.codecs import get_codec
 from streamcore.config import load_config
 from streamcore.log import LogPartition, partition_for_key
 from streamcore.log.local.manager import LocalLogManager
 from streamcore.record import Flag, Record
+from streamcore.text import human_bytes, human_duration, render_table
 from streamcore.watermark import Watermark
 
 BASE_MS = 1_600_000_000_000  # 2020-09-13T12:26:40Z

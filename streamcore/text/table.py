@@ -1,4 +1,4 @@
-"""Rendering helpers for the CLI: aligned text tables and human-readable numbers, times, sizes.
+"""Aligned text tables and human-readable numbers, times, sizes (the CLI, DAG summaries, benches).
 
 `render_table` right-aligns numeric columns (detected from the values, or forced with
 `TextColumn(align="right")`), left-aligns the rest, and puts a rule under the header.
@@ -10,6 +10,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+
+__all__ = [
+    "TextColumn",
+    "format_time",
+    "human_bytes",
+    "human_duration",
+    "iso_time",
+    "rate",
+    "render_table",
+    "short_duration",
+]
 
 _BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
@@ -120,4 +131,5 @@ def iso_time(ms: int | None) -> str | None:
 
 
 def rate(count: float, seconds: float) -> float:
+    """Per second; 0 when no time passed."""
     return count / seconds if seconds > 0 else 0.0
