@@ -21,7 +21,7 @@ from __future__ import annotations
 import abc
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from streamcore.errors import TailerConflictError
 from streamcore.log.values import (
@@ -35,6 +35,9 @@ from streamcore.log.values import (
 )
 from streamcore.names import Name
 
+if TYPE_CHECKING:
+    from streamcore.codecs import Codec
+
 __all__ = ["LogAppender", "LogManager", "LogTailer", "RebalanceListener"]
 
 M = TypeVar("M")
@@ -44,7 +47,7 @@ class LogAppender(abc.ABC, Generic[M]):
     """Appends messages to a log. Thread-safe."""
 
     name: Name
-    codec: Any
+    codec: Codec[M] | None
 
     @property
     @abc.abstractmethod
@@ -121,7 +124,7 @@ class LogTailer(abc.ABC, Generic[M]):
     records marked or read since the last periodic commit; none is skipped."""
 
     group: str
-    codec: Any
+    codec: Codec[M] | None
     commit_interval: float = 1.0
     _marked: dict[LogPartition, int]  # marks not committed yet
     _mark_high: dict[LogPartition, int]  # highest mark per partition, committed or not
@@ -306,14 +309,14 @@ class LogManager(abc.ABC):
     def list_groups(self, name: str | Name) -> list[str]: ...
 
     @abc.abstractmethod
-    def appender(self, name: str | Name, codec: Any = None) -> LogAppender[Any]: ...
+    def appender(self, name: str | Name, codec: Codec[Any] | None = None) -> LogAppender[Any]: ...
 
     @abc.abstractmethod
     def tailer(
         self,
         group: str,
         source: str | Name | LogPartition | Sequence[LogPartition],
-        codec: Any = None,
+        codec: Codec[Any] | None = None,
     ) -> LogTailer[Any]:
         """A tailer with a static assignment: the given partitions (all of a log for a name)."""
 
@@ -360,7 +363,7 @@ class LogManager(abc.ABC):
         group: str,
         names: Sequence[str | Name],
         listener: RebalanceListener | None = None,
-        codec: Any = None,
+        codec: Codec[Any] | None = None,
     ) -> LogTailer[Any]:
         """A tailer whose partitions are shared out among every subscribed member of `group`
         (in this and other processes) and move when members join or leave. Don't mix with
@@ -430,7 +433,11 @@ class LogManager(abc.ABC):
         from elsewhere (memory)."""
 
     def latency_per_partition(
-        self, name: str | Name, group: str, codec: Any = None, now_ms: int | None = None
+        self,
+        name: str | Name,
+        group: str,
+        codec: Codec[Any] | None = None,
+        now_ms: int | None = None,
     ) -> list[Latency]:
         """Latency per partition. With a Record codec the timestamp is the record's watermark,
         else the append timestamp."""
@@ -452,7 +459,7 @@ class LogManager(abc.ABC):
             out.append(Latency(lower, now, lag, key))
         return out
 
-    def latency(self, name: str | Name, group: str, codec: Any = None) -> Latency:
+    def latency(self, name: str | Name, group: str, codec: Codec[Any] | None = None) -> Latency:
         return Latency.aggregate(self.latency_per_partition(name, group, codec))
 
     @abc.abstractmethod

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streamcore.config import StreamcoreConfig, load_config
 from streamcore.errors import ConfigError, LogClosedError
@@ -32,6 +32,9 @@ from streamcore.log.config import BackendConfig, LogConfig, Route
 from streamcore.log.registry import backend_type
 from streamcore.log.values import Latency, LiveMember, LogDescription, LogLag, LogPartition
 from streamcore.names import Name
+
+if TYPE_CHECKING:
+    from streamcore.codecs import Codec
 
 logger = logging.getLogger(__name__)
 
@@ -206,14 +209,14 @@ class UnifiedLogManager(LogManager):
         return self.backend_for(name).describe(name)
 
     # -- appenders and tailers -------------------------------------------------------------------
-    def appender(self, name: str | Name, codec: Any = None) -> LogAppender[Any]:
+    def appender(self, name: str | Name, codec: Codec[Any] | None = None) -> LogAppender[Any]:
         return self.backend_for(name).appender(name, codec)
 
     def tailer(
         self,
         group: str,
         source: str | Name | LogPartition | Sequence[LogPartition],
-        codec: Any = None,
+        codec: Codec[Any] | None = None,
     ) -> LogTailer[Any]:
         names = _source_names(source)
         if not names:
@@ -225,7 +228,7 @@ class UnifiedLogManager(LogManager):
         group: str,
         names: Sequence[str | Name],
         listener: RebalanceListener | None = None,
-        codec: Any = None,
+        codec: Codec[Any] | None = None,
     ) -> LogTailer[Any]:
         if isinstance(names, str | Name):
             names = [names]
@@ -250,12 +253,16 @@ class UnifiedLogManager(LogManager):
         return self._group_manager(Name.of(name), group).lag(name, group)
 
     def latency_per_partition(
-        self, name: str | Name, group: str, codec: Any = None, now_ms: int | None = None
+        self,
+        name: str | Name,
+        group: str,
+        codec: Codec[Any] | None = None,
+        now_ms: int | None = None,
     ) -> list[Latency]:
         manager = self._group_manager(Name.of(name), group)
         return manager.latency_per_partition(name, group, codec, now_ms)
 
-    def latency(self, name: str | Name, group: str, codec: Any = None) -> Latency:
+    def latency(self, name: str | Name, group: str, codec: Codec[Any] | None = None) -> Latency:
         return self._group_manager(Name.of(name), group).latency(name, group, codec)
 
     def group_members(self, group: str) -> list[LiveMember]:

@@ -51,12 +51,15 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from streamcore.errors import ConfigError, LogError
 from streamcore.log.api import RebalanceListener
 from streamcore.log.cursor.tailer import Cursor, CursorTailer, PositionStore
 from streamcore.log.values import LiveMember, LogOffset, LogPartition, LogRecord
+
+if TYPE_CHECKING:
+    from streamcore.codecs import Codec
 
 logger = logging.getLogger(__name__)
 
@@ -475,7 +478,7 @@ class SubscribedTailer(CursorTailer):
         partitions: Sequence[LogPartition],
         open_cursor: Callable[[LogPartition], Cursor],
         positions: Callable[[LogPartition], PositionStore],
-        codec: Any = None,
+        codec: Codec[Any] | None = None,
         listener: RebalanceListener | None = None,
         on_close: Callable[[CursorTailer], None] | None = None,
     ) -> None:

@@ -17,11 +17,14 @@ import gc
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from streamcore.errors import CodecError, LogClosedError, LogError, UndecodableRecordError
 from streamcore.log.api import LogTailer
 from streamcore.log.values import LogOffset, LogPartition, LogRecord
+
+if TYPE_CHECKING:
+    from streamcore.codecs import Codec
 
 logger = logging.getLogger(__name__)
 _FETCH = 4096
@@ -69,7 +72,12 @@ def key_error(
 
 
 def value_error(
-    codec: Any, offset: LogOffset, key: str, value: bytes, timestamp: int, failure: Exception
+    codec: Codec[Any] | None,
+    offset: LogOffset,
+    key: str,
+    value: bytes,
+    timestamp: int,
+    failure: Exception,
 ) -> UndecodableRecordError:
     """The error for a record whose value `codec` rejects with `failure`."""
     if isinstance(failure, CodecError):
@@ -123,7 +131,7 @@ class CursorTailer(LogTailer[Any]):
         group: str,
         cursors: dict[LogPartition, Cursor],
         positions: Callable[[LogPartition], PositionStore],
-        codec: Any = None,
+        codec: Codec[Any] | None = None,
         on_close: Callable[[CursorTailer], None] | None = None,
     ) -> None:
         self.group = group

@@ -11,7 +11,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import (
     Consumer,
@@ -42,6 +42,9 @@ from streamcore.log.kafka.partitioner import kafka_partition_for_key
 from streamcore.log.registry import check_partitions
 from streamcore.log.values import AppendedOffsets, LiveMember, LogInfo, LogOffset, LogPartition
 from streamcore.names import Name
+
+if TYPE_CHECKING:
+    from streamcore.codecs import Codec
 
 logger = logging.getLogger(__name__)
 _CREATE_OPTIONS = ("replication_factor", "retention", "topic_config")
@@ -543,7 +546,7 @@ class KafkaLogManager(LogManager):
         return LogInfo(name, len(parts), records, 0, retention, starts, ends)
 
     # -- appenders and tailers ------------------------------------------------------------------
-    def appender(self, name: str | Name, codec: Any = None) -> KafkaAppender:
+    def appender(self, name: str | Name, codec: Codec[Any] | None = None) -> KafkaAppender:
         self._check_open()
         name = Name.of(name)
         appender = KafkaAppender(self, name, codec, self.size(name))
@@ -556,7 +559,7 @@ class KafkaLogManager(LogManager):
         self,
         group: str,
         source: str | Name | LogPartition | Sequence[LogPartition],
-        codec: Any = None,
+        codec: Codec[Any] | None = None,
     ) -> LogTailer[Any]:
         from streamcore.log.kafka.tailer import KafkaTailer
 
@@ -588,7 +591,7 @@ class KafkaLogManager(LogManager):
         group: str,
         names: Sequence[str | Name],
         listener: RebalanceListener | None = None,
-        codec: Any = None,
+        codec: Codec[Any] | None = None,
     ) -> LogTailer[Any]:
         """A member of the Kafka consumer group (`subscribe` with the classic protocol's eager
         assignment by default; set `partition.assignment.strategy` or `group.protocol` in
@@ -687,7 +690,9 @@ class KafkaAppender(LogAppender[Any]):
     """Produces to one topic through the manager's (pooled) idempotent producer and waits for the
     delivery reports, so every append returns where its records landed. Thread-safe."""
 
-    def __init__(self, manager: KafkaLogManager, name: Name, codec: Any, size: int) -> None:
+    def __init__(
+        self, manager: KafkaLogManager, name: Name, codec: Codec[Any] | None, size: int
+    ) -> None:
         self.manager = manager
         self.name = name
         self.codec = codec

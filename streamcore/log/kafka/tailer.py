@@ -35,6 +35,7 @@ from streamcore.log.values import LogOffset, LogPartition, LogRecord
 from streamcore.names import Name
 
 if TYPE_CHECKING:
+    from streamcore.codecs import Codec
     from streamcore.log.kafka.manager import KafkaLogManager
 
 logger = logging.getLogger(__name__)
@@ -56,7 +57,7 @@ class KafkaTailer(LogTailer[Any]):
         self,
         manager: KafkaLogManager,
         group: str,
-        codec: Any = None,
+        codec: Codec[Any] | None = None,
         *,
         partitions: Sequence[LogPartition] | None = None,
         names: Sequence[Name] | None = None,
