@@ -1,5 +1,7 @@
-"""What every streamcore DAG shares: where the project and its jobs are, a SparkSubmitOperator that
-returns the job's JSON summary, and the checks a run does before any Spark job starts.
+"""What every streamcore DAG shares: where the project and its jobs are, the job task (in the shape
+of an Airflow provider: `StreamcoreJobHook` owns the job's process, the thin
+`StreamcoreSparkSubmitOperator` delegates to it and returns the job's JSON summary), the checks a
+run does before any Spark job starts, and `job_tasks`, the validate → steps → summary factory.
 
 When the connection `spark_default` names a Spark Connect server (host `sc://HOST:PORT`, started
 by `make spark-connect`), the job tasks run their job in the task's own process as a thin client
@@ -19,12 +21,12 @@ import re
 import shutil
 import socket
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import BaseHook, BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from streamcore.config import project_root, streamcore_home
@@ -62,78 +64,125 @@ def summary_line(line: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) and "job" in value else None
 
 
-class _SummaryHook(SparkSubmitHook):
-    """Watches spark-submit's output for the job's one-line JSON summary. Spark's shutdown logs
-    may follow it on the merged stream, so the last summary line wins, not the last line."""
+class _SummaryWatch:
+    """The hook's logger, watching each message for the job's one-line JSON summary."""
+
+    def __init__(self, logger: Any, hook: StreamcoreSparkSubmitHook) -> None:
+        self._logger, self._hook = logger, hook
+
+    def info(self, msg: Any, *args: Any, **kwargs: Any) -> Any:
+        if not args and isinstance(msg, str):
+            found = summary_line(msg)
+            if found is not None:
+                self._hook.summary = found
+        return self._logger.info(msg, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._logger, name)
+
+
+class StreamcoreSparkSubmitHook(SparkSubmitHook):
+    """The provider's spark-submit hook (connection, command, process, kill) that also keeps the
+    job's one-line JSON summary in `summary`. The hook logs every line of spark-submit's output
+    through its public `log`, so the summary is read there: no private method of the provider is
+    overridden. Spark's shutdown logs may follow the summary on the merged stream, so the last
+    summary line wins, not the last line."""
 
     summary: dict[str, Any] | None = None
 
-    def _process_spark_submit_log(self, itr: Iterator[Any]) -> None:
-        def watched() -> Iterator[Any]:
-            for line in itr:
-                found = summary_line(line)
-                if found is not None:
-                    self.summary = found
-                yield line
-
-        super()._process_spark_submit_log(watched())
+    @property
+    def log(self) -> Any:
+        return _SummaryWatch(super().log, self)
 
 
-class StreamcoreSparkSubmitOperator(SparkSubmitOperator):
-    """spark-submit of a `jobs/` application with the jars, confs and environment of
-    `jobs.spark.submit.submit_config()` (resolved when the task runs, not at parse time), and the
-    job's JSON summary as return value (XCom). A job that exits 0 without a summary fails the
-    task: its contract is to print one."""
+class StreamcoreJobHook(BaseHook):
+    """Runs `jobs/<job>.py` and returns its JSON summary; owns the job's process.
 
-    def __init__(self, *, job: str, **kwargs: Any) -> None:
-        kwargs.setdefault("application", str(JOBS_DIR / f"{job}.py"))
-        kwargs.setdefault("conn_id", SPARK_CONN_ID)
-        kwargs.setdefault("name", f"streamcore-{job}")
-        super().__init__(**kwargs)
-        self.job = job
+    When the connection `conn_id` names a Spark Connect server (`sc://`), the job runs in this
+    process as a thin client of it (`jobs.spark.job.execute_job`: the same job code, summary and
+    exit codes as under spark-submit). Otherwise `StreamcoreSparkSubmitHook` spark-submits it
+    with the jars, confs and environment of `jobs.spark.submit.submit_config()` (resolved when
+    the task runs, not at parse time) ahead of `jars`, `conf` and `env_vars`.
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    :raises AirflowFailException: the set-up is wrong, the job refuses its arguments, or it exits
+        0 without a summary (its contract is to print one): a retry cannot help.
+    :raises AirflowException: the job failed (retried as a failed spark-submit is).
+    """
+
+    def __init__(
+        self,
+        *,
+        job: str,
+        application: str,
+        application_args: Sequence[Any] | None = None,
+        conn_id: str = SPARK_CONN_ID,
+        name: str | None = None,
+        conf: Mapping[str, Any] | None = None,
+        jars: str | None = None,
+        env_vars: Mapping[str, Any] | None = None,
+        driver_memory: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.job, self.application, self.conn_id = job, application, conn_id
+        self.application_args = [str(a) for a in application_args or []]
+        self.name = name or f"streamcore-{job}"
+        self.conf, self.jars, self.env_vars = dict(conf or {}), jars, dict(env_vars or {})
+        self.driver_memory = driver_memory
+        self.submit_hook: StreamcoreSparkSubmitHook | None = None
+
+    def get_conn(self) -> str:
+        """The master URL of the connection (see `connection_master`)."""
+        return connection_master(self.conn_id)
+
+    def run(self) -> dict[str, Any]:
+        """Run the job; its summary."""
+        remote = connect_url(self.conn_id)
+        if remote is not None:
+            return self.run_on_connect(remote)
+        return self.run_spark_submit()
+
+    def run_spark_submit(self) -> dict[str, Any]:
+        """spark-submit of the job (client mode: the driver's stdout is spark-submit's)."""
         from jobs.spark.submit import submit_config
         from streamcore.errors import StreamcoreError
 
-        remote = connect_url(self._conn_id)
-        if remote is not None:
-            return self._execute_on_connect(remote)
         try:
             config = submit_config()
         except StreamcoreError as exc:
             raise AirflowFailException(str(exc)) from exc
-        self.jars = ",".join(j for j in (config["jars"], self.jars) if j)
-        self.conf = {
-            **config["conf"],
-            "spark.ui.showConsoleProgress": "false",  # progress bars would flood the task log
-            **(self.conf or {}),
-        }
-        self.env_vars = {**config["env_vars"], **(self.env_vars or {})}
-        super().execute(context)
-        hook = self._hook
-        summary = getattr(hook, "summary", None)
+        self.submit_hook = StreamcoreSparkSubmitHook(
+            conf={
+                **config["conf"],
+                "spark.ui.showConsoleProgress": "false",  # progress bars would flood the task log
+                **self.conf,
+            },
+            conn_id=self.conn_id,
+            jars=",".join(j for j in (config["jars"], self.jars) if j),
+            name=self.name,
+            application_args=self.application_args,
+            env_vars={**config["env_vars"], **self.env_vars},
+            driver_memory=self.driver_memory,
+        )
+        self.submit_hook.submit(self.application)
+        summary = self.submit_hook.summary
         if summary is None:
             raise AirflowFailException(
                 f"{self.application} exited 0 but printed no JSON summary line; check the job's "
                 "output above (its last stdout line must be the summary)"
             )
-        self.log.info("%s summary: %s", self.job, json.dumps(summary, sort_keys=True))
         return summary
 
-    def _execute_on_connect(self, url: str) -> dict[str, Any]:
-        """The job in this process, on a Spark Connect session of `url` (`execute_job`: the
-        same job code, summary and exit codes as under spark-submit). A failed job fails the
-        task with its error (retried as a failed spark-submit is); refused arguments fail it
-        for good."""
+    def run_on_connect(self, url: str) -> dict[str, Any]:
+        """The job in this process, on a Spark Connect session of `url`. A failed job raises
+        AirflowException with its error; refused arguments AirflowFailException."""
         from jobs.spark.job import execute_job
         from jobs.spark.session import REMOTE_ENV
 
         module = importlib.import_module(f"jobs.{self.job}")
-        argv = [str(a) for a in self.application_args or []]
+        argv = self.application_args
         self.log.info("running jobs/%s.py %s on Spark Connect %s", self.job, " ".join(argv), url)
-        saved = {k: os.environ.get(k) for k in (REMOTE_ENV, *(self.env_vars or {}))}
-        os.environ.update({**(self.env_vars or {}), REMOTE_ENV: url})
+        saved = {k: os.environ.get(k) for k in (REMOTE_ENV, *self.env_vars)}
+        os.environ.update({**self.env_vars, REMOTE_ENV: url})
         try:
             summary, code = execute_job(module, argv)
             summary["spark_connect"] = url  # where it ran, in the run record
@@ -147,15 +196,86 @@ class StreamcoreSparkSubmitOperator(SparkSubmitOperator):
                     os.environ.pop(key, None)
                 else:
                     os.environ[key] = value
-        self.log.info("%s summary: %s", self.job, json.dumps(summary, sort_keys=True, default=str))
         if code != 0:
+            self.log.info(
+                "%s summary: %s", self.job, json.dumps(summary, sort_keys=True, default=str)
+            )
             raise AirflowException(f"jobs/{self.job}.py failed on {url}: {summary.get('error')}")
         return summary
 
-    def _get_hook(self) -> SparkSubmitHook:
-        hook = super()._get_hook()
-        hook.__class__ = _SummaryHook  # same state, plus the summary watcher of its log reader
-        return hook
+    def on_kill(self) -> None:
+        """Stop spark-submit if it runs (a job on Spark Connect stops with the task's process)."""
+        if self.submit_hook is not None:
+            self.submit_hook.on_kill()
+
+
+class StreamcoreSparkSubmitOperator(BaseOperator):
+    """Runs `jobs/<job>.py` (`StreamcoreJobHook`: spark-submit, or Spark Connect when the
+    connection names a server) and returns the job's JSON summary (XCom).
+
+    :param job: the job module's name under `jobs/` (`importer`, `audit`...)
+    :param application_args: the job's arguments (templated)
+    :param application: the application spark-submit runs (default `jobs/<job>.py`; templated)
+    :param conn_id: the Spark connection (default `spark_default`)
+    :param name: the Spark application's name (default `streamcore-<job>`; templated)
+    :param conf: Spark confs, after the project's (templated)
+    :param jars: jars, after the project's (templated)
+    :param env_vars: environment of the job, after the project's (templated)
+    :param driver_memory: the driver's memory under spark-submit, e.g. `2g` (default: Spark's)
+    """
+
+    template_fields: Sequence[str] = (
+        "application",
+        "application_args",
+        "conf",
+        "jars",
+        "env_vars",
+        "name",
+    )
+
+    def __init__(
+        self,
+        *,
+        job: str,
+        application_args: Sequence[Any] | None = None,
+        application: str | None = None,
+        conn_id: str = SPARK_CONN_ID,
+        name: str | None = None,
+        conf: Mapping[str, Any] | None = None,
+        jars: str | None = None,
+        env_vars: Mapping[str, Any] | None = None,
+        driver_memory: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.job = job
+        self.application_args = application_args
+        self.application = application or str(JOBS_DIR / f"{job}.py")
+        self.conn_id = conn_id
+        self.name = name or f"streamcore-{job}"
+        self.conf, self.jars, self.env_vars = conf, jars, env_vars
+        self.driver_memory = driver_memory
+        self.hook: StreamcoreJobHook | None = None
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        self.hook = StreamcoreJobHook(
+            job=self.job,
+            application=self.application,
+            application_args=self.application_args,
+            conn_id=self.conn_id,
+            name=self.name,
+            conf=self.conf,
+            jars=self.jars,
+            env_vars=self.env_vars,
+            driver_memory=self.driver_memory,
+        )
+        summary = self.hook.run()
+        self.log.info("%s summary: %s", self.job, json.dumps(summary, sort_keys=True, default=str))
+        return summary
+
+    def on_kill(self) -> None:
+        if self.hook is not None:
+            self.hook.on_kill()
 
 
 def connection_master(conn_id: str = SPARK_CONN_ID) -> str:

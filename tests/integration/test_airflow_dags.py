@@ -54,7 +54,7 @@ def dagbag(af: AirflowEnv) -> dict[str, Any]:
                         "retries": t.retries,
                         "downstream": sorted(t.downstream_task_ids),
                         "type": type(t).__name__,
-                        "conn_id": getattr(t, "_conn_id", None),
+                        "conn_id": getattr(t, "conn_id", None),
                     }}
                     for t in dag.tasks
                 }},
