@@ -25,6 +25,7 @@ from _streamcore import (
 from airflow.sdk import Param, dag, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
+from streamcore.recovery import RESET_TO
 from streamcore.runs import record_stem
 
 # Airflow imports DAG files under a generated name: the logger is named for the file's path.
@@ -33,7 +34,6 @@ logger = logging.getLogger("dags.streamcore_recovery")
 JOB = "recovery"
 DEAD_LETTERS = ("list", "redrive")  # jobs/recovery.py's actions: the ones that scale with the DLQ
 ACTIONS = (*DEAD_LETTERS, "skip", "reset", "outbox-errors", "outbox-retry", "outbox-purge")
-RESET_TO = ("end", "start", "offset", "date", "watermark")
 SPARK_THRESHOLD = 1_000_000
 
 DOC = f"""
@@ -288,41 +288,27 @@ def _recovery(user: str) -> Any:
 
 def _position_action(params: dict[str, Any], user: str, *, dry_run: bool) -> Any:
     """Run (or preview) a skip or a reset through `streamcore.recovery`; its Outcome."""
-    from streamcore.cli.context import UsageError
-    from streamcore.cli.position import parse_date_ms, parse_to_offset
-    from streamcore.recovery import ResetTarget
+    from streamcore.recovery import parse_offset, parse_reset_target
 
     stream, group = _require(params, "stream"), _require(params, "group")
     reason = _text(params, "reason") or ""
     with _recovery(user) as recovery:
-        try:
-            if params["action"] == "skip":
-                partition, offset = parse_to_offset(_require(params, "offsets"), None, "offsets")
-                return recovery.skip(
-                    stream, group, partition, offset,
-                    reason=reason, dry_run=dry_run, force=params["force"],
-                )  # fmt: skip
-            kind, value = params["reset_to"], _text(params, "reset_value")
-            partitions = None if params.get("partition") is None else [params["partition"]]
-            if kind in ("offset", "date", "watermark") and value is None:
-                raise AirflowFailException(f"reset_to {kind} needs reset_value")
-            if kind == "offset":
-                partition, offset = parse_to_offset(value, params.get("partition"), "reset_value")
-                target, partitions = ResetTarget(offset=offset), [partition]
-            elif kind == "date":
-                target = ResetTarget(timestamp_ms=parse_date_ms(value, "reset_value"))
-            elif kind == "watermark":
-                if not value.lstrip("-").isdigit():
-                    raise AirflowFailException(f"reset_value {value!r}: a watermark is an integer")
-                target = ResetTarget(watermark=int(value))
-            else:
-                target = ResetTarget(start=kind == "start", end=kind == "end")
-            return recovery.reset(
-                stream, group, target,
-                reason=reason, partitions=partitions, dry_run=dry_run, force=params["force"],
+        if params["action"] == "skip":
+            partition, offset = parse_offset(_require(params, "offsets"), None, "offsets")
+            return recovery.skip(
+                stream, group, partition, offset,
+                reason=reason, dry_run=dry_run, force=params["force"],
             )  # fmt: skip
-        except UsageError as exc:
-            raise AirflowFailException(str(exc)) from None
+        target, partitions = parse_reset_target(
+            params["reset_to"],
+            _text(params, "reset_value"),
+            partition=params.get("partition"),
+            option="reset_value",
+        )
+        return recovery.reset(
+            stream, group, target,
+            reason=reason, partitions=partitions, dry_run=dry_run, force=params["force"],
+        )  # fmt: skip
 
 
 def run_in_task(params: dict[str, Any], planned: dict[str, Any], user: str) -> dict[str, Any]:

@@ -82,19 +82,17 @@ def _filtered(args: argparse.Namespace) -> bool:
 
 def selection(args: argparse.Namespace) -> Any:
     """The `DeadLetterFilter` the arguments give; JobArgumentError names a malformed one."""
-    from streamcore.cli.context import UsageError
-    from streamcore.cli.position import parse_date_ms, parse_to_offset
-    from streamcore.recovery import DeadLetterFilter
+    from streamcore.recovery import DeadLetterFilter, SelectionError, parse_date_ms, parse_offset
 
     try:
         offsets = frozenset(
-            parse_to_offset(item, None, "--offsets")
+            parse_offset(item, None, "--offsets")
             for item in (args.offsets or "").split(",")
             if item.strip()
         )
         since = parse_date_ms(args.since, "--since") if args.since else None
         until = parse_date_ms(args.until, "--until") if args.until else None
-    except UsageError as exc:
+    except SelectionError as exc:
         raise JobArgumentError(str(exc)) from None
     return DeadLetterFilter(
         streams=tuple(args.stream or ()),

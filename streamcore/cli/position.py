@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-from datetime import UTC, datetime
 from typing import Any
 
 from streamcore.cli.context import (
@@ -13,47 +11,9 @@ from streamcore.cli.context import (
     group_name,
 )
 from streamcore.recovery.errors import SelectionError
-from streamcore.recovery.positions import ResetTarget, apply_plan, plan_reset
+from streamcore.recovery.positions import apply_plan, plan_reset
+from streamcore.recovery.targets import parse_reset_target
 from streamcore.text import iso_time, render_table
-
-_TO_OFFSET = re.compile(r"^\s*(?:(\d+)\s*:\s*\+?)?(\d+)\s*$")
-
-
-def parse_to_offset(
-    value: str, partition: int | None, option: str = "--to-offset"
-) -> tuple[int, int]:
-    """`P:O` (also `P:+O`), or `O` with `-p P` → (partition, offset); `option` names the
-    option in errors."""
-    match = _TO_OFFSET.match(value)
-    if not match:
-        raise UsageError(
-            f"{option} {value!r}: expected PARTITION:OFFSET such as 0:42 (or OFFSET with -p)"
-        )
-    part, offset = match.groups()
-    if part is None:
-        if partition is None:
-            raise UsageError(f"{option} {value}: give PARTITION:OFFSET, or -p PARTITION")
-        return partition, int(offset)
-    if partition is not None and int(part) != partition:
-        raise UsageError(f"{option} {value} names partition {part} but -p is {partition}")
-    return int(part), int(offset)
-
-
-def parse_date_ms(value: str, option: str = "--after-date") -> int:
-    """ISO 8601 date or date-time → epoch ms; no zone means UTC; `option` names the option in
-    errors."""
-    text = value.strip()
-    if text.endswith(("Z", "z")):
-        text = text[:-1] + "+00:00"
-    try:
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        raise UsageError(
-            f"{option} {value!r}: not an ISO 8601 date, e.g. 2024-05-01T10:00:00Z or 2024-05-01"
-        ) from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return int(when.timestamp() * 1000)
 
 
 def run_position(ctx: Context) -> int:
@@ -63,17 +23,16 @@ def run_position(ctx: Context) -> int:
     name = ctx.log(args.log)
     group = group_name(args.group)
     manager = ctx.manager
-    partitions = None if args.partition is None else [args.partition]
-    if args.to_start or args.reset:
-        target = ResetTarget(start=True)
-    elif args.to_end:
-        target = ResetTarget(end=True)
+    if args.to_start or args.reset or args.to_end:
+        kind, value, option = "end" if args.to_end else "start", None, ""
     elif args.to_offset is not None:
-        part, offset = parse_to_offset(args.to_offset, args.partition)
-        target, partitions = ResetTarget(offset=offset), [part]
+        kind, value, option = "offset", args.to_offset, "--to-offset"
     else:
-        target = ResetTarget(timestamp_ms=parse_date_ms(args.after_date))
+        kind, value, option = "date", args.after_date, "--after-date"
     try:
+        target, partitions = parse_reset_target(
+            kind, value, partition=args.partition, option=option
+        )
         plan = plan_reset(manager, name.urn, group, target, partitions=partitions, new_group=True)
     except SelectionError as exc:
         raise UsageError(str(exc)) from None

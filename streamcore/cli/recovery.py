@@ -15,15 +15,16 @@ from contextlib import contextmanager
 from typing import Any
 
 from streamcore.cli.context import Context, UsageError, global_options, group_name
-from streamcore.cli.position import parse_date_ms, parse_to_offset
 from streamcore.cli.progress import Progress
 from streamcore.recovery import (
     DeadLetterFilter,
     Outcome,
     Recovery,
-    ResetTarget,
     SelectionError,
     error_counts,
+    parse_date_ms,
+    parse_offset,
+    parse_reset_target,
 )
 from streamcore.text import format_time, render_table
 
@@ -47,19 +48,31 @@ def _recovery(ctx: Context) -> Iterator[Recovery]:
         recovery.close()
 
 
+@contextmanager
+def _usage() -> Iterator[None]:
+    """A position the arguments write wrongly is a usage error (exit 2)."""
+    try:
+        yield
+    except SelectionError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def _selection(ctx: Context) -> DeadLetterFilter:
     args = ctx.args
-    offsets = frozenset(
-        parse_to_offset(item, None, "--offsets")
-        for item in (args.offsets or "").split(",")
-        if item.strip()
-    )
+    with _usage():
+        offsets = frozenset(
+            parse_offset(item, None, "--offsets")
+            for item in (args.offsets or "").split(",")
+            if item.strip()
+        )
+        since_ms = parse_date_ms(args.since, "--since") if args.since else None
+        until_ms = parse_date_ms(args.until, "--until") if args.until else None
     return DeadLetterFilter(
         streams=tuple(args.stream or ()),
         computation=args.computation,
         error=args.error,
-        since_ms=parse_date_ms(args.since, "--since") if args.since else None,
-        until_ms=parse_date_ms(args.until, "--until") if args.until else None,
+        since_ms=since_ms,
+        until_ms=until_ms,
         offsets=offsets,
     )
 
@@ -189,7 +202,8 @@ def run_redrive(ctx: Context) -> int:
 
 def run_skip(ctx: Context) -> int:
     args = ctx.args
-    partition, offset = parse_to_offset(args.offset, None, "--offset")
+    with _usage():
+        partition, offset = parse_offset(args.offset, None, "--offset")
     with _recovery(ctx) as recovery:
         outcome = recovery.skip(
             ctx.log(args.stream).urn,
@@ -205,18 +219,18 @@ def run_skip(ctx: Context) -> int:
 
 def run_reset(ctx: Context) -> int:
     args = ctx.args
-    partitions = None if args.partition is None else [args.partition]
     if args.to_offset is not None:
-        partition, offset = parse_to_offset(args.to_offset, args.partition)
-        target, partitions = ResetTarget(offset=offset), [partition]
+        kind, value, option = "offset", args.to_offset, "--to-offset"
     elif args.to_date is not None:
-        target = ResetTarget(timestamp_ms=parse_date_ms(args.to_date, "--to-date"))
+        kind, value, option = "date", args.to_date, "--to-date"
     elif args.to_watermark is not None:
-        target = ResetTarget(watermark=args.to_watermark)
-    elif args.to_start:
-        target = ResetTarget(start=True)
+        kind, value, option = "watermark", args.to_watermark, "--to-watermark"
     else:
-        target = ResetTarget(end=True)
+        kind, value, option = "start" if args.to_start else "end", None, ""
+    with _usage():
+        target, partitions = parse_reset_target(
+            kind, value, partition=args.partition, option=option
+        )
     with _recovery(ctx) as recovery:
         outcome = recovery.reset(
             ctx.log(args.stream).urn,

@@ -6,37 +6,46 @@
 - `DeadLetterFilter`, `scan_dead_letters`, `error_counts`: the dead letters of the `*/dlq-*`
   streams.
 - `ResetTarget`, `plan_skip`, `plan_reset`: position moves, computed and checked, then applied.
+- `parse_offset`, `parse_date_ms`, `parse_reset_target`: positions as people write them
+  (`streamcore.recovery.targets`), for every face that takes them as text.
 - `RedriveLedger`: which dead letters were redriven, so a rerun does not redrive them again.
 """
 
 from __future__ import annotations
 
-from streamcore.recovery.deadletters import (
-    DeadLetterEntry,
-    DeadLetterFilter,
-    dlq_streams,
-    error_counts,
-    scan_dead_letters,
-)
-from streamcore.recovery.errors import (
-    LedgerBusyError,
-    LiveMembersError,
-    ReadStalledError,
-    RecoveryError,
-    SelectionError,
-)
-from streamcore.recovery.ledger import RedriveLedger
-from streamcore.recovery.positions import (
-    PositionMove,
-    PositionPlan,
-    ResetTarget,
-    plan_reset,
-    plan_skip,
-)
-from streamcore.recovery.redrive import RedriveResult, redrive
-from streamcore.recovery.service import Outcome, Recovery
+import importlib
+from typing import Any
 
-__all__ = [
+# Exports are imported on first use (PEP 562): a DAG file takes `RESET_TO` for its Params when
+# Airflow parses it, without the SQL engine and the logs the repairs need.
+_EXPORTS = {
+    "DeadLetterEntry": "deadletters",
+    "DeadLetterFilter": "deadletters",
+    "dlq_streams": "deadletters",
+    "error_counts": "deadletters",
+    "scan_dead_letters": "deadletters",
+    "LedgerBusyError": "errors",
+    "LiveMembersError": "errors",
+    "ReadStalledError": "errors",
+    "RecoveryError": "errors",
+    "SelectionError": "errors",
+    "RedriveLedger": "ledger",
+    "PositionMove": "positions",
+    "PositionPlan": "positions",
+    "plan_reset": "positions",
+    "plan_skip": "positions",
+    "RedriveResult": "redrive",
+    "redrive": "redrive",
+    "Outcome": "service",
+    "Recovery": "service",
+    "RESET_TO": "targets",
+    "ResetTarget": "targets",
+    "parse_date_ms": "targets",
+    "parse_offset": "targets",
+    "parse_reset_target": "targets",
+}
+__all__ = [  # written out for the linters; equal to _EXPORTS (tests/unit/recovery)
+    "RESET_TO",
     "DeadLetterEntry",
     "DeadLetterFilter",
     "LedgerBusyError",
@@ -53,8 +62,24 @@ __all__ = [
     "SelectionError",
     "dlq_streams",
     "error_counts",
+    "parse_date_ms",
+    "parse_offset",
+    "parse_reset_target",
     "plan_reset",
     "plan_skip",
     "redrive",
     "scan_dead_letters",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

@@ -26,12 +26,12 @@ from streamcore.log.config import TOOLS_GROUP
 from streamcore.names import Name
 from streamcore.recovery.deadletters import read_range
 from streamcore.recovery.errors import LiveMembersError, SelectionError
+from streamcore.recovery.targets import ResetTarget
 from streamcore.text import iso_time
 
 __all__ = [
     "PositionMove",
     "PositionPlan",
-    "ResetTarget",
     "apply_plan",
     "check_no_live_members",
     "plan_reset",
@@ -95,43 +95,6 @@ class PositionPlan:
     @property
     def skipped(self) -> int:
         return sum(m.skipped for m in self.moves)
-
-
-@dataclass(frozen=True, slots=True)
-class ResetTarget:
-    """Where a reset goes, exactly one of: `offset` (with `partition`), `timestamp_ms` (the
-    first record appended at or after it), `watermark` (the first record whose watermark is at
-    least it), `start` (the oldest retained record), `end` (past the last record)."""
-
-    offset: int | None = None
-    timestamp_ms: int | None = None
-    watermark: int | None = None
-    start: bool = False
-    end: bool = False
-
-    def __post_init__(self) -> None:
-        given = [
-            self.offset is not None,
-            self.timestamp_ms is not None,
-            self.watermark is not None,
-            self.start,
-            self.end,
-        ]
-        if sum(given) != 1:
-            raise SelectionError(
-                "a reset goes to exactly one of: an offset, a timestamp, a watermark, the start, "
-                "the end"
-            )
-
-    @property
-    def label(self) -> str:
-        if self.offset is not None:
-            return f"to-offset {self.offset}"
-        if self.timestamp_ms is not None:
-            return f"to-timestamp {self.timestamp_ms}"
-        if self.watermark is not None:
-            return f"to-watermark {self.watermark}"
-        return "to-start" if self.start else "to-end"
 
 
 def _bounds(

@@ -50,13 +50,13 @@ from streamcore.recovery.errors import SelectionError
 from streamcore.recovery.ledger import RedriveLedger
 from streamcore.recovery.positions import (
     PositionPlan,
-    ResetTarget,
     apply_plan,
     check_no_live_members,
     plan_reset,
     plan_skip,
 )
 from streamcore.recovery.redrive import RedriveResult, redrive
+from streamcore.recovery.targets import ResetTarget
 from streamcore.recovery.trail import audit_entry
 from streamcore.sql import default_url
 
