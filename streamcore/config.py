@@ -25,6 +25,19 @@ from streamcore.errors import ConfigError
 from streamcore.log.registry import MAX_PARTITIONS, partitions_in_range
 from streamcore.redact import redact_credentials
 
+__all__ = [
+    "FSYNC_MODES",
+    "CronSchedule",
+    "LogDefaults",
+    "StreamcoreConfig",
+    "load_config",
+    "parse_cron_schedule",
+    "parse_duration_ms",
+    "project_root",
+    "streamcore_home",
+]
+
+
 # The checkout this package runs from: streamcore/ lies directly under it.
 _PROJECT_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_HOME = "data"  # under the project root

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 
 from streamcore.errors import InvalidNameError
 
+__all__ = ["NO_NAMESPACE", "Name"]
+
+
 NO_NAMESPACE = "_GLOBAL_"
 _NAMESPACE = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 _NAME_IN_NS = re.compile(r"[A-Za-z0-9][A-Za-z0-9_\-]*")

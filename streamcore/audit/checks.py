@@ -22,6 +22,21 @@ from typing import Any
 
 from streamcore.audit.errors import AuditError, InvalidAuditEntryError
 
+__all__ = [
+    "EPOCH",
+    "MILLISECOND",
+    "STRING",
+    "STRING_MAP",
+    "TIMESTAMP",
+    "Check",
+    "FieldRule",
+    "check_names",
+    "check_value",
+    "compile_check",
+    "field_rules",
+]
+
+
 STRING, TIMESTAMP, STRING_MAP = "string", "timestamp-millis", "map<string,string>"
 CHECKED_ATTRIBUTES = frozenset({"pattern", "maxLength"})
 # Attributes of the schema that are not rules: Avro's own and the field's documentation.

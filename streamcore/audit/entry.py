@@ -31,6 +31,9 @@ from streamcore.codecs import AvroCodec, ParsedSchema
 from streamcore.codecs.avro import default_store
 from streamcore.codecs.framing import single_object_header
 
+__all__ = ["SCHEMA_NAME", "AuditEntry", "entry_codec", "rules", "schema", "write_entry"]
+
+
 SCHEMA_NAME = "org.streamcore.audit.AuditEntry"
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from streamcore.errors import StreamcoreError
 
+__all__ = ["AuditError", "InvalidAuditEntryError"]
+
 
 class AuditError(StreamcoreError):
     """Base of the audit errors: the audit queue or stream is not set up as publishing needs."""

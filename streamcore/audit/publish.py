@@ -17,6 +17,9 @@ from streamcore.audit.record import record_of
 from streamcore.codecs import RecordCodec, get_codec
 from streamcore.outbox import QueueSpec, Registry, default_registry, put
 
+__all__ = ["QUEUE", "publish"]
+
+
 QUEUE = "audit/entries"
 
 

@@ -21,6 +21,9 @@ from streamcore.audit.entry import AuditEntry, entry_codec, write_entry
 from streamcore.record import Record
 from streamcore.watermark import Watermark
 
+__all__ = ["STREAM", "audit_record", "decode_entry", "record_of"]
+
+
 STREAM = "audit/entries"
 
 

@@ -24,6 +24,9 @@ from streamcore.outbox import QueueSpec, Registry, default_registry
 from streamcore.outbox import relay as outbox_relay
 from streamcore.record import Record
 
+__all__ = ["DEFAULT_BATCH_CAPACITY", "DEFAULT_BATCH_THRESHOLD", "relay"]
+
+
 DEFAULT_BATCH_CAPACITY = 25
 DEFAULT_BATCH_THRESHOLD = 0.5
 

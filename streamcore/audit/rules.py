@@ -24,6 +24,19 @@ from streamcore.audit.errors import InvalidAuditEntryError
 from streamcore.config import StreamcoreConfig, load_config
 from streamcore.errors import ConfigError
 
+__all__ = [
+    "KNOWN_EVENT_TYPES",
+    "MAX_FUTURE_SKEW",
+    "EntryRule",
+    "EntryRules",
+    "KnownValue",
+    "NotAfter",
+    "RequiredWith",
+    "configured_rules",
+    "publish_rules",
+]
+
+
 # Nuxeo's audited events, and those of streamcore's bulk actions and recovery; an application
 # adds its own with `[audit] event_types` (StreamcoreConfig.audit_event_types).
 KNOWN_EVENT_TYPES = (

@@ -22,6 +22,19 @@ import jsonschema
 from streamcore.bulk.columns import repository_columns
 from streamcore.bulk.errors import BulkParamsError
 
+__all__ = [
+    "BUILT_INS",
+    "KINDS",
+    "BulkAction",
+    "CsvExport",
+    "Delete",
+    "SetProperties",
+    "SetSystemProperties",
+    "Trash",
+    "Untrash",
+]
+
+
 KINDS = ("update", "delete", "export")
 DEFAULT_BUCKET_SIZE = 100_000
 DEFAULT_BATCH_SIZE = 100_000

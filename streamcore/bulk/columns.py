@@ -7,6 +7,8 @@ from __future__ import annotations
 from streamcore.config import StreamcoreConfig, load_config
 from streamcore.tables import table_spec
 
+__all__ = ["repository_columns"]
+
 
 def repository_columns(
     repository: str = "repository", config: StreamcoreConfig | None = None

@@ -19,6 +19,16 @@ from datetime import timedelta
 from streamcore.config import StreamcoreConfig, load_config, parse_duration_ms
 from streamcore.errors import ConfigError
 
+__all__ = [
+    "BULK_DAG_ID",
+    "DISPATCH_DAG_ID",
+    "dispatch_interval",
+    "dispatch_run_id",
+    "dispatched_runner",
+    "runner",
+]
+
+
 BULK_DAG_ID = "streamcore_bulk_action"
 DISPATCH_DAG_ID = "streamcore_bulk_dispatch"
 DISPATCH_INTERVAL = "30s"

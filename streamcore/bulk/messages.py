@@ -11,6 +11,18 @@ from streamcore.codecs import AvroCodec
 from streamcore.codecs.avro import default_store
 from streamcore.record import Record
 
+__all__ = [
+    "COMMAND_STREAM",
+    "DONE_STREAM",
+    "STATUS_STREAM",
+    "STREAM_PARTITIONS",
+    "command_record",
+    "decode_command",
+    "decode_status",
+    "status_record",
+]
+
+
 COMMAND_STREAM = "bulk/command"
 STATUS_STREAM = "bulk/status"
 DONE_STREAM = "bulk/done"

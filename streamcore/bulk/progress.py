@@ -10,6 +10,8 @@ from typing import Any
 from streamcore.bulk.model import BulkStatus, now_ms
 from streamcore.text import human_duration
 
+__all__ = ["progress", "progress_line"]
+
 
 def progress(status: BulkStatus, now: int | None = None) -> dict[str, Any]:
     """processed/total, percent, rate (documents per second since the processing started) and

@@ -29,6 +29,9 @@ from streamcore.bulk.columns import repository_columns
 from streamcore.bulk.errors import BulkQueryError
 from streamcore.bulk.values import VARIABLE, VARIABLE_FIX, value_problem
 
+__all__ = ["check_query"]
+
+
 # The pure functions a query may call, by the name users write. sqlglot turns several into
 # other nodes (`date(x)` is a CAST, `date_sub` a DATE_ADD of a negated count): the allowed node
 # classes are read from how sqlglot parses these calls, so they follow sqlglot's versions.

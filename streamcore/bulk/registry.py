@@ -12,6 +12,9 @@ from streamcore.bulk.actions import BUILT_INS, KINDS, BulkAction
 from streamcore.bulk.errors import BulkError, UnknownActionError
 from streamcore.config import StreamcoreConfig, load_config
 
+__all__ = ["ActionRegistry", "actions_for"]
+
+
 _ACTION_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
 

@@ -29,6 +29,9 @@ from streamcore.bulk.values import value_problem
 from streamcore.config import CronSchedule, StreamcoreConfig, load_config, parse_cron_schedule
 from streamcore.errors import ConfigError
 
+__all__ = ["Schedule", "schedules_for"]
+
+
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _REQUIRED = ("schedule", "action", "query")
 _OPTIONAL = ("doc", "params", "values", "bucket_size", "batch_size", "query_limit")

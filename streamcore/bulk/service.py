@@ -41,6 +41,9 @@ from streamcore.log import LogAppender, LogManager, open_log_manager
 from streamcore.record import Record
 from streamcore.sql import create_engine, default_url
 
+__all__ = ["BulkService"]
+
+
 POLL_SECONDS = 0.1  # Nuxeo's BulkService.await polls its KV store every 100 ms
 # A dispatched command still SCHEDULED after this long is offered again (see `dispatch`).
 RETRY_AFTER_SECONDS = 300.0

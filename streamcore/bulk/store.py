@@ -38,6 +38,18 @@ from streamcore.bulk.errors import CommandNotFoundError, ExclusiveActionError
 from streamcore.bulk.model import BulkCommand, BulkStatus, State, iso_ms, now_ms
 from streamcore.sql import create_tables
 
+__all__ = [
+    "BUCKETS",
+    "CLAIMS",
+    "COMMANDS",
+    "CommandStore",
+    "buckets",
+    "claims",
+    "commands",
+    "metadata",
+]
+
+
 COMMANDS = "streamcore_bulk_commands"
 BUCKETS = "streamcore_bulk_buckets"
 CLAIMS = "streamcore_bulk_claims"

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import math
 
+__all__ = ["VARIABLE", "VARIABLE_FIX", "value_problem"]
+
+
 # What Spark's variable substitution looks for (`${name}`, `${prefix:name}`).
 VARIABLE = "${"
 VARIABLE_FIX = (

@@ -30,6 +30,18 @@ import sqlalchemy as sa
 from streamcore.outbox import sql
 from streamcore.outbox.schema import DONE, ERROR, INIT, PROCESSING, TABLE
 
+__all__ = [
+    "BatchDue",
+    "ClaimedJob",
+    "batch_due_in",
+    "claim_batch",
+    "claim_due_batch",
+    "claim_error",
+    "now_ms",
+    "peek_batch",
+]
+
+
 _READY = (
     f"(j.depends_id IS NULL OR NOT EXISTS (SELECT 1 FROM {TABLE} d WHERE d.queue = "
     f"j.depends_queue AND d.id = j.depends_id AND d.status <> '{DONE}'))"

@@ -15,6 +15,17 @@ from typing import Any
 from streamcore.codecs import Codec, JsonCodec, get_codec
 from streamcore.outbox.errors import OutboxError, UnknownQueueError
 
+__all__ = [
+    "Consumer",
+    "QueueSpec",
+    "Registry",
+    "default_registry",
+    "define_queue",
+    "register",
+    "resolve_codec",
+]
+
+
 DEFAULT_MAX_RETRIES = 10_000
 DEFAULT_ERROR_BACKOFF = 5.0
 DEFAULT_HUNG_TIMEOUT = 30 * 60.0

@@ -24,6 +24,8 @@ from streamcore.outbox.errors import ConsumerFailedError, NoJobError, OutboxErro
 from streamcore.outbox.execute import execute_batch
 from streamcore.outbox.outbox import Outbox
 
+__all__ = ["VirtualQueue"]
+
 
 class VirtualQueue:
     def __init__(self, outbox: Outbox) -> None:

@@ -16,6 +16,9 @@ import sqlalchemy as sa
 from streamcore.outbox.claim import now_ms
 from streamcore.outbox.schema import ERROR, jobs
 
+__all__ = ["DEFAULT_ALLOWED_ERROR_TIME", "DEFAULT_STARTUP_GRACE", "Health", "assess"]
+
+
 DEFAULT_ALLOWED_ERROR_TIME = 15 * 60.0
 DEFAULT_STARTUP_GRACE = 10 * 60.0
 

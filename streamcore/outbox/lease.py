@@ -32,6 +32,9 @@ from streamcore.outbox import store
 from streamcore.outbox.claim import ClaimedJob
 from streamcore.outbox.consumers import QueueSpec
 
+__all__ = ["Lease", "LeaseKeeper"]
+
+
 logger = logging.getLogger(__name__)
 
 STAMP_SLACK = 0.02

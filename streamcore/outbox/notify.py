@@ -28,6 +28,9 @@ import sqlalchemy as sa
 from streamcore.outbox.schema import NOTIFY_CHANNEL
 from streamcore.sql import SerializedSqliteConnection
 
+__all__ = ["PENDING_KEY", "PgListener", "database_key", "local_hub", "psycopg_dsn"]
+
+
 logger = logging.getLogger(__name__)
 
 PENDING_KEY = "streamcore_outbox_pending"

@@ -40,6 +40,9 @@ from streamcore.outbox.store import FailedJob
 from streamcore.outbox.watcher import ExecutionWatcher
 from streamcore.sql import create_engine, is_sqlite
 
+__all__ = ["Outbox"]
+
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_POLL_INTERVAL = 10.0

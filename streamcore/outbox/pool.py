@@ -33,6 +33,9 @@ from streamcore.outbox.execute import ExecutionOutcome, execute, execute_batch
 from streamcore.outbox.lease import Lease, LeaseKeeper
 from streamcore.outbox.watcher import ExecutionWatcher
 
+__all__ = ["Counters", "WorkerPool"]
+
+
 logger = logging.getLogger(__name__)
 
 

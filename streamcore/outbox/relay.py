@@ -29,6 +29,9 @@ from streamcore.log import LogAppender, LogManager, LogOffset
 from streamcore.outbox.consumers import QueueSpec, Registry, default_registry, resolve_codec
 from streamcore.record import Record
 
+__all__ = ["KeyOf", "relay"]
+
+
 logger = logging.getLogger(__name__)
 
 KeyOf = Callable[[Any], str]

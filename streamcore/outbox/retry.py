@@ -25,6 +25,9 @@ from streamcore.outbox.execute import execute
 from streamcore.outbox.pool import Counters
 from streamcore.outbox.watcher import ExecutionWatcher
 
+__all__ = ["RetryPoller"]
+
+
 logger = logging.getLogger(__name__)
 
 

@@ -15,6 +15,20 @@ from sqlalchemy.engine import Engine
 
 from streamcore.sql import create_tables
 
+__all__ = [
+    "DONE",
+    "ERROR",
+    "INIT",
+    "NOTIFY_CHANNEL",
+    "PROCESSING",
+    "STATUSES",
+    "TABLE",
+    "create_schema",
+    "jobs",
+    "metadata",
+]
+
+
 logger = logging.getLogger(__name__)
 
 TABLE = "streamcore_outbox_jobs"

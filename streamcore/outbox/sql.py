@@ -28,6 +28,9 @@ import sqlalchemy as sa
 
 from streamcore.sql import SerializedSqliteConnection
 
+__all__ = ["Params", "execute", "in_list", "read"]
+
+
 _NAMED = re.compile(r"(?<![:\w]):(\w+)")
 
 Params = dict[str, Any] | list[dict[str, Any]]

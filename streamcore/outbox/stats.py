@@ -11,6 +11,9 @@ import sqlalchemy as sa
 from streamcore.outbox.claim import now_ms
 from streamcore.outbox.schema import DONE, STATUSES, jobs
 
+__all__ = ["percentile", "processing_time_stats", "prometheus_text", "queue_stats", "retry_stats"]
+
+
 DAY_MS = 86_400_000
 PERCENTILES = (50, 90, 95, 99)
 

@@ -19,6 +19,21 @@ from streamcore.outbox import sql
 from streamcore.outbox.claim import ClaimedJob, now_ms
 from streamcore.outbox.schema import DONE, ERROR, INIT, PROCESSING, TABLE, jobs
 
+__all__ = [
+    "FailedJob",
+    "due_errors",
+    "errors",
+    "force_retry",
+    "head",
+    "mark_done",
+    "mark_error",
+    "oldest_error",
+    "release",
+    "reset_hung",
+    "stamp",
+]
+
+
 logger = logging.getLogger(__name__)
 
 MAX_TRACEBACK = 20_000

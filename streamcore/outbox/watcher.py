@@ -15,6 +15,9 @@ import time
 import traceback
 from dataclasses import dataclass
 
+__all__ = ["ExecutionWatcher"]
+
+
 logger = logging.getLogger(__name__)
 
 
