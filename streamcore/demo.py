@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from streamcore.config import StreamcoreConfig, load_config
+from streamcore.errors import InvalidArgumentError
 from streamcore.log import LogLag, LogManager
 from streamcore.log.capabilities import Configured, OnDisk
 from streamcore.names import Name
@@ -80,7 +81,9 @@ def run_demo(
     from streamcore.log.local.manager import LocalLogManager
 
     if count < 0 or partitions < 1 or batch < 1 or data_size < 0:
-        raise ValueError("count >= 0, partitions >= 1, batch >= 1 and data_size >= 0 please")
+        raise InvalidArgumentError(
+            "count >= 0, partitions >= 1, batch >= 1 and data_size >= 0 please"
+        )
     own = manager is None
     if config is None:
         config = manager.config if isinstance(manager, Configured) else load_config()

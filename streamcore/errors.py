@@ -132,3 +132,17 @@ class IncompatibleTableError(TableError):
     """A table exists where the catalog puts one, with other columns, types or partitioning than
     the catalog declares. Writing would mix shapes, so nothing is written; retrying does not help:
     migrate or move the table away."""
+
+
+# Calls given a wrong argument, shared by every package (issue 26: library code raises the
+# project's exceptions). Each is also the builtin it replaced, so `except ValueError` still works.
+
+
+class InvalidArgumentError(StreamcoreError, ValueError):
+    """A function was called with an argument out of its range (a negative count, duration or
+    timestamp, time moving backwards): the message names the argument and the range."""
+
+
+class ArgumentTypeError(StreamcoreError, TypeError):
+    """A function was called with an argument of a type it does not take: the message names the
+    types it takes and the one it was given."""

@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from streamcore.errors import InvalidArgumentError
+
 
 @dataclass(frozen=True, slots=True, order=True)
 class Watermark:
@@ -18,7 +20,7 @@ class Watermark:
     @classmethod
     def of(cls, timestamp_ms: int, sequence: int = 0, completed: bool = False) -> Watermark:
         if timestamp_ms < 0:
-            raise ValueError(f"watermark timestamp must be >= 0, got {timestamp_ms}")
+            raise InvalidArgumentError(f"watermark timestamp must be >= 0, got {timestamp_ms}")
         return cls((timestamp_ms << 17) | ((sequence & 0xFFFF) << 1) | int(completed))
 
     @classmethod

@@ -20,12 +20,14 @@ from typing import Any
 # (`streamcore.bulk.registry`) must parse fast, without sqlglot, SQLAlchemy and the logs.
 _EXPORTS = {
     "BulkAction": "actions",
+    "BulkDatumError": "errors",
     "BulkError": "errors",
     "BulkParamsError": "errors",
     "BulkQueryError": "errors",
     "CommandNotFoundError": "errors",
     "ExclusiveActionError": "errors",
     "NotAbortableError": "errors",
+    "StatusMismatchError": "errors",
     "UnknownActionError": "errors",
     "COMMAND_STREAM": "messages",
     "DONE_STREAM": "messages",

@@ -43,3 +43,13 @@ class CommandNotFoundError(BulkError, LookupError):
 
 class NotAbortableError(BulkError):
     """The command completed: there is nothing left to abort."""
+
+
+class StatusMismatchError(BulkError, ValueError):
+    """A status delta was merged into the status of another command: merge only the statuses of
+    one command."""
+
+
+class BulkDatumError(BulkError, TypeError):
+    """A command or status datum holds a value of a type its field cannot take (a time that is
+    neither epoch milliseconds nor a datetime): the message names the value."""

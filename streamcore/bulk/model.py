@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from streamcore.bulk.errors import BulkParamsError
+from streamcore.bulk.errors import BulkDatumError, BulkParamsError, StatusMismatchError
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MILLISECOND = timedelta(milliseconds=1)
@@ -75,7 +75,7 @@ def _millis(value: Any) -> int | None:
         return value
     if isinstance(value, datetime):
         return (value - EPOCH) // _MILLISECOND
-    raise TypeError(f"a timestamp must be epoch milliseconds or a datetime, not {value!r}")
+    raise BulkDatumError(f"a timestamp must be epoch milliseconds or a datetime, not {value!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -191,7 +191,7 @@ class BulkStatus:
         with `total > 0` and `processed + skipped >= total` becomes COMPLETED (unless ABORTED),
         with a completion time (now, if none was given)."""
         if delta.command_id != self.command_id:
-            raise ValueError(
+            raise StatusMismatchError(
                 f"cannot merge a status of command {delta.command_id} into one of {self.command_id}"
             )
         changes: dict[str, Any] = {}

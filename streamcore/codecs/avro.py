@@ -20,12 +20,8 @@ from fastavro.read import SchemaResolutionError
 from fastavro.validation import validate
 
 from streamcore.codecs.base import Codec, describe_failure
-from streamcore.codecs.binary_guard import (
-    MAX_DATUM_DEPTH,
-    BinaryGuard,
-    GuardError,
-    nesting_exceeds,
-)
+from streamcore.codecs.binary_guard import MAX_DATUM_DEPTH, BinaryGuard, nesting_exceeds
+from streamcore.codecs.errors import GuardError
 from streamcore.codecs.framing import (
     CONFLUENT_HEADER_SIZE,
     SINGLE_OBJECT_HEADER_SIZE,

@@ -19,12 +19,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from streamcore.codecs.errors import GuardError
+
 __all__ = [
     "MAX_DATUM_DEPTH",
     "MAX_EMPTY_ITEMS",
     "MAX_NESTING",
     "BinaryGuard",
-    "GuardError",
     "nesting_exceeds",
 ]
 
@@ -50,10 +51,6 @@ MAX_DATUM_DEPTH = 4 * MAX_NESTING
 
 # A reader: (data, position, state) -> new position. state = [depth, empty items left].
 _Reader = Callable[[bytes, int, list[int]], int]
-
-
-class GuardError(ValueError):
-    """The bytes declare something impossible or too large; the message says what."""
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+from streamcore.codecs.errors import RecordFormatError, RecordTruncatedError
 from streamcore.codecs.fingerprint import crc64_avro
 from streamcore.record import Flag, Record
 
@@ -25,7 +26,6 @@ __all__ = [
     "RECORD_FINGERPRINT",
     "RECORD_FULLNAME",
     "RECORD_SCHEMA",
-    "RecordFormatError",
     "decode_record",
     "encode_record",
     "record_problem",
@@ -62,10 +62,6 @@ _read_u32 = struct.Struct("<I").unpack_from
 _new_tuple = tuple.__new__  # builds a Record without its checks (see decode_record)
 _LONG_MIN = -(1 << 63)
 _LONG_MAX = (1 << 63) - 1
-
-
-class RecordFormatError(ValueError):
-    """A Record field cannot be encoded, or the bytes are not a Record body; says which."""
 
 
 def _varint(n: int) -> bytes:
@@ -191,7 +187,8 @@ def _read_length(data: bytes, pos: int, what: str) -> tuple[int, int]:
 def decode_record(data: bytes, pos: int = 0) -> Record:
     """The `Record` whose Avro body starts at `pos` and ends exactly at the end of `data`.
 
-    Raises `RecordFormatError`, `IndexError` (truncated) or `UnicodeDecodeError` (bad key);
+    Raises `RecordFormatError`, `IndexError` (truncated: `RecordTruncatedError` or Python's own)
+    or `UnicodeDecodeError` (bad key);
     the codec turns each into a `CodecError`.
     """
     end = len(data)
@@ -228,7 +225,7 @@ def decode_record(data: bytes, pos: int = 0) -> Record:
         raise RecordFormatError(f"negative key length {(n >> 1) ^ -1}")
     stop = pos + (n >> 1)
     if stop > end:
-        raise IndexError(f"key of {n >> 1} bytes, only {end - pos} left")
+        raise RecordTruncatedError(f"key of {n >> 1} bytes, only {end - pos} left")
     key = data[pos:stop].decode()  # UTF-8, strict; no argument is the fastest call
     # data
     n = data[stop]
@@ -243,7 +240,7 @@ def decode_record(data: bytes, pos: int = 0) -> Record:
         raise RecordFormatError(f"negative data length {(n >> 1) ^ -1}")
     pos = stop + (n >> 1)
     if pos > end:
-        raise IndexError(f"data of {n >> 1} bytes, only {end - stop} left")
+        raise RecordTruncatedError(f"data of {n >> 1} bytes, only {end - stop} left")
     payload = data[stop:pos]
     # flagsAsByte
     n = data[pos]
@@ -265,7 +262,7 @@ def decode_record(data: bytes, pos: int = 0) -> Record:
         n, pos = _read_length(data, pos, "traceContext")
         stop = pos + n
         if stop > end:
-            raise IndexError(f"traceContext of {n} bytes, only {end - pos} left")
+            raise RecordTruncatedError(f"traceContext of {n} bytes, only {end - pos} left")
         trace = data[pos:stop]
         pos = stop
     else:

@@ -17,6 +17,7 @@ from typing import Any
 
 from streamcore.codecs.avro import AvroCodec, as_bytes
 from streamcore.codecs.base import Codec, describe_failure
+from streamcore.codecs.errors import RecordFormatError
 from streamcore.codecs.framing import (
     CONFLUENT_HEADER_SIZE,
     SINGLE_OBJECT_HEADER_SIZE,
@@ -31,7 +32,6 @@ from streamcore.codecs.record_binary import (
     RECORD_CANONICAL,
     RECORD_FULLNAME,
     RECORD_SCHEMA,
-    RecordFormatError,
     decode_record,
     encode_record,
     record_problem,
@@ -66,7 +66,7 @@ def record_from_datum(datum: dict[str, Any]) -> Record:
     """
     flags = datum["flagsAsByte"]
     if not isinstance(flags, int) or not -128 <= flags <= 255:
-        raise ValueError(f"flagsAsByte {flags!r} is not a byte")
+        raise RecordFormatError(f"flagsAsByte {flags!r} is not a byte")
     return Record(
         datum["key"],
         datum["data"],
@@ -82,11 +82,11 @@ def _b64(value: bytes | None) -> str | None:
 
 def _unb64(value: Any, field: str) -> bytes:
     if not isinstance(value, str):
-        raise ValueError(f"{field} must be a base64 string, got {type(value).__name__}")
+        raise RecordFormatError(f"{field} must be a base64 string, got {type(value).__name__}")
     try:
         return base64.b64decode(value, validate=True)
     except binascii.Error as exc:
-        raise ValueError(f"{field} is not valid base64: {exc}") from exc
+        raise RecordFormatError(f"{field} is not valid base64: {exc}") from exc
 
 
 def record_to_json_value(record: Record) -> dict[str, Any]:
@@ -101,21 +101,22 @@ def record_to_json_value(record: Record) -> dict[str, Any]:
 
 
 def record_from_json_value(value: Any) -> Record:
-    """A Record from the `json` codec's object; ValueError says what is missing or wrong."""
+    """A Record from the `json` codec's object; `RecordFormatError` (a ValueError) says what is
+    missing or wrong."""
     if not isinstance(value, dict):
-        raise ValueError(f"expected a JSON object, got {type(value).__name__}")
+        raise RecordFormatError(f"expected a JSON object, got {type(value).__name__}")
     missing = [k for k in ("watermark", "key", "data", "flags") if k not in value]
     if missing:
-        raise ValueError(f"missing field(s) {', '.join(missing)}")
+        raise RecordFormatError(f"missing field(s) {', '.join(missing)}")
     watermark, key, flags = value["watermark"], value["key"], value["flags"]
     if isinstance(watermark, bool) or not isinstance(watermark, int):
-        raise ValueError(f"watermark must be an integer, got {watermark!r}")
+        raise RecordFormatError(f"watermark must be an integer, got {watermark!r}")
     if not -(1 << 63) <= watermark < (1 << 63):
-        raise ValueError(f"watermark {watermark} does not fit in a signed 64-bit long")
+        raise RecordFormatError(f"watermark {watermark} does not fit in a signed 64-bit long")
     if not isinstance(key, str):
-        raise ValueError(f"key must be a string, got {type(key).__name__}")
+        raise RecordFormatError(f"key must be a string, got {type(key).__name__}")
     if isinstance(flags, bool) or not isinstance(flags, int) or not 0 <= flags <= 255:
-        raise ValueError(f"flags must be an integer in 0..255, got {flags!r}")
+        raise RecordFormatError(f"flags must be an integer in 0..255, got {flags!r}")
     trace = value.get("traceContext")
     return Record(
         key,

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from streamcore.codecs.errors import ConflictingCredentialsError
 from streamcore.codecs.fingerprint import format_fingerprint
 from streamcore.codecs.parsed_schema import ParsedSchema, load_schema
 from streamcore.errors import CodecError, SchemaNotFoundError
@@ -93,15 +94,18 @@ class FileSchemaRegistry:
         try:
             content = json.loads(text)
             if not isinstance(content, dict) or content.get("format") != FORMAT_VERSION:
-                raise ValueError("unknown layout")
+                raise self._corrupt("unknown layout")
             content["schemas"] = {int(k): v for k, v in content["schemas"].items()}
             return content
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise CodecError(
-                CODEC,
-                f"schema registry file {self.path} is corrupt ({exc}); restore it from a backup "
-                "-- deleting it renumbers schemas and orphans every message already written",
-            ) from exc
+            raise self._corrupt(str(exc)) from exc
+
+    def _corrupt(self, reason: str) -> CodecError:
+        return CodecError(
+            CODEC,
+            f"schema registry file {self.path} is corrupt ({reason}); restore it from a backup "
+            "-- deleting it renumbers schemas and orphans every message already written",
+        )
 
     def _refresh(self, content: dict[str, Any]) -> None:
         """Load what the file says into the in-memory indexes (parsing only new schemas)."""
@@ -328,7 +332,9 @@ def _without_credentials(url: str, settings: dict[str, Any]) -> dict[str, Any]:
     if userinfo is None:
         return {}
     if "basic.auth.user.info" in settings:
-        raise ValueError("credentials are both in the url and in basic.auth.user.info; keep one")
+        raise ConflictingCredentialsError(
+            "credentials are both in the url and in basic.auth.user.info; keep one"
+        )
     return {"url": ",".join(bases), "basic.auth.user.info": userinfo}
 
 

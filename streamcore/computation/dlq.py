@@ -22,7 +22,7 @@ import base64
 import json
 from dataclasses import dataclass
 
-from streamcore.errors import StreamcoreError
+from streamcore.computation.errors import NotDeadLetterError
 from streamcore.record import Record
 
 __all__ = ["DeadLetter", "dead_letter_record"]
@@ -52,7 +52,7 @@ class DeadLetter:
         try:
             meta = json.loads(record.trace_context or b"")
             if meta.get("dlq") != _FORMAT:
-                raise ValueError(f"unknown dead-letter format {meta.get('dlq')!r}")
+                raise _not_dead_letter(record, f"unknown dead-letter format {meta.get('dlq')!r}")
             trace = meta.get("trace_context")
             original = Record(
                 record.key,
@@ -74,11 +74,10 @@ class DeadLetter:
                 bool(meta.get("undecodable", False)),
                 int(meta.get("first_failed_at", meta["failed_at"])),
             )
+        except NotDeadLetterError:
+            raise
         except (ValueError, KeyError, TypeError) as exc:
-            raise StreamcoreError(
-                f"record {record.key!r} is not a streamcore dead-letter record ({exc}); read "
-                "dead-letter streams only with DeadLetter.of"
-            ) from None
+            raise _not_dead_letter(record, str(exc)) from None
 
     @property
     def original_record(self) -> Record:
@@ -124,4 +123,11 @@ def dead_letter_record(
         record.watermark,
         record.flags,
         json.dumps(meta, separators=(",", ":")).encode(),
+    )
+
+
+def _not_dead_letter(record: Record, reason: str) -> NotDeadLetterError:
+    return NotDeadLetterError(
+        f"record {record.key!r} is not a streamcore dead-letter record ({reason}); read "
+        "dead-letter streams only with DeadLetter.of"
     )

@@ -13,6 +13,8 @@ from typing import Any
 
 from streamcore.computation.computation import Computation, ComputationContext
 from streamcore.computation.dsl_graph import OperatorNode, SubTopology
+from streamcore.computation.errors import DslDefinitionError, NotProcessingError
+from streamcore.errors import RecordFieldError
 from streamcore.record import Flag, Record
 
 __all__ = ["DslComputation"]
@@ -39,7 +41,7 @@ def _fan_out(targets: list[Emit]) -> Emit:
 
 
 def _not_running(output: str, record: Record) -> None:
-    raise RuntimeError("a DSL sink ran outside process_record")
+    raise NotProcessingError("a DSL sink ran outside process_record")
 
 
 class DslComputation(Computation):
@@ -129,7 +131,7 @@ class DslComputation(Computation):
                     nxt(k, v)
 
             return flat_map
-        raise AssertionError(f"unknown DSL node kind {kind!r}")
+        raise DslDefinitionError(f"unknown DSL node kind {kind!r}")
 
     def _compile_branch(self, node: OperatorNode) -> Emit:
         arms = list(zip(node.fn, [self._compile(arm) for arm in node.children], strict=True))
@@ -153,7 +155,7 @@ class DslComputation(Computation):
 
         def sink(key: str, value: Any) -> None:
             if type(key) is not str:
-                exc = TypeError(
+                exc = RecordFieldError(
                     f"a record key must be a str, got {type(key).__name__} {key!r}; make the "
                     "map/flat_map before it return str keys"
                 )

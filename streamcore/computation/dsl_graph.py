@@ -8,7 +8,6 @@ the runtime (`dsl_compile`) both import this module and not each other.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -130,11 +129,11 @@ def _default_name(stream: str, taken: set[str]) -> str:
     name = Name.of(stream)
     sep = "_" if name.namespace == NO_NAMESPACE else "-"
     base = f"{stream}{sep}dsl"
-    for n in itertools.count(1):
-        candidate = base if n == 1 else f"{base}{sep}{n}"
-        if candidate not in taken:
-            return candidate
-    raise AssertionError("unreachable")
+    candidate, n = base, 1
+    while candidate in taken:
+        n += 1
+        candidate = f"{base}{sep}{n}"
+    return candidate
 
 
 def subtopologies(*nodes: OperatorNode) -> list[SubTopology]:

@@ -3,11 +3,13 @@ the stream, operator or computation at fault and says how to fix it."""
 
 from __future__ import annotations
 
-from streamcore.errors import StreamcoreError, TopologyError
+from streamcore.errors import ComputationError, StreamcoreError, TopologyError
 
 __all__ = [
     "DslDefinitionError",
     "NotCallableError",
+    "NotDeadLetterError",
+    "NotProcessingError",
     "UnfinishedStreamError",
     "UnknownOutputError",
 ]
@@ -32,3 +34,13 @@ class UnfinishedStreamError(DslDefinitionError):
 class UnknownOutputError(StreamcoreError, LookupError):
     """Raised at run time when a processor sends to a stream or child it did not declare as an
     output. Declare it in `outputs=` when adding the processor; retrying cannot help."""
+
+
+class NotProcessingError(ComputationError, RuntimeError):
+    """A DSL sink was called while its computation processes no record (outside
+    `process_record`): sinks run only inside the chain the DSL compiled."""
+
+
+class NotDeadLetterError(StreamcoreError):
+    """`DeadLetter.of` was given a record that is not a streamcore dead-letter record (no or
+    another dead-letter format, a missing field). Read dead-letter streams only with it."""

@@ -56,7 +56,7 @@ from streamcore.computation.errors import (
     NotCallableError,
     UnknownOutputError,
 )
-from streamcore.errors import InvalidNameError
+from streamcore.errors import InvalidNameError, RecordFieldError
 from streamcore.names import Name
 from streamcore.record import Flag, Record
 
@@ -225,7 +225,7 @@ class ProcessorComputation(Computation):
                 f"outputs {list(self.outputs)}; add it to outputs= in add_processor()"
             )
         if type(key) is not str:
-            raise TypeError(f"a record key must be a str, got {type(key).__name__} {key!r}")
+            raise RecordFieldError(f"a record key must be a str, got {type(key).__name__} {key!r}")
         output, encode = target
         watermark = current.watermark if current is not None else 0
         context.produce_record(output, Record(key, encode(value), watermark))

@@ -33,7 +33,13 @@ from streamcore.computation.dlq import dead_letter_record
 from streamcore.computation.filters import RecordFilter
 from streamcore.computation.policy import ComputationPolicy
 from streamcore.computation.stats import RUNNING, STOPPED, TERMINATED, SkipBudget, UnitStats
-from streamcore.errors import CheckpointError, CodecError, TopologyError, UndecodableRecordError
+from streamcore.errors import (
+    ArgumentTypeError,
+    CheckpointError,
+    CodecError,
+    TopologyError,
+    UndecodableRecordError,
+)
 from streamcore.log import LogAppender, LogOffset, LogRecord, LogTailer, RebalanceListener
 from streamcore.names import Name
 from streamcore.record import Flag, Record
@@ -101,7 +107,7 @@ class UnitContext(ComputationContext):
         elif isinstance(record_or_key, Record):
             record = record_or_key
         else:
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"produce_record takes a Record or a str key (with data), got "
                 f"{type(record_or_key).__name__}"
             )

@@ -26,7 +26,7 @@ from streamcore.computation.runner import ComputationRunner, InputStream, Output
 from streamcore.computation.settings import Settings
 from streamcore.computation.stats import TERMINATED, SkipBudget, UnitStats
 from streamcore.computation.topology import Topology
-from streamcore.errors import ComputationError, TopologyError
+from streamcore.errors import ComputationError, InvalidArgumentError, TopologyError
 from streamcore.log import LogLag, LogPartition
 from streamcore.log.memory import MemoryLogManager
 from streamcore.names import Name
@@ -171,7 +171,7 @@ class TopologyTestDriver:
         """Move the virtual clock forward; due timers (batch thresholds too) fire."""
         self._check_open()
         if ms < 0:
-            raise ValueError(f"time only moves forward; got {ms} ms")
+            raise InvalidArgumentError(f"time only moves forward; got {ms} ms")
         self._now += ms
         self._run()
 

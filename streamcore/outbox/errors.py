@@ -41,3 +41,13 @@ class ConsumerFailedError(OutboxError):
 
 class NoJobError(OutboxError):
     """There is no job to run in the queue (test harness, `retry_one_error`)."""
+
+
+class NoConsumerError(OutboxError, RuntimeError):
+    """A job was run in a process where its queue has no consumer: register one (`register`)
+    in the process that runs the queue's jobs."""
+
+
+class NotBatchQueueError(OutboxError, RuntimeError):
+    """Several jobs were given to one consumer call of a queue that runs one job at a time (no
+    `batch_capacity`)."""

@@ -14,6 +14,7 @@ from typing import Any
 
 from streamcore.outbox.claim import ClaimedJob
 from streamcore.outbox.consumers import QueueSpec
+from streamcore.outbox.errors import NoConsumerError, NotBatchQueueError
 from streamcore.outbox.watcher import ExecutionWatcher
 
 logger = logging.getLogger(__name__)
@@ -44,9 +45,9 @@ def execute_batch(
 ) -> ExecutionOutcome:
     """Run `jobs` (several only for a batch queue) with one call of the consumer of `spec`."""
     if spec.consumer is None:
-        raise RuntimeError(f"queue {spec.name} has no consumer in this process")
+        raise NoConsumerError(f"queue {spec.name} has no consumer in this process")
     if len(jobs) > 1 and spec.batch_capacity is None:
-        raise RuntimeError(f"queue {spec.name} runs one job at a time, not {len(jobs)}")
+        raise NotBatchQueueError(f"queue {spec.name} runs one job at a time, not {len(jobs)}")
     label = jobs[0].id if len(jobs) == 1 else f"{jobs[0].id} and {len(jobs) - 1} more"
     try:
         payloads = [spec.codec.decode(job.payload) for job in jobs]

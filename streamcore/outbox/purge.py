@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from streamcore.errors import InvalidArgumentError
 from streamcore.outbox.claim import now_ms
 from streamcore.outbox.schema import DONE, jobs
 
@@ -16,7 +17,7 @@ def purge(
     Jobs another job depends on are deleted too: a dependency that is gone no longer blocks (a
     dependant waits only for a job that exists and is not done)."""
     if done_older_than < 0:
-        raise ValueError(f"done_older_than is {done_older_than}; use seconds >= 0")
+        raise InvalidArgumentError(f"done_older_than is {done_older_than}; use seconds >= 0")
     cutoff = now_ms() - int(done_older_than * 1000)
     where = [jobs.c.status == DONE, jobs.c.done_ms <= cutoff]
     if queue is not None:

@@ -186,7 +186,11 @@ def test_a_failed_record_leaves_no_partial_outputs(run):
     ("chain", "data", "error_type"),
     [
         (lambda s: s.to("app/out"), b"{not json", "CodecError"),
-        (lambda s: s.map(lambda k, v: (42 if v == 1 else k, v)).to("app/out"), b"1", "TypeError"),
+        (
+            lambda s: s.map(lambda k, v: (42 if v == 1 else k, v)).to("app/out"),
+            b"1",
+            "RecordFieldError",
+        ),
         (
             lambda s: s.map_values(lambda v: object() if v == 1 else v).to("app/out"),
             b"1",
