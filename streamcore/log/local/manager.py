@@ -19,11 +19,9 @@ import json
 import logging
 import os
 import shutil
-import threading
 import time
 import uuid
-import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -38,18 +36,11 @@ from streamcore.errors import (
     LogExistsError,
     LogNotFoundError,
 )
-from streamcore.log.api import LogAppender, LogManager, LogTailer, RebalanceListener
+from streamcore.log.api import LogAppender
 from streamcore.log.append_checks import check_keys_encode, check_timestamps
 from streamcore.log.config import ARCHIVER, LogConfig
-from streamcore.log.cursor.subscription import (
-    DEFAULT_HEARTBEAT_INTERVAL,
-    DEFAULT_MAX_POLL_INTERVAL,
-    DEFAULT_SESSION_TIMEOUT,
-    GroupMember,
-    SubscribedTailer,
-    live_members,
-)
-from streamcore.log.cursor.tailer import BinaryKey, CursorTailer
+from streamcore.log.cursor.manager import CursorLogManager
+from streamcore.log.cursor.tailer import BinaryKey
 from streamcore.log.local.compaction import (
     DEFAULT_DELETE_RETENTION_MS,
     PartitionCompaction,
@@ -71,33 +62,55 @@ from streamcore.log.local.segment import list_segments
 from streamcore.log.local.syncer import BatchSyncer
 from streamcore.log.local.writer import PartitionWriter, append_all_or_nothing, check_types
 from streamcore.log.partitioner import partition_for_key, partitions_for_keys
-from streamcore.log.registry import check_partitions
-from streamcore.log.values import AppendedOffsets, LiveMember, LogInfo, LogOffset, LogPartition
+from streamcore.log.values import AppendedOffsets, LogInfo, LogOffset, LogPartition
 from streamcore.names import Name
 
 logger = logging.getLogger(__name__)
 _METADATA = "metadata.json"
 
 
-class LocalLogManager(LogManager):
+class LocalLogManager(CursorLogManager):
+    """The local backend on the cursor template (`streamcore.log.cursor.manager`): partitions
+    are segment folders, positions and group states files under `root`."""
+
+    kind = "local"
+
     def __init__(
         self, root: str | Path | None = None, config: StreamcoreConfig | None = None
     ) -> None:
+        super().__init__()
         self.config = config or load_config()
         self.root = Path(root) if root is not None else self.config.log_dir
         self.root.mkdir(parents=True, exist_ok=True)
         self._writers: dict[tuple[Name, int], PartitionWriter] = {}
         self._syncer = BatchSyncer()
-        self._tailers: dict[tuple[str, LogPartition], CursorTailer] = {}
         self._appenders: list[LocalAppender] = []
-        self._subscriptions: weakref.WeakSet[SubscribedTailer] = weakref.WeakSet()
-        # Defaults of subscribe(); tests shorten them.
-        self.heartbeat_interval = DEFAULT_HEARTBEAT_INTERVAL
-        self.session_timeout = DEFAULT_SESSION_TIMEOUT
-        self.max_poll_interval = DEFAULT_MAX_POLL_INTERVAL
         self._metadata: dict[Name, dict[str, Any]] = {}
-        self._lock = threading.RLock()
-        self._closed = False
+
+    # -- what the cursor template needs ---------------------------------------------------------
+    def _default_partitions(self) -> int:
+        return self.config.log.partitions
+
+    def _open_cursor(self, partition: LogPartition) -> PartitionCursor:
+        return PartitionCursor(self.partition_folder(partition), str(partition))
+
+    def _positions(self, name: Name) -> LocalPositionStore:
+        return LocalPositionStore(self.folder(name), self._meta(name)["fsync"])
+
+    def _group_store(
+        self, group: str, logs: list[Name], history: Callable[[], bool]
+    ) -> FileGroupStore:
+        return FileGroupStore(self.root, group, logs, history)
+
+    def _group_states(self, group: str) -> list[dict[str, Any]]:
+        # Every state of the group under this root: any process sharing the folder.
+        return group_states(self.root, group)
+
+    def _close_backend(self) -> None:
+        self._syncer.stop()
+        for writer in self._writers.values():
+            writer.close()
+        self._writers.clear()
 
     # -- logs -----------------------------------------------------------------------------------
     def folder(self, name: str | Name) -> Path:
@@ -109,11 +122,10 @@ class LocalLogManager(LogManager):
     def create(self, name: str | Name, partitions: int | None = None, **options: Any) -> bool:
         """Create a log. Options: `retention` ("4d", ms int or "0" = keep), `segment_bytes`,
         `segment_roll`, `fsync` (none|batch|always); defaults come from the configuration."""
-        name = Name.of(name)
+        return super().create(name, partitions, **options)
+
+    def _prepare_create(self, name: Name, partitions: int, options: dict[str, Any]) -> Any:
         defaults = self.config.log
-        explicit = partitions is not None
-        partitions = defaults.partitions if partitions is None else int(partitions)
-        check_partitions(name, partitions)
         unknown = set(options) - {"retention", "segment_bytes", "segment_roll", "fsync"}
         if unknown:
             raise ConfigError(
@@ -135,24 +147,17 @@ class LocalLogManager(LogManager):
         }
         if meta["fsync"] not in FSYNC_MODES:
             raise ConfigError(f"fsync must be one of {FSYNC_MODES}, got {meta['fsync']!r}")
-        with self._lock:
-            if self.exists(name):
-                existing = self._meta(name)["partitions"]
-                if explicit and existing != partitions:
-                    raise LogExistsError(
-                        f"log {name} exists with {existing} partitions, not {partitions}; "
-                        "delete it first or use its current size"
-                    )
-                return False
-            folder = self.folder(name)
-            folder.mkdir(parents=True, exist_ok=True)
-            for p in range(partitions):
-                partition_folder(folder, p).mkdir(exist_ok=True)
-            tmp = folder / f".{_METADATA}.tmp"
-            tmp.write_text(json.dumps(meta, indent=2))
-            os.replace(tmp, folder / _METADATA)
-            self._metadata[name] = meta
-            return True
+        return meta
+
+    def _create(self, name: Name, partitions: int, prepared: Any) -> None:
+        folder = self.folder(name)
+        folder.mkdir(parents=True, exist_ok=True)
+        for p in range(partitions):
+            partition_folder(folder, p).mkdir(exist_ok=True)
+        tmp = folder / f".{_METADATA}.tmp"
+        tmp.write_text(json.dumps(prepared, indent=2))
+        os.replace(tmp, folder / _METADATA)
+        self._metadata[name] = prepared
 
     def _meta(self, name: str | Name) -> dict[str, Any]:
         name = Name.of(name)
@@ -191,9 +196,7 @@ class LocalLogManager(LogManager):
         with self._lock:
             if not self.exists(name):
                 return False
-            busy = [k for k in self._tailers if k[1].name == name]
-            busy += [t for t in self._subscriptions if not t.closed and name in t.names]
-            if busy or any(a.name == name and not a.closed for a in self._appenders):
+            if self._in_use(name) or any(a.name == name and not a.closed for a in self._appenders):
                 raise LogExistsError(
                     f"log {name} is in use in this process (appender or tailer open); close them "
                     "before deleting it"
@@ -257,20 +260,8 @@ class LocalLogManager(LogManager):
             out.append(segments[0] if segments else 0)
         return out
 
-    def committed(self, name: str | Name, group: str) -> list[int | None]:
-        name = Name.of(name)
-        store = self._positions(name)
-        return [store.committed(group, p) for p in range(self.size(name))]
-
-    def commit_position(self, partition: LogPartition, group: str, offset: int) -> None:
-        """Set a group's committed position directly (used by `streamcore position`)."""
-        self._positions(partition.name).commit(group, partition.partition, offset)
-
     def _hold(self, partition: LogPartition) -> int | None:
         return hold_offset(self.holding_positions(partition))
-
-    def _positions(self, name: Name) -> LocalPositionStore:
-        return LocalPositionStore(self.folder(name), self._meta(name)["fsync"])
 
     def record_at(self, partition: LogPartition, offset: int) -> tuple[str, bytes, int] | None:
         cursor = PartitionCursor(self.partition_folder(partition), str(partition))
@@ -392,8 +383,7 @@ class LocalLogManager(LogManager):
     # -- appenders and tailers ------------------------------------------------------------------
     def _writer(self, name: Name, partition: int) -> PartitionWriter:
         with self._lock:
-            if self._closed:
-                raise LogClosedError("the log manager is closed")
+            self._check_open()
             writer = self._writers.get((name, partition))
             # A writer closes itself when it cannot undo a failed write: open a new one, whose
             # recovery drops the partial batch.
@@ -422,104 +412,6 @@ class LocalLogManager(LogManager):
             self._appenders = [a for a in self._appenders if not a.closed]
             self._appenders.append(appender)
         return appender
-
-    def tailer(
-        self,
-        group: str,
-        source: str | Name | LogPartition | Sequence[LogPartition],
-        codec: Any = None,
-    ) -> LogTailer[Any]:
-        partitions = self.resolve_partitions(source)
-        with self._lock:
-            if self._closed:
-                raise LogClosedError("the log manager is closed")
-            self._ensure_no_live_tailer(self._tailers, group, partitions)
-            cursors = {p: PartitionCursor(self.partition_folder(p), str(p)) for p in partitions}
-            stores = {name: self._positions(name) for name in {p.name for p in partitions}}
-            tailer = CursorTailer(
-                group, cursors, lambda p: stores[p.name], codec, on_close=self._tailer_closed
-            )
-            for p in partitions:
-                self._tailers[(group, p)] = tailer
-        return tailer
-
-    def subscribe(
-        self,
-        group: str,
-        names: Sequence[str | Name],
-        listener: RebalanceListener | None = None,
-        codec: Any = None,
-        *,
-        heartbeat_interval: float | None = None,
-        session_timeout: float | None = None,
-        max_poll_interval: float | None = None,
-    ) -> SubscribedTailer:
-        """Join `group` as a member sharing the partitions of `names` with the other members,
-        in this process and others (see `streamcore.log.cursor.subscription`). Partitions are
-        assigned by the first `read()`. The heartbeat interval, session timeout and max poll
-        interval default to the manager's `heartbeat_interval` (3 s), `session_timeout` (10 s) and
-        `max_poll_interval` (300 s: a member that does not call `read()` for that long leaves
-        the group)."""
-        logs = list(dict.fromkeys(Name.of(n) for n in names))
-        if not logs:
-            raise ValueError("subscribe needs at least one log name")
-        partitions = [LogPartition(n, p) for n in logs for p in range(self.size(n))]
-        with self._lock:
-            if self._closed:
-                raise LogClosedError("the log manager is closed")
-            stores = {name: self._positions(name) for name in logs}
-
-            def history() -> bool:  # committed positions: the group ran before
-                return any(
-                    stores[p.name].committed(group, p.partition) is not None for p in partitions
-                )
-
-            store = FileGroupStore(self.root, group, logs, history)
-            member = GroupMember(
-                store,
-                [str(p) for p in partitions],
-                heartbeat_interval=heartbeat_interval or self.heartbeat_interval,
-                session_timeout=session_timeout or self.session_timeout,
-                max_poll_interval=max_poll_interval or self.max_poll_interval,
-            )
-            tailer = SubscribedTailer(
-                group,
-                member,
-                partitions,
-                lambda p: PartitionCursor(self.partition_folder(p), str(p)),
-                lambda p: stores[p.name],
-                codec,
-                listener,
-            )
-            self._subscriptions.add(tailer)
-        return tailer
-
-    def group_members(self, group: str) -> list[LiveMember]:
-        """Members of `group` whose heartbeat is within their session, from every state of the
-        group under this root (any process sharing the folder); read only."""
-        now = time.time()
-        found = {
-            m.member_id: m
-            for state in group_states(self.root, group)
-            for m in live_members(state, now)
-        }
-        return [found[mid] for mid in sorted(found)]
-
-    def _tailer_closed(self, tailer: CursorTailer) -> None:
-        with self._lock:
-            self._forget_tailer(self._tailers, tailer)
-
-    def close(self) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            for tailer in list(self._tailers.values()) + list(self._subscriptions):
-                tailer.close()
-            self._syncer.stop()
-            for writer in self._writers.values():
-                writer.close()
-            self._writers.clear()
-            self._closed = True
 
 
 class LocalAppender(LogAppender[Any]):

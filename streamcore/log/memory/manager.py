@@ -7,34 +7,18 @@ its data; a second manager is a separate world.
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
-import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from streamcore.errors import (
-    ConfigError,
-    LogClosedError,
-    LogExistsError,
-    LogNotFoundError,
-)
-from streamcore.log.api import LogAppender, LogManager, LogTailer, RebalanceListener
+from streamcore.errors import ConfigError, LogClosedError, LogNotFoundError
+from streamcore.log.api import LogAppender
 from streamcore.log.append_checks import check_keys_encode, check_timestamps
-from streamcore.log.cursor.subscription import (
-    DEFAULT_HEARTBEAT_INTERVAL,
-    DEFAULT_MAX_POLL_INTERVAL,
-    DEFAULT_SESSION_TIMEOUT,
-    GroupMember,
-    MemoryGroupStore,
-    SubscribedTailer,
-    live_members,
-)
-from streamcore.log.cursor.tailer import CursorTailer
+from streamcore.log.cursor.manager import CursorLogManager
+from streamcore.log.cursor.subscription import MemoryGroupStore
 from streamcore.log.partitioner import partition_for_key
-from streamcore.log.registry import check_partitions
-from streamcore.log.values import LiveMember, LogDescription, LogOffset, LogPartition
+from streamcore.log.values import LogDescription, LogOffset, LogPartition
 from streamcore.names import Name
 
 
@@ -87,20 +71,18 @@ class _Positions:
         return self.committed_offsets.get((Name.of(group).urn, partition))
 
 
-class MemoryLogManager(LogManager):
+class MemoryLogManager(CursorLogManager):
+    """The memory backend on the cursor template (`streamcore.log.cursor.manager`): partitions
+    are lists, positions and group states dicts of this manager."""
+
+    kind = "memory"
+
     def __init__(self) -> None:
+        super().__init__()
         self._logs: dict[Name, list[_Partition]] = {}
-        self._positions: dict[Name, _Positions] = {}
+        self._position_stores: dict[Name, _Positions] = {}
         self._incarnations: dict[Name, str] = {}
-        self._tailers: dict[tuple[str, LogPartition], CursorTailer] = {}
         self._group_stores: dict[tuple[str, tuple[str, ...]], MemoryGroupStore] = {}
-        self._subscriptions: weakref.WeakSet[SubscribedTailer] = weakref.WeakSet()
-        # Defaults of subscribe(); tests shorten them.
-        self.heartbeat_interval = DEFAULT_HEARTBEAT_INTERVAL
-        self.session_timeout = DEFAULT_SESSION_TIMEOUT
-        self.max_poll_interval = DEFAULT_MAX_POLL_INTERVAL
-        self._lock = threading.RLock()
-        self._closed = False
 
     def _log(self, name: str | Name) -> list[_Partition]:
         name = Name.of(name)
@@ -111,25 +93,41 @@ class MemoryLogManager(LogManager):
                 f"log {name} does not exist in this memory manager; create it first"
             ) from None
 
+    # -- what the cursor template needs ----------------------------------------------------
+    def _default_partitions(self) -> int:
+        return 4
+
+    def _create(self, name: Name, partitions: int, prepared: Any) -> None:
+        self._logs[name] = [_Partition() for _ in range(partitions)]
+        self._position_stores[name] = _Positions()
+        self._incarnations[name] = uuid.uuid4().hex
+
+    def _open_cursor(self, partition: LogPartition) -> _MemoryCursor:
+        return _MemoryCursor(self._log(partition.name)[partition.partition])
+
+    def _positions(self, name: Name) -> _Positions:
+        self._log(name)
+        return self._position_stores[name]
+
+    def _group_store(
+        self, group: str, logs: list[Name], history: Callable[[], bool]
+    ) -> MemoryGroupStore:
+        # Nothing outside this manager deletes a memory state: `history` is not needed.
+        key = (Name.of(group).urn, tuple(sorted(n.urn for n in logs)))
+        store = self._group_stores.get(key)
+        if store is None:
+            store = self._group_stores[key] = MemoryGroupStore(*key)
+        return store
+
+    def _group_states(self, group: str) -> list[dict[str, Any]]:
+        urn = Name.of(group).urn
+        with self._lock:
+            stores = [store for (g, _), store in self._group_stores.items() if g == urn]
+        return [store.load() for store in stores]
+
+    # -- logs ------------------------------------------------------------------------------
     def exists(self, name: str | Name) -> bool:
         return Name.of(name) in self._logs
-
-    def create(self, name: str | Name, partitions: int | None = None, **options: Any) -> bool:
-        name = Name.of(name)
-        with self._lock:
-            if name in self._logs:
-                if partitions is not None and partitions != len(self._logs[name]):
-                    raise LogExistsError(
-                        f"log {name} exists with {len(self._logs[name])} partitions, not "
-                        f"{partitions}; delete it first or use its current size"
-                    )
-                return False
-            count = 4 if partitions is None else int(partitions)
-            check_partitions(name, count)
-            self._logs[name] = [_Partition() for _ in range(count)]
-            self._positions[name] = _Positions()
-            self._incarnations[name] = uuid.uuid4().hex
-            return True
 
     def size(self, name: str | Name) -> int:
         return len(self._log(name))
@@ -140,7 +138,7 @@ class MemoryLogManager(LogManager):
 
     def delete(self, name: str | Name) -> bool:
         with self._lock:
-            self._positions.pop(Name.of(name), None)
+            self._position_stores.pop(Name.of(name), None)
             self._incarnations.pop(Name.of(name), None)
             return self._logs.pop(Name.of(name), None) is not None
 
@@ -148,23 +146,13 @@ class MemoryLogManager(LogManager):
         return sorted(self._logs, key=lambda n: n.urn)
 
     def list_groups(self, name: str | Name) -> list[str]:
-        self._log(name)
-        return sorted({g for g, _ in self._positions[Name.of(name)].committed_offsets})
+        return sorted({g for g, _ in self._positions(Name.of(name)).committed_offsets})
 
     def end_offsets(self, name: str | Name) -> list[int]:
         return [len(p.records) for p in self._log(name)]
 
     def start_offsets(self, name: str | Name) -> list[int]:
         return [0] * self.size(name)
-
-    def committed(self, name: str | Name, group: str) -> list[int | None]:
-        size = self.size(name)
-        positions = self._positions[Name.of(name)]
-        return [positions.committed(group, p) for p in range(size)]
-
-    def commit_position(self, partition: LogPartition, group: str, offset: int) -> None:
-        self._log(partition.name)
-        self._positions[partition.name].commit(group, partition.partition, offset)
 
     def describe(self, name: str | Name) -> LogDescription:
         """Refused: the records live in this process's memory, which no other process sees."""
@@ -184,96 +172,6 @@ class MemoryLogManager(LogManager):
 
     def appender(self, name: str | Name, codec: Any = None) -> LogAppender[Any]:
         return _MemoryAppender(self, Name.of(name), codec)
-
-    def tailer(
-        self,
-        group: str,
-        source: str | Name | LogPartition | Sequence[LogPartition],
-        codec: Any = None,
-    ) -> LogTailer[Any]:
-        partitions = self.resolve_partitions(source)
-        with self._lock:
-            if self._closed:
-                raise LogClosedError("the memory log manager is closed")
-            self._ensure_no_live_tailer(self._tailers, group, partitions)
-            cursors = {p: _MemoryCursor(self._log(p.name)[p.partition]) for p in partitions}
-            tailer = CursorTailer(
-                group,
-                cursors,
-                lambda p: self._positions[p.name],
-                codec,
-                on_close=self._closed_tailer,
-            )
-            for p in partitions:
-                self._tailers[(group, p)] = tailer
-            return tailer
-
-    def subscribe(
-        self,
-        group: str,
-        names: Sequence[str | Name],
-        listener: RebalanceListener | None = None,
-        codec: Any = None,
-        *,
-        heartbeat_interval: float | None = None,
-        session_timeout: float | None = None,
-        max_poll_interval: float | None = None,
-    ) -> SubscribedTailer:
-        """Join `group` as a member sharing the partitions of `names` with the other subscribed
-        tailers of this manager: the same protocol as the local log (see
-        `streamcore.log.cursor.subscription`), with the group state in memory instead of a file. The
-        timings default to the manager's `heartbeat_interval`, `session_timeout` and
-        `max_poll_interval`."""
-        logs = list(dict.fromkeys(Name.of(n) for n in names))
-        if not logs:
-            raise ValueError("subscribe needs at least one log name")
-        partitions = [LogPartition(n, p) for n in logs for p in range(self.size(n))]
-        with self._lock:
-            if self._closed:
-                raise LogClosedError("the memory log manager is closed")
-            urns = tuple(sorted(n.urn for n in logs))
-            store = self._group_stores.get((Name.of(group).urn, urns))
-            if store is None:
-                store = MemoryGroupStore(Name.of(group).urn, urns)
-                self._group_stores[(Name.of(group).urn, urns)] = store
-            member = GroupMember(
-                store,
-                [str(p) for p in partitions],
-                heartbeat_interval=heartbeat_interval or self.heartbeat_interval,
-                session_timeout=session_timeout or self.session_timeout,
-                max_poll_interval=max_poll_interval or self.max_poll_interval,
-            )
-            tailer = SubscribedTailer(
-                group,
-                member,
-                partitions,
-                lambda p: _MemoryCursor(self._log(p.name)[p.partition]),
-                lambda p: self._positions[p.name],
-                codec,
-                listener,
-            )
-            self._subscriptions.add(tailer)
-        return tailer
-
-    def group_members(self, group: str) -> list[LiveMember]:
-        """Members of `group` whose heartbeat is within their session, over the group's states
-        in this manager (one per set of subscribed logs)."""
-        urn = Name.of(group).urn
-        with self._lock:
-            stores = [store for (g, _), store in self._group_stores.items() if g == urn]
-        now = time.time()
-        found = {m.member_id: m for store in stores for m in live_members(store.load(), now)}
-        return [found[mid] for mid in sorted(found)]
-
-    def _closed_tailer(self, tailer: CursorTailer) -> None:
-        with self._lock:
-            self._forget_tailer(self._tailers, tailer)
-
-    def close(self) -> None:
-        with self._lock:
-            for tailer in list(self._tailers.values()) + list(self._subscriptions):
-                tailer.close()
-            self._closed = True
 
 
 class _MemoryAppender(LogAppender[Any]):
@@ -347,7 +245,7 @@ class _MemoryAppender(LogAppender[Any]):
 
     def wait_for(self, offset: LogOffset, group: str, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
-        positions = self.manager._positions[offset.partition.name]
+        positions = self.manager._positions(offset.partition.name)
         while True:
             committed = positions.committed(group, offset.partition.partition)
             if committed is not None and committed > offset.offset:
