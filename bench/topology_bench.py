@@ -39,13 +39,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from streamcore.cli.progress import Progress
 from streamcore.codecs import Codec, get_codec
 from streamcore.computation import Settings, StreamProcessor, Topology
 from streamcore.computation.dsl_values import resolve_value_codec
 from streamcore.config import load_config
 from streamcore.log import LocalLogManager, LogManager
 from streamcore.record import Record
+from streamcore.text import Progress
 
 TARGET_RATE = 200_000
 TARGET_RATIO = 0.5

@@ -208,7 +208,7 @@ def _check_topology_allowed(args: argparse.Namespace) -> None:
 
 def _load_topology(spec: str) -> tuple[Any, Any]:
     """(Topology, Settings) of `spec`, loaded as `streamcore run` loads it."""
-    from streamcore.cli.run import load_topology
+    from streamcore.computation.loader import load_topology
 
     try:
         return load_topology(spec)
@@ -375,8 +375,8 @@ def _land_table(
 def _drain(args: argparse.Namespace, ctx: JobContext, summary: dict[str, Any]) -> dict[str, Any]:
     """Run `--topology` on the logs until it has consumed everything, then stop it; its
     computations' records processed, and whether it drained (else JobError)."""
-    from streamcore.cli.run import summary_rows
     from streamcore.computation import StreamProcessor
+    from streamcore.computation.summary import summary_rows
 
     topology, settings = _load_topology(args.topology)
     processor = StreamProcessor(ctx.logs, topology, settings)

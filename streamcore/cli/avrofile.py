@@ -31,7 +31,6 @@ from streamcore.cli.context import (
     resolve_codec,
 )
 from streamcore.cli.copy import append_grouped, supports_timestamps
-from streamcore.cli.progress import Progress
 from streamcore.cli.render import end_snapshot, read_until
 from streamcore.config import StreamcoreConfig
 from streamcore.errors import CodecError, ConfigError, StreamcoreError
@@ -39,6 +38,7 @@ from streamcore.log import partition_for_key
 from streamcore.log.config import TOOLS_GROUP
 from streamcore.log.registry import MAX_PARTITIONS, partitions_in_range
 from streamcore.record import Flag, Record
+from streamcore.text import Progress
 from streamcore.watermark import Watermark
 
 EXTRA_FIELDS = [

@@ -15,12 +15,11 @@ from streamcore.cli.context import (
     group_name,
     resolve_codec,
 )
-from streamcore.cli.progress import Progress
 from streamcore.log import LogAppender, LogRecord
 from streamcore.log.capabilities import Segmented
 from streamcore.log.config import TOOLS_GROUP
 from streamcore.names import Name
-from streamcore.text import human_bytes, rate
+from streamcore.text import Progress, human_bytes, rate
 
 
 def supports_timestamps(appender: LogAppender[Any]) -> bool:

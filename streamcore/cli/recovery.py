@@ -15,7 +15,6 @@ from contextlib import contextmanager
 from typing import Any
 
 from streamcore.cli.context import Context, UsageError, global_options, group_name
-from streamcore.cli.progress import Progress
 from streamcore.recovery import (
     DeadLetterFilter,
     Outcome,
@@ -26,7 +25,7 @@ from streamcore.recovery import (
     parse_offset,
     parse_reset_target,
 )
-from streamcore.text import format_time, render_table
+from streamcore.text import Progress, format_time, render_table
 
 MESSAGE_WIDTH = 50
 

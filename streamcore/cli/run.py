@@ -11,7 +11,6 @@ not drain within `--timeout`.
 from __future__ import annotations
 
 import argparse
-import importlib
 import signal
 import sys
 import threading
@@ -21,40 +20,19 @@ import urllib.request
 from typing import Any
 
 from streamcore.cli.context import Context, UsageError, global_options
-from streamcore.cli.progress import Progress
-from streamcore.text import human_duration, render_table
+from streamcore.text import Progress, human_duration, render_table
 
 _TICK = 0.2
 
 
-def load_topology(spec: str, app_dir: str = ".") -> tuple[Any, Any]:
-    """(Topology, Settings) from `module:factory` (Settings default when the factory returns a
-    Topology only)."""
-    from streamcore.computation import Settings, Topology
+def _load(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The topology `args.topology` names; a name that does not load is a usage error."""
+    from streamcore.computation.loader import TopologySpecError, load_topology
 
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise UsageError(f"{spec!r}: give the topology factory as module:function")
-    if app_dir not in sys.path:
-        sys.path.insert(0, app_dir)
     try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        raise UsageError(
-            f"cannot import {module_name!r} ({exc}); run from the folder holding it or pass "
-            "--app-dir"
-        ) from None
-    factory = getattr(module, attr, None)
-    if not callable(factory):
-        raise UsageError(f"{module_name} has no function {attr!r}")
-    result = factory()
-    topology, settings = result if isinstance(result, tuple) else (result, None)
-    if not isinstance(topology, Topology) or not isinstance(settings, Settings | None):
-        raise UsageError(
-            f"{spec}() returned {type(result).__name__}; it must return a Topology or a "
-            "(Topology, Settings) tuple"
-        )
-    return topology, settings or Settings()
+        return load_topology(args.topology, args.app_dir)
+    except TopologySpecError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _apply_concurrency(settings: Any, values: list[str]) -> None:
@@ -67,37 +45,13 @@ def _apply_concurrency(settings: Any, values: list[str]) -> None:
         settings.set_concurrency(name if sep else "default", count)
 
 
-def summary_rows(processor: Any) -> list[dict[str, Any]]:
-    rows = []
-    for name in processor.topology.computation_names():
-        units = processor.unit_stats(name)
-        lag = processor.lag(name).lag if processor.topology.input_streams(name) else None
-        states = sorted({u.state for u in units})
-        rows.append(
-            {
-                "computation": name,
-                "units": len(units),
-                "state": "/".join(states),
-                "processed": sum(u.processed for u in units),
-                "produced": sum(u.produced for u in units),
-                "retried": sum(u.retried for u in units),
-                "failed": sum(u.failed for u in units),
-                "skipped": sum(u.skipped for u in units),
-                "dead_lettered": sum(u.dead_lettered for u in units),
-                "checkpoints": sum(u.checkpoints for u in units),
-                "lag": lag,
-                "failure": next((u.failure for u in units if u.failure), None),
-            }
-        )
-    return rows
-
-
 def run_run(ctx: Context) -> int:
     from streamcore.computation import StreamProcessor
     from streamcore.computation.server import MetricsServer
+    from streamcore.computation.summary import summary_rows
 
     args = ctx.args
-    topology, settings = load_topology(args.topology, args.app_dir)
+    topology, settings = _load(args)
     _apply_concurrency(settings, args.concurrency or [])
     stop = threading.Event()
     previous = {
@@ -178,7 +132,7 @@ def run_metrics(ctx: Context) -> int:
     from streamcore.computation import StreamProcessor
     from streamcore.computation.metrics import lag_families
 
-    topology, settings = load_topology(args.topology, args.app_dir)
+    topology, settings = _load(args)
     processor = StreamProcessor(ctx.manager, topology, settings)
     if ctx.json:
         ctx.emit_json(

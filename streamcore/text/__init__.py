@@ -1,4 +1,5 @@
-"""Text for people: aligned tables and human-readable numbers, durations, sizes and times.
+"""Text for people: aligned tables, human-readable numbers, durations, sizes and times, and the
+progress line of long commands.
 
 The CLI, the DAGs' summaries, the jobs' logs and the benches print with these, so a person reads
 one format everywhere; none of them depends on another's module for it.
@@ -6,6 +7,7 @@ one format everywhere; none of them depends on another's module for it.
 
 from __future__ import annotations
 
+from streamcore.text.progress import Progress
 from streamcore.text.table import (
     TextColumn,
     format_time,
@@ -18,6 +20,7 @@ from streamcore.text.table import (
 )
 
 __all__ = [
+    "Progress",
     "TextColumn",
     "format_time",
     "human_bytes",

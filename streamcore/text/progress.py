@@ -6,10 +6,15 @@ from __future__ import annotations
 import sys
 import time
 
-from streamcore.text import human_bytes, rate
+from streamcore.text.table import human_bytes, rate
+
+__all__ = ["Progress"]
 
 
 class Progress:
+    """Records (and bytes) done so far with their rate, as `label: 1,000/5,000 (20%) records in
+    2.0s, 500 records/s`; `update` writes at most once per `interval` seconds, `done` always."""
+
     def __init__(self, label: str, total: int | None = None, interval: float = 1.0) -> None:
         self.label = label
         self.total = total
