@@ -531,44 +531,12 @@ def submit_bulk_command(
     return {"run": ["--command-id", command_id, "--home", str(streamcore_home())]}
 
 
-def render_bulk_summary(outputs: Mapping[str, Mapping[str, Any]]) -> str:
-    """The summary of a bulk command's run: state, documents, query limit, abort, result."""
-    run = outputs["run"]
-    rows = [
-        ("command", f"{run.get('command_id')} ({run.get('action')})"),
-        ("state", str(run.get("state"))),
-        ("documents", f"{run.get('processed', 0):,} of {run.get('total') or 0:,}"),
-    ]
-    if run.get("query_limit_reached"):
-        rows.append(("query limit", "reached: the documents beyond it were not processed"))
-    if run.get("aborted"):
-        rows.append(("aborted", "stopped between buckets; later buckets untouched"))
-    rows += [(f"result {k}", v) for k, v in sorted((run.get("result") or {}).items())]
-    return render_rows(rows)
-
-
-def render_rows(rows: list[tuple[str, str]]) -> str:
-    """An aligned two-column table, for the summary task's log."""
-    width = max((len(k) for k, _ in rows), default=0)
-    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
-
-
-def summary_rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """The scalar fields of a job summary as rows (nested values are in the run record)."""
-    return [
-        (key, f"{value:,}" if type(value) is int else str(value))
-        for key, value in summary.items()
-        if not isinstance(value, dict | list)
-    ]
-
-
 def job_tasks(
     job: str,
     steps: Sequence[str],
     arguments: Arguments,
     *,
     retries: Mapping[str, int] | None = None,
-    render: Callable[[Mapping[str, Mapping[str, Any]]], str] | None = None,
     skip: Callable[[Mapping[str, list[str]]], str | None] | None = None,
     **submit: Any,
 ) -> Any:
@@ -577,12 +545,12 @@ def job_tasks(
 
     validate checks the Spark set-up and builds each step's arguments with `arguments`, checked by
     the job's own `check_args` (a bad run fails there, without retries). The summary task logs
-    `render(summaries)` (by default a table of each step's scalar fields) and keeps the run record
-    under STREAMCORE_HOME/runs/<job>/. `skip(arguments)`, asked once the arguments are valid,
-    says why the run has nothing to do (or None), as does the job itself for every step
-    (`empty_steps`): validate is then skipped, and with it every later task in the same
-    scheduling pass (each is directly downstream of validate), so an idle scheduled run costs no
-    Spark start-up. Returns the summary task."""
+    the job's own `render(summaries)` (`jobs.<job>.render`, given each step's summary by step
+    name) and keeps the run record under STREAMCORE_HOME/runs/<job>/. `skip(arguments)`, asked
+    once the arguments are valid, says why the run has nothing to do (or None), as does the job
+    itself for every step (`empty_steps`): validate is then skipped, and with it every later task
+    in the same scheduling pass (each is directly downstream of validate), so an idle scheduled
+    run costs no Spark start-up. Returns the summary task."""
     from airflow.sdk import get_current_context, task
 
     # multiple_outputs: each step's spark-submit pulls its own key (`checked[step]`); said
@@ -624,12 +592,7 @@ def job_tasks(
     def summary(outputs: dict[str, dict[str, Any]]) -> dict[str, Any]:
         context = get_current_context()
         dag_id, run_id = context["dag"].dag_id, context["dag_run"].run_id
-        if render is not None:
-            report = render(outputs)
-        else:
-            report = "\n\n".join(
-                f"{step}\n{render_rows(summary_rows(out))}" for step, out in outputs.items()
-            )
+        report = importlib.import_module(f"jobs.{job}").render(outputs)
         record = {
             "dag_id": dag_id,
             "run_id": run_id,

@@ -17,7 +17,6 @@ from _streamcore import (
     interval_arguments,
     interval_params,
     job_tasks,
-    render_rows,
     streamcore_home,
 )
 from airflow.sdk import CronTriggerTimetable, Param, dag
@@ -160,36 +159,6 @@ def nothing_to_land(argvs: Mapping[str, list[str]]) -> str | None:
     return f"nothing to land: group {GROUP} has landed every entry of {STREAM}" if not lag else None
 
 
-def render_summary(outputs: dict[str, dict[str, Any]]) -> str:
-    """What the run landed, as an aligned two-column table."""
-    land = outputs["land"]
-    validation = land.get("validation") or {}
-    failed = validation.get("quarantined_by_expectation") or {}
-    by_type = land.get("by_event_type") or {}
-    if land.get("step") == "batch":
-        mode = f"batch {land.get('batch')} of group {land.get('group')}"
-        lag = f"{land.get('lag', 0):,} entries"
-    else:
-        mode = f"interval [{land.get('start')}, {land.get('end')})"
-        lag = "- (interval mode moves no position)"
-    offsets = land.get("offsets") or {}
-    rows = [
-        ("mode", mode),
-        ("entries read", f"{land.get('read', 0):,}"),
-        ("entries landed", f"{land.get('landed', 0):,}"),
-        ("duplicates", f"{land.get('duplicates', 0):,}"),
-        ("quarantined", f"{land.get('quarantined', 0):,}"),
-        ("failed expectations", ", ".join(f"{k} ({v:,})" for k, v in failed.items()) or "none"),
-        ("by event type", ", ".join(f"{k} {v:,}" for k, v in by_type.items()) or "none"),
-        ("lag left", lag),
-        ("offsets", ", ".join(f"{p}: {lo}..{hi}" for p, (lo, hi) in offsets.items()) or "none"),
-        ("Delta table", f"{land.get('table_path', '?')} (version {land.get('delta_version')})"),
-        ("Data Docs", str(land.get("data_docs") or "none (nothing to validate)")),
-        ("seconds", f"{land.get('seconds', 0):.1f}"),
-    ]
-    return render_rows(rows)
-
-
 @dag(
     dag_id="streamcore_audit",
     # `interval`: each run's data interval is the period before it. Without it, Airflow 3 gives
@@ -209,7 +178,6 @@ def streamcore_audit() -> None:
         ["land"],
         audit_arguments,
         retries={"land": 2},  # both modes are crash-safe and idempotent
-        render=render_summary,
         skip=nothing_to_land,
     )
 

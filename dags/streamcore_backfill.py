@@ -20,7 +20,6 @@ from _streamcore import (
     interval_params,
     job_tasks,
     logs_exist,
-    render_rows,
     streamcore_home,
 )
 from airflow.sdk import CronTriggerTimetable, Param, dag
@@ -138,34 +137,6 @@ def _check_exist(stream: str, target: str | None) -> None:
         )
 
 
-def render_summary(outputs: dict[str, dict[str, Any]]) -> str:
-    replay = outputs["replay"]
-    kind = replay.get("target_kind", "stream")
-    rows = [
-        ("stream", f"{replay.get('stream')} -> {replay.get('target')} ({kind})"),
-        ("interval", f"[{replay.get('start')}, {replay.get('end')})"),
-        ("records", f"{replay.get('records', 0):,}"),
-        ("from the archive", f"{replay.get('from_archive', 0):,}"),
-    ]
-    if replay.get("dry_run"):
-        would = replay.get("would_land", replay.get("would_append", 0))
-        rows.append(("written", f"none (dry run; would replay {would:,})"))
-    elif kind == "table":
-        rows.append(("landed", f"{replay.get('imported', 0):,} documents checked and merged"))
-        rows.append(("quarantined", f"{replay.get('quarantined', 0):,}"))
-        rows.append(("inserted", f"{replay.get('inserted', 0):,}"))
-        rows.append(("updated", f"{replay.get('updated', 0):,} (older versions)"))
-    elif replay.get("already_replayed"):
-        rows.append(("appended", "none (this interval was replayed before)"))
-    else:
-        rows.append(("appended", f"{replay.get('appended', 0):,}"))
-    if kind == "topology" and "drained" in replay:
-        processed = ", ".join(f"{c} {n:,}" for c, n in replay.get("processed", {}).items())
-        rows.append(("drained", f"{replay['drained']} in {replay.get('drain_seconds')} s"))
-        rows.append(("processed", processed or "none"))
-    return render_rows(rows)
-
-
 @dag(
     dag_id="streamcore_backfill",
     schedule=CronTriggerTimetable("0 0 * * *", timezone="UTC", interval=timedelta(days=1)),
@@ -178,9 +149,7 @@ def render_summary(outputs: dict[str, dict[str, Any]]) -> str:
     default_args=default_args(retries=1),
 )
 def streamcore_backfill() -> None:
-    job_tasks(
-        "backfill", ["replay"], backfill_arguments, retries={"replay": 2}, render=render_summary
-    )
+    job_tasks("backfill", ["replay"], backfill_arguments, retries={"replay": 2})
 
 
 streamcore_backfill()

@@ -13,7 +13,6 @@ import pendulum
 from _streamcore import (
     default_args,
     job_tasks,
-    render_bulk_summary,
     streamcore_home,
     submit_bulk_command,
 )
@@ -156,9 +155,7 @@ def claim_command(context: Any, command_id: str) -> dict[str, list[str]]:
     default_args=default_args(retries=1),
 )
 def streamcore_bulk_action() -> None:
-    job_tasks(
-        "bulk_action", ["run"], bulk_arguments, retries={"run": 2}, render=render_bulk_summary
-    )
+    job_tasks("bulk_action", ["run"], bulk_arguments, retries={"run": 2})
 
 
 streamcore_bulk_action()

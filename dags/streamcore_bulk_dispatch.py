@@ -10,7 +10,7 @@ import logging
 from typing import Any
 
 import pendulum
-from _streamcore import default_args, render_rows
+from _streamcore import default_args
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk import dag, task
 from airflow.sdk.exceptions import AirflowSkipException
@@ -22,6 +22,7 @@ from streamcore.bulk.dispatch import (
     dispatch_run_id,
     dispatched_runner,
 )
+from streamcore.text import render_rows
 
 # Airflow imports DAG files under a generated name: the logger is named for the file's path.
 logger = logging.getLogger("dags.streamcore_bulk_dispatch")

@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 import pendulum
-from _streamcore import default_args, job_tasks, render_bulk_summary, submit_bulk_command
+from _streamcore import default_args, job_tasks, submit_bulk_command
 from airflow.sdk import CronTriggerTimetable, Param, dag
 
 from streamcore.bulk.schedules import Schedule, schedules_for
@@ -82,7 +82,7 @@ def scheduled_dag(schedule: Schedule) -> Any:
         default_args=default_args(retries=1),
     )
     def scheduled() -> None:
-        job_tasks("bulk_action", ["run"], arguments, retries={"run": 2}, render=render_bulk_summary)
+        job_tasks("bulk_action", ["run"], arguments, retries={"run": 2})
 
     return scheduled()
 

@@ -168,41 +168,6 @@ def importer_arguments(params: dict[str, Any], home: Path, run_id: str) -> dict[
     return {"produce": produce + common, "consume": consume + common}
 
 
-def render_summary(produced: dict[str, Any], consumed: dict[str, Any]) -> str:
-    """What a run did, as an aligned two-column table."""
-    validation = consumed.get("validation") or {}
-    failed = validation.get("failed_expectations") or []
-    seconds = (produced.get("seconds") or 0) + (consumed.get("seconds") or 0)
-    rows = [
-        ("documents produced", f"{produced.get('documents', 0):,}"),
-        ("records read", f"{consumed.get('read', 0):,}"),
-        ("documents imported", f"{consumed.get('imported', 0):,}"),
-        ("quarantined", f"{consumed.get('quarantined', 0):,}"),
-        ("failure ratio", f"{validation.get('failure_ratio') or 0:.4f}"),
-        ("failed expectations", ", ".join(map(str, failed)) or "none"),
-        (
-            "produce",
-            f"{produced.get('seconds', 0):.1f} s, {produced.get('docs_per_s') or 0:,.0f} docs/s",
-        ),
-        (
-            "consume",
-            f"{consumed.get('seconds', 0):.1f} s, {consumed.get('docs_per_s') or 0:,.0f} docs/s",
-        ),
-        (
-            "end to end (both jobs)",
-            f"{seconds:.1f} s, {consumed.get('read', 0) / seconds if seconds else 0:,.0f} docs/s",
-        ),
-        (
-            "Delta table",
-            f"{consumed.get('table_path', '?')} (version {consumed.get('delta_version')})",
-        ),
-        ("quarantine table", str(consumed.get("quarantine_path", "?"))),
-        ("Data Docs", str(consumed.get("data_docs") or "none (nothing to validate)")),
-    ]
-    width = max(len(k) for k, _ in rows)
-    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
-
-
 @dag(
     dag_id="streamcore_importer",
     schedule=None,
@@ -222,7 +187,6 @@ def streamcore_importer() -> None:
             params, streamcore_home(), context["dag_run"].run_id
         ),
         retries={"consume": 2},  # crash-safe and idempotent: a retry after a lost worker is safe
-        render=lambda out: render_summary(out["produce"], out["consume"]),
         driver_memory="2g",
     )
 

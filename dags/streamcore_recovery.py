@@ -18,7 +18,6 @@ from _streamcore import (
     check_spark_ready,
     default_args,
     dry_run_param,
-    render_rows,
     streamcore_home,
     write_run_record,
 )
@@ -363,7 +362,7 @@ def _outbox_action(params: dict[str, Any], user: str, dry_run: bool) -> dict[str
 
 def render_summary(params: dict[str, Any], planned: dict[str, Any], out: dict[str, Any]) -> str:
     """The before / after table of a run, for the summary task's log."""
-    from streamcore.text import render_table
+    from streamcore.text import render_rows, render_table
 
     action = params["action"]
     head = [

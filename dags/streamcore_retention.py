@@ -18,7 +18,6 @@ from _streamcore import (
     dry_run_param,
     job_tasks,
     logs_exist,
-    render_rows,
     streamcore_home,
 )
 from airflow.sdk import CronTriggerTimetable, Param, dag, task
@@ -129,84 +128,6 @@ def _check_streams_exist(streams: list[str]) -> None:
         )
 
 
-def _mb(n: int) -> str:
-    return f"{n / 1e6:,.1f} MB"
-
-
-def _groups(counts: Mapping[str, int]) -> str:
-    return ", ".join(f"{g} {n:,}" for g, n in counts.items()) or "-"
-
-
-def _compacted(c: Mapping[str, Any]) -> str:
-    if not c or "not a compacted log" in c.get("skipped", ""):
-        return "-"
-    if "skipped" in c:
-        return c["skipped"]
-    return (
-        f"{c['keys_compacted']:,} keys, {c['records_removed']:,} records, "
-        f"{_mb(c['bytes_before'] - c['bytes_after'])}"
-    )
-
-
-def render_summary(outputs: Mapping[str, Mapping[str, Any]]) -> str:
-    """One row per stream (archive, purge and compact) and per table (maintain)."""
-    from streamcore.text import render_table
-
-    archive, purge, maintain = outputs["archive"], outputs["purge"], outputs["maintain"]
-    streams = []
-    purged = purge.get("streams") or {}
-    archived = archive.get("streams") or {}
-    compacted = outputs["compact"].get("streams") or {}
-    for stream in sorted(set(purged) | set(archived) | set(compacted)):
-        a, p, c = archived.get(stream, {}), purged.get(stream, {}), compacted.get(stream, {})
-        if a.get("status") == "failed":
-            got = "FAILED (below)"
-        elif "would_archive" in a:
-            got = f"{a['would_archive']:,} records"
-        elif "skipped" in a:
-            got = f"skipped ({a['skipped']})"
-        else:
-            got = f"{a.get('archived', 0):,} records, {_mb(a.get('bytes', 0))}"
-        if "skipped" in p:
-            went = f"skipped ({p['skipped']})"
-        else:
-            went = (
-                f"{p.get('segments_purged', 0):,} segments, {p.get('records_purged', 0):,} "
-                f"records, {_mb(p.get('bytes_purged', 0))}"
-            )
-        held, lost = _groups(p.get("held_by", {})), _groups(p.get("lost", {}))
-        streams.append((stream, got, _compacted(c), went, held, lost))
-    rows = []
-    for table, t in sorted((maintain.get("tables") or {}).items()):
-        if "skipped" in t:
-            rows.append((table, f"skipped ({t['skipped']})"))
-        elif "sizes" in t:
-            rows.append((table, f"{t['sizes']['snapshot_files']:,} files"))
-        else:
-            o, v = t["optimize"], t["vacuum"]
-            rows.append(
-                (
-                    table,
-                    f"OPTIMIZE {o['files_before']:,} -> {o['files_after']:,} files, "
-                    f"VACUUM removed {_mb(v['bytes_removed'])}",
-                )
-            )
-    header = [
-        "stream",
-        "archived",
-        "compacted",
-        "purged",
-        "kept for groups (records)",
-        "lost (records)",
-    ]
-    dry = "dry run: nothing changed; what a real run would do\n\n" if archive.get("dry_run") else ""
-    failures = "".join(
-        f"\n\narchive of {stream} FAILED: {archived[stream]['error']}"
-        for stream in archive.get("failed_streams", [])
-    )
-    return f"{dry}{render_table(header, streams)}{failures}\n\n{render_rows(rows)}"
-
-
 def check_archive_failures(record: Mapping[str, Any]) -> None:
     """Fail (AirflowFailException) if the run's archive step could not archive some stream:
     once the summary is kept and the other streams are purged, compacted and maintained."""
@@ -237,7 +158,6 @@ def streamcore_retention() -> None:
         ["archive", "purge", "compact", "maintain"],
         retention_arguments,
         retries={"archive": 2, "purge": 1, "compact": 1, "maintain": 1},  # each is idempotent
-        render=render_summary,
     )
     task(task_id="archive_failures", retries=0)(check_archive_failures)(report)
 

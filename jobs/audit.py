@@ -404,6 +404,40 @@ def _inserted(spark: Any, path: str, version: int) -> dict[str, int]:
     return {}
 
 
+# -- summary --------------------------------------------------------------------------------------
+def render(summary: dict[str, Any]) -> str:
+    """What a run landed, as an aligned two-column table (the DAG's summary task logs it).
+    `summary`: the run's job summaries by step, here `land`'s."""
+    from streamcore.text import render_rows
+
+    land = summary["land"]
+    validation = land.get("validation") or {}
+    failed = validation.get("quarantined_by_expectation") or {}
+    by_type = land.get("by_event_type") or {}
+    if land.get("step") == "batch":
+        mode = f"batch {land.get('batch')} of group {land.get('group')}"
+        lag = f"{land.get('lag', 0):,} entries"
+    else:
+        mode = f"interval [{land.get('start')}, {land.get('end')})"
+        lag = "- (interval mode moves no position)"
+    offsets = land.get("offsets") or {}
+    rows = [
+        ("mode", mode),
+        ("entries read", f"{land.get('read', 0):,}"),
+        ("entries landed", f"{land.get('landed', 0):,}"),
+        ("duplicates", f"{land.get('duplicates', 0):,}"),
+        ("quarantined", f"{land.get('quarantined', 0):,}"),
+        ("failed expectations", ", ".join(f"{k} ({v:,})" for k, v in failed.items()) or "none"),
+        ("by event type", ", ".join(f"{k} {v:,}" for k, v in by_type.items()) or "none"),
+        ("lag left", lag),
+        ("offsets", ", ".join(f"{p}: {lo}..{hi}" for p, (lo, hi) in offsets.items()) or "none"),
+        ("Delta table", f"{land.get('table_path', '?')} (version {land.get('delta_version')})"),
+        ("Data Docs", str(land.get("data_docs") or "none (nothing to validate)")),
+        ("seconds", f"{land.get('seconds', 0):.1f}"),
+    ]
+    return render_rows(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     return run_job(sys.modules[__name__], argv)
 

@@ -488,6 +488,39 @@ def _write(path: Path, state: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+# -- summary --------------------------------------------------------------------------------------
+def render(summary: dict[str, Any]) -> str:
+    """What a replay did, as an aligned two-column table (the DAG's summary task logs it).
+    `summary`: the run's job summaries by step, here `replay`'s."""
+    from streamcore.text import render_rows
+
+    replay = summary["replay"]
+    kind = replay.get("target_kind", "stream")
+    rows = [
+        ("stream", f"{replay.get('stream')} -> {replay.get('target')} ({kind})"),
+        ("interval", f"[{replay.get('start')}, {replay.get('end')})"),
+        ("records", f"{replay.get('records', 0):,}"),
+        ("from the archive", f"{replay.get('from_archive', 0):,}"),
+    ]
+    if replay.get("dry_run"):
+        would = replay.get("would_land", replay.get("would_append", 0))
+        rows.append(("written", f"none (dry run; would replay {would:,})"))
+    elif kind == "table":
+        rows.append(("landed", f"{replay.get('imported', 0):,} documents checked and merged"))
+        rows.append(("quarantined", f"{replay.get('quarantined', 0):,}"))
+        rows.append(("inserted", f"{replay.get('inserted', 0):,}"))
+        rows.append(("updated", f"{replay.get('updated', 0):,} (older versions)"))
+    elif replay.get("already_replayed"):
+        rows.append(("appended", "none (this interval was replayed before)"))
+    else:
+        rows.append(("appended", f"{replay.get('appended', 0):,}"))
+    if kind == "topology" and "drained" in replay:
+        processed = ", ".join(f"{c} {n:,}" for c, n in replay.get("processed", {}).items())
+        rows.append(("drained", f"{replay['drained']} in {replay.get('drain_seconds')} s"))
+        rows.append(("processed", processed or "none"))
+    return render_rows(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     return run_job(sys.modules[__name__], argv)
 

@@ -273,6 +273,27 @@ class _Run:
         }
 
 
+# -- summary --------------------------------------------------------------------------------------
+def render(summary: dict[str, Any]) -> str:
+    """A bulk command's run: state, documents, query limit, abort, result, as an aligned
+    two-column table (the DAGs' summary task logs it). `summary`: the run's job summaries by
+    step, here `run`'s."""
+    from streamcore.text import render_rows
+
+    run = summary["run"]
+    rows = [
+        ("command", f"{run.get('command_id')} ({run.get('action')})"),
+        ("state", str(run.get("state"))),
+        ("documents", f"{run.get('processed', 0):,} of {run.get('total') or 0:,}"),
+    ]
+    if run.get("query_limit_reached"):
+        rows.append(("query limit", "reached: the documents beyond it were not processed"))
+    if run.get("aborted"):
+        rows.append(("aborted", "stopped between buckets; later buckets untouched"))
+    rows += [(f"result {k}", v) for k, v in sorted((run.get("result") or {}).items())]
+    return render_rows(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     return run_job(sys.modules[__name__], argv)
 

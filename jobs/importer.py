@@ -320,6 +320,45 @@ class DocumentLanding:
         return version, summary
 
 
+# -- summary --------------------------------------------------------------------------------------
+def render(summary: dict[str, Any]) -> str:
+    """What a run did, as an aligned two-column table (the DAG's summary task logs it, `make demo`
+    prints it). `summary`: the run's job summaries by step, `produce`'s and `consume`'s."""
+    from streamcore.text import render_rows
+
+    produced, consumed = summary["produce"], summary["consume"]
+    validation = consumed.get("validation") or {}
+    failed = validation.get("failed_expectations") or []
+    seconds = (produced.get("seconds") or 0) + (consumed.get("seconds") or 0)
+    rows = [
+        ("documents produced", f"{produced.get('documents', 0):,}"),
+        ("records read", f"{consumed.get('read', 0):,}"),
+        ("documents imported", f"{consumed.get('imported', 0):,}"),
+        ("quarantined", f"{consumed.get('quarantined', 0):,}"),
+        ("failure ratio", f"{validation.get('failure_ratio') or 0:.4f}"),
+        ("failed expectations", ", ".join(map(str, failed)) or "none"),
+        (
+            "produce",
+            f"{produced.get('seconds', 0):.1f} s, {produced.get('docs_per_s') or 0:,.0f} docs/s",
+        ),
+        (
+            "consume",
+            f"{consumed.get('seconds', 0):.1f} s, {consumed.get('docs_per_s') or 0:,.0f} docs/s",
+        ),
+        (
+            "end to end (both jobs)",
+            f"{seconds:.1f} s, {consumed.get('read', 0) / seconds if seconds else 0:,.0f} docs/s",
+        ),
+        (
+            "Delta table",
+            f"{consumed.get('table_path', '?')} (version {consumed.get('delta_version')})",
+        ),
+        ("quarantine table", str(consumed.get("quarantine_path", "?"))),
+        ("Data Docs", str(consumed.get("data_docs") or "none (nothing to validate)")),
+    ]
+    return render_rows(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     return run_job(sys.modules[__name__], argv)
 

@@ -536,6 +536,86 @@ def _maintain(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     return {"step": "maintain", "dry_run": args.dry_run, "tables": tables}
 
 
+# -- summary --------------------------------------------------------------------------------------
+def render(summary: dict[str, Any]) -> str:
+    """One row per stream (archive, purge and compact) and per table (maintain), as text tables
+    (the DAG's summary task logs it). `summary`: the run's job summaries by step."""
+    from streamcore.text import render_rows, render_table
+
+    archive, purge, maintain = summary["archive"], summary["purge"], summary["maintain"]
+    streams = []
+    purged = purge.get("streams") or {}
+    archived = archive.get("streams") or {}
+    compacted = summary["compact"].get("streams") or {}
+    for stream in sorted(set(purged) | set(archived) | set(compacted)):
+        a, p, c = archived.get(stream, {}), purged.get(stream, {}), compacted.get(stream, {})
+        if a.get("status") == "failed":
+            got = "FAILED (below)"
+        elif "would_archive" in a:
+            got = f"{a['would_archive']:,} records"
+        elif "skipped" in a:
+            got = f"skipped ({a['skipped']})"
+        else:
+            got = f"{a.get('archived', 0):,} records, {_mb(a.get('bytes', 0))}"
+        if "skipped" in p:
+            went = f"skipped ({p['skipped']})"
+        else:
+            went = (
+                f"{p.get('segments_purged', 0):,} segments, {p.get('records_purged', 0):,} "
+                f"records, {_mb(p.get('bytes_purged', 0))}"
+            )
+        held, lost = _groups(p.get("held_by", {})), _groups(p.get("lost", {}))
+        streams.append((stream, got, _compacted(c), went, held, lost))
+    rows = []
+    for table, t in sorted((maintain.get("tables") or {}).items()):
+        if "skipped" in t:
+            rows.append((table, f"skipped ({t['skipped']})"))
+        elif "sizes" in t:
+            rows.append((table, f"{t['sizes']['snapshot_files']:,} files"))
+        else:
+            o, v = t["optimize"], t["vacuum"]
+            rows.append(
+                (
+                    table,
+                    f"OPTIMIZE {o['files_before']:,} -> {o['files_after']:,} files, "
+                    f"VACUUM removed {_mb(v['bytes_removed'])}",
+                )
+            )
+    header = [
+        "stream",
+        "archived",
+        "compacted",
+        "purged",
+        "kept for groups (records)",
+        "lost (records)",
+    ]
+    dry = "dry run: nothing changed; what a real run would do\n\n" if archive.get("dry_run") else ""
+    failures = "".join(
+        f"\n\narchive of {stream} FAILED: {archived[stream]['error']}"
+        for stream in archive.get("failed_streams", [])
+    )
+    return f"{dry}{render_table(header, streams)}{failures}\n\n{render_rows(rows)}"
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:,.1f} MB"
+
+
+def _groups(counts: dict[str, int]) -> str:
+    return ", ".join(f"{g} {n:,}" for g, n in counts.items()) or "-"
+
+
+def _compacted(c: dict[str, Any]) -> str:
+    if not c or "not a compacted log" in c.get("skipped", ""):
+        return "-"
+    if "skipped" in c:
+        return c["skipped"]
+    return (
+        f"{c['keys_compacted']:,} keys, {c['records_removed']:,} records, "
+        f"{_mb(c['bytes_before'] - c['bytes_after'])}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     return run_job(sys.modules[__name__], argv)
 

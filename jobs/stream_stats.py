@@ -104,5 +104,20 @@ def _count(ctx: JobContext, stream: str, ranges: dict[int, tuple[int, int]]) -> 
     return {r["partition"]: {k: r[k] for k in ("records", "keys", "bytes")} for r in rows}
 
 
+def render(summary: dict[str, Any]) -> str:
+    """The run's summary for the DAG's summary task log: each step's scalar fields as an aligned
+    two-column table under the step's name (nested values are in the run record)."""
+    from streamcore.text import render_rows
+
+    def rows(out: dict[str, Any]) -> list[tuple[str, str]]:
+        return [
+            (key, f"{value:,}" if type(value) is int else str(value))
+            for key, value in out.items()
+            if not isinstance(value, dict | list)
+        ]
+
+    return "\n\n".join(f"{step}\n{render_rows(rows(out))}" for step, out in summary.items())
+
+
 if __name__ == "__main__":
     sys.exit(run_job(sys.modules[__name__]))

@@ -15,6 +15,7 @@ from streamcore.text.table import (
     human_duration,
     iso_time,
     rate,
+    render_rows,
     render_table,
     short_duration,
 )
@@ -27,6 +28,7 @@ __all__ = [
     "human_duration",
     "iso_time",
     "rate",
+    "render_rows",
     "render_table",
     "short_duration",
 ]

@@ -2,6 +2,7 @@
 
 `render_table` right-aligns numeric columns (detected from the values, or forced with
 `TextColumn(align="right")`), left-aligns the rest, and puts a rule under the header.
+`render_rows` aligns label/value pairs, without header (the jobs' run summaries).
 """
 
 from __future__ import annotations
@@ -74,6 +75,14 @@ def render_table(
     out = [line([c.title for c in cols]), indent + "  ".join("-" * w for w in widths)]
     out.extend(line(r) for r in cells)
     return "\n".join(out)
+
+
+def render_rows(rows: Iterable[tuple[str, str]]) -> str:
+    """Label/value pairs as two aligned columns: each label padded to the longest, two spaces,
+    its value; no header, no final newline."""
+    pairs = list(rows)
+    width = max((len(label) for label, _ in pairs), default=0)
+    return "\n".join(f"{label.ljust(width)}  {value}" for label, value in pairs)
 
 
 def human_bytes(size: int | float | None) -> str:
