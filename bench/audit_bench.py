@@ -49,7 +49,7 @@ import sqlalchemy as sa
 from outbox_bench import with_postgres
 
 from streamcore.audit import STREAM, publish, relay
-from streamcore.config import StreamcoreConfig, project_root
+from streamcore.config import StreamcoreConfig
 from streamcore.log import LogManager
 from streamcore.log.local.manager import LocalLogManager
 from streamcore.outbox import Outbox, Registry
@@ -337,7 +337,6 @@ def spark_job(spark: Any, count: int, home: Path) -> dict[str, Any]:
 
 
 def spark_section(args: argparse.Namespace) -> dict[str, Any]:
-    sys.path.insert(0, str(project_root()))  # `jobs` is not installed
     from jobs.spark.session import build_session
 
     work = Path(tempfile.mkdtemp(prefix="audit-bench-spark-"))

@@ -50,11 +50,9 @@ from pathlib import Path
 from typing import Any
 
 from streamcore.config import project_root
+from streamcore.text import render_table
 
 ROOT = project_root()
-sys.path.insert(0, str(ROOT))
-
-from streamcore.text import render_table  # noqa: E402
 
 TARGET = 0.5  # bulk documents/s over the baseline's, at the best setting (issue 14)
 QUERY = "type IN ('Folder', 'File', 'Note')"  # every generated document

@@ -34,17 +34,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from streamcore.config import LogDefaults, StreamcoreConfig, project_root
-
-ROOT = project_root()
-sys.path.insert(0, str(ROOT))
-
-from streamcore.log import LogPartition  # noqa: E402
-from streamcore.log.config import ARCHIVER  # noqa: E402
-from streamcore.log.local.manager import LocalLogManager  # noqa: E402
-from streamcore.log.local.reader import PartitionCursor  # noqa: E402
-from streamcore.log.local.segment import list_segments, segment_name  # noqa: E402
-from streamcore.text import TextColumn, render_table  # noqa: E402
+from streamcore.config import LogDefaults, StreamcoreConfig
+from streamcore.log import LogPartition
+from streamcore.log.config import ARCHIVER
+from streamcore.log.local.manager import LocalLogManager
+from streamcore.log.local.reader import PartitionCursor
+from streamcore.log.local.segment import list_segments, segment_name
+from streamcore.text import TextColumn, render_table
 
 NAME = "bench/state"
 APPEND_BATCH = 10_000

@@ -41,11 +41,9 @@ from pathlib import Path
 from typing import Any
 
 from streamcore.config import project_root
+from streamcore.text import render_table
 
 ROOT = project_root()
-sys.path.insert(0, str(ROOT))
-
-from streamcore.text import render_table  # noqa: E402
 
 VENV_BIN = ROOT / ".venv" / "bin"
 DAG = "streamcore_audit"
@@ -112,11 +110,13 @@ def append_entries(home: Path, count: int) -> None:
 
 def python(env: dict[str, str], code: str, timeout: float = 900) -> dict[str, Any]:
     """Run `code` in a fresh interpreter (Airflow reads its configuration at import); its last
-    stdout line is a JSON object."""
-    prelude = f"import json, sys, time\nsys.path.insert(0, {str(ROOT / 'dags')!r})\n"
+    stdout line is a JSON object. The DAG folder and bench/ are on its PYTHONPATH: the DAG files'
+    helpers (`_streamcore`) and the benches' builders (`bulk_bench`) are not installed."""
+    prelude = "import json, sys, time\n"
+    path = [str(ROOT / "dags"), str(ROOT / "bench"), env.get("PYTHONPATH", "")]
     done = subprocess.run(
         [str(VENV_BIN / "python"), "-c", prelude + textwrap.dedent(code)],
-        env=env,
+        env={**env, "PYTHONPATH": os.pathsep.join(filter(None, path))},
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -167,7 +167,6 @@ def export_table(env: dict[str, str], docs: int) -> None:
     python(
         env,
         f"""
-        sys.path.insert(0, {str(ROOT / "bench")!r})
         from bulk_bench import repository_frame
         from jobs.spark.catalog import Catalog
         from jobs.spark.session import build_session

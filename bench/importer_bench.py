@@ -30,12 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from streamcore.config import project_root
-
-ROOT = project_root()
-sys.path.insert(0, str(ROOT))
-
-from streamcore.text import render_table  # noqa: E402
+from streamcore.text import render_table
 
 # Importer throughput / plain-Spark throughput to reach (issue 11): consume alone, and produce +
 # consume.

@@ -39,12 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from streamcore.config import project_root
-
-ROOT = project_root()
-sys.path.insert(0, str(ROOT))
-
-from streamcore.text import TextColumn, render_table  # noqa: E402
+from streamcore.text import TextColumn, render_table
 
 DLQ, TARGET, SPARK_TARGET = "bench/dlq-x", "bench/in", "bench/in-spark"
 APPEND_BATCH = 10_000

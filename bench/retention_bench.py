@@ -53,13 +53,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from streamcore.config import project_root
-
-ROOT = project_root()
-sys.path.insert(0, str(ROOT))  # `jobs` is not installed
-
-from streamcore.codecs.framing import single_object_header  # noqa: E402
-from streamcore.text import TextColumn, render_table  # noqa: E402
+from streamcore.codecs.framing import single_object_header
+from streamcore.text import TextColumn, render_table
 
 TARGET = 0.5  # the archive job's records/s >= half of plain Spark's (issue 13)
 STREAM = "bench/history"

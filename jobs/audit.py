@@ -31,11 +31,7 @@ import argparse
 import sys
 import time
 from datetime import timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-if __package__ in (None, ""):  # run as a script (spark-submit): make `jobs` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from jobs.spark.batches import Landed
 from jobs.spark.job import (

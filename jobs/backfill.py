@@ -65,9 +65,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # run as a script (spark-submit): make `jobs` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from jobs.spark.history import HistoryPlan, history_records, locate_history, prove_archive
 from jobs.spark.job import (
     JobArgumentError,

@@ -26,9 +26,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # `python jobs/importer.py` / spark-submit: make `jobs` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from jobs.spark.batches import Landed
 from jobs.spark.job import (
     JobArgumentError,

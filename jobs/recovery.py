@@ -18,9 +18,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # run as a script (spark-submit): make `jobs` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from jobs.spark.job import JobArgumentError, JobContext, JobError, job_parser, run_job
 from streamcore.errors import InvalidNameError
 from streamcore.names import Name

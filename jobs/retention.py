@@ -52,11 +52,7 @@ import functools
 import logging
 import sys
 import time
-from pathlib import Path
 from typing import Any
-
-if __package__ in (None, ""):  # run as a script (spark-submit): make `jobs` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from jobs.spark.batches import Landed
 from jobs.spark.job import JobArgumentError, JobContext, JobError, job_parser, run_job

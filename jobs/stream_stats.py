@@ -10,11 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-if __package__ in (None, ""):  # run as a script (spark-submit): make `jobs` importable
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from jobs.spark.job import (
     JobArgumentError,
