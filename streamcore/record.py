@@ -172,12 +172,12 @@ class Record(_RecordFields):
     # would compare themselves field by field if this returned NotImplemented).
     def __eq__(self, other: object) -> bool:
         if type(other) is type(self):
-            return tuple.__eq__(self, other)  # type: ignore[arg-type]
+            return tuple.__eq__(self, other)
         return False if isinstance(other, tuple) else NotImplemented
 
     def __ne__(self, other: object) -> bool:
         if type(other) is type(self):
-            return tuple.__ne__(self, other)  # type: ignore[arg-type]
+            return tuple.__ne__(self, other)
         return True if isinstance(other, tuple) else NotImplemented
 
     __hash__ = tuple.__hash__

@@ -344,7 +344,8 @@ def _archive() -> TableSpec:
 def _document_schema(config: StreamcoreConfig) -> Mapping[str, Any]:
     from streamcore.codecs import SchemaStore
 
-    return SchemaStore(config.schemas_dir).by_name(DOCUMENT_SCHEMA).raw
+    schema: Mapping[str, Any] = SchemaStore(config.schemas_dir).by_name(DOCUMENT_SCHEMA).raw
+    return schema
 
 
 def table_spec(name: str, config: StreamcoreConfig) -> TableSpec:

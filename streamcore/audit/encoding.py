@@ -63,7 +63,7 @@ def entry_writer(rules: Sequence[FieldRule], prefix: bytes = b"") -> Callable[[A
         # A nullable field's value goes after its union branch; null is the other branch alone.
         branch = avro_long(1 - rule.null_branch) if rule.nullable else b""
         null = avro_long(rule.null_branch)
-        default = {} if rule.kind == STRING_MAP else None
+        default: dict[str, str] | None = {} if rule.kind == STRING_MAP else None
         plan.append((rule.name, compile_check(rule), rule.kind, null, branch, default))
     fields = tuple(plan)
 

@@ -163,7 +163,8 @@ class NotAfter:
         return "expect_column_values_to_be_between", {"column": self.column, "max_value": bound}
 
     def broken(self, get: Get, now_ms: int) -> bool:
-        return get(self.column) > self.bound_ms(now_ms)
+        value: int = get(self.column)  # milliseconds since 1970
+        return value > self.bound_ms(now_ms)
 
     def problem(self, get: Get, now_ms: int) -> str:
         ahead = (get(self.column) - now_ms) / 1000

@@ -130,8 +130,8 @@ _LITERALS = (exp.Literal, exp.Boolean, exp.Null)
 
 
 @functools.cache
-def _function_classes() -> frozenset[type[exp.Expression]]:
-    classes: set[type[exp.Expression]] = set()
+def _function_classes() -> frozenset[type[exp.Expr]]:
+    classes: set[type[exp.Expr]] = set()
     for sample in FUNCTIONS.values():
         for node in sqlglot.parse_one(sample, read="spark").walk():
             if isinstance(node, exp.Func):
@@ -143,7 +143,7 @@ def _refuse(problem: str) -> BulkQueryError:
     return BulkQueryError(f"{problem}; a query may use {ALLOWED_TEXT} (e.g. {EXAMPLE})")
 
 
-def _shown(node: exp.Expression) -> str:
+def _shown(node: exp.Expr) -> str:
     text = node.sql(dialect="spark")
     return text if len(text) <= 80 else text[:77] + "..."
 
@@ -192,7 +192,7 @@ def check_query(
     return sql
 
 
-def _bind(tree: exp.Expression, values: Mapping[str, bool | int | float | str]) -> exp.Expression:
+def _bind(tree: exp.Expr, values: Mapping[str, bool | int | float | str]) -> exp.Expr:
     """`tree` with each named placeholder replaced by the literal of its value."""
     for node in list(tree.find_all(exp.Placeholder)):
         name = node.name
@@ -206,7 +206,7 @@ def _bind(tree: exp.Expression, values: Mapping[str, bool | int | float | str]) 
         if problem is not None:
             raise BulkQueryError(f"the value of :{name} {problem}")
         if isinstance(value, bool):
-            literal: exp.Expression = exp.Boolean(this=value)
+            literal: exp.Expr = exp.Boolean(this=value)
         elif isinstance(value, int | float):
             literal = exp.Literal.number(value)
         else:
@@ -217,9 +217,10 @@ def _bind(tree: exp.Expression, values: Mapping[str, bool | int | float | str]) 
     return tree
 
 
-def _check_node(node: exp.Expression, query: str, columns: Mapping[str, str]) -> None:
+def _check_node(node: exp.Expr, query: str, columns: Mapping[str, str]) -> None:
     if node.comments:
-        raise _refuse(f"comments are not allowed in a query (found {_comment(query, node)})")
+        found = _comment(query, node.comments[0])
+        raise _refuse(f"comments are not allowed in a query (found {found})")
     if isinstance(node, exp.Query | exp.Subquery):
         raise _refuse(f"subqueries are not allowed: `{_shown(node)}`")
     if isinstance(node, exp.Column):
@@ -243,9 +244,8 @@ def _check_node(node: exp.Expression, query: str, columns: Mapping[str, str]) ->
         raise _refuse(f"`{_shown(node)}` ({type(node).__name__}) is not allowed in a query")
 
 
-def _comment(query: str, node: exp.Expression) -> str:
-    """The first comment of `node` as the query wrote it (sqlglot keeps only its text)."""
-    text = node.comments[0]
+def _comment(query: str, text: str) -> str:
+    """The comment whose text is `text` as the query wrote it (sqlglot keeps only its text)."""
     for written in (f"--{text}", f"/*{text}*/"):
         if written in query:
             return written.strip()
@@ -288,7 +288,7 @@ def _check_bracket(node: exp.Bracket, columns: Mapping[str, str]) -> None:
         )
 
 
-def _is_predicate(node: exp.Expression, columns: Mapping[str, str]) -> bool:
+def _is_predicate(node: exp.Expr, columns: Mapping[str, str]) -> bool:
     if isinstance(node, exp.Paren):
         return _is_predicate(node.this, columns)
     if isinstance(node, exp.And | exp.Or):
@@ -300,7 +300,8 @@ def _is_predicate(node: exp.Expression, columns: Mapping[str, str]) -> bool:
     if isinstance(node, exp.Column):
         return columns.get(node.name) == "boolean"
     if isinstance(node, exp.Cast):
-        return node.to.this == exp.DataType.Type.BOOLEAN
+        kind: object = node.to.this
+        return kind == exp.DataType.Type.BOOLEAN
     if isinstance(node, exp.Coalesce):
         return all(_is_predicate(arg, columns) for arg in (node.this, *node.expressions))
     return False

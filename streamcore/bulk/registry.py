@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import re
+from typing import cast
 
 import jsonschema
 
@@ -102,4 +103,4 @@ def _load(spec: str) -> type[BulkAction]:
     cls = getattr(module, class_name, None)
     if cls is None:
         raise BulkError(f"[bulk] actions entry {spec!r}: {module_name} has no {class_name}")
-    return cls
+    return cast("type[BulkAction]", cls)  # ActionRegistry.register checks that it is one

@@ -8,6 +8,7 @@ transaction that made the change committed, so a stream never says what the stor
 
 from __future__ import annotations
 
+import builtins
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -245,7 +246,7 @@ class BulkService:
 
     def dispatch(
         self, runner_for: Callable[[str], str], *, retry_after_s: float = RETRY_AFTER_SECONDS
-    ) -> list[tuple[str, str]]:
+    ) -> builtins.list[tuple[str, str]]:
         """The (command id, runner) pairs to start now: every command nobody claimed, claimed
         here for `runner_for(id)`, and those the dispatcher claimed over `retry_after_s` ago
         that are still SCHEDULED (a dispatcher that stopped between its claim and the start;
@@ -312,7 +313,7 @@ class BulkService:
     def _append(
         self,
         logs: LogManager,
-        pending: list[tuple[str, Record]],
+        pending: builtins.list[tuple[str, Record]],
         appenders: dict[str, LogAppender[Any]],
     ) -> None:
         """Append and drop the items of `pending` one by one, so a retry appends the rest only."""

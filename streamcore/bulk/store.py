@@ -27,6 +27,7 @@ one after the other.
 
 from __future__ import annotations
 
+import builtins
 import json
 from collections.abc import Callable
 from typing import Any
@@ -264,11 +265,12 @@ class CommandStore:
             return None
         except sa.exc.IntegrityError:
             with self.engine.connect() as conn:
-                return conn.execute(
+                holder: str = conn.execute(
                     sa.select(claims.c.runner).where(claims.c.command_id == command_id)
                 ).scalar_one()
+                return holder
 
-    def unclaimed(self) -> list[tuple[str, BulkStatus]]:
+    def unclaimed(self) -> builtins.list[tuple[str, BulkStatus]]:
         """(id, status) of the commands no runner claimed that are SCHEDULED or ABORTED,
         oldest submit first."""
         self._ready()
@@ -284,7 +286,7 @@ class CommandStore:
         with self.engine.connect() as conn:
             return [(row.id, _status(row)) for row in conn.execute(query)]
 
-    def stale_dispatches(self, before_ms: int) -> list[tuple[str, str]]:
+    def stale_dispatches(self, before_ms: int) -> builtins.list[tuple[str, str]]:
         """(id, runner) of the dispatcher's claims made before `before_ms` whose command is still
         SCHEDULED, their time set to now (so each is offered once per period)."""
         self._ready()

@@ -265,7 +265,8 @@ class Outbox:
             return seq
         head = store.head(conn, spec.name)
         if head is not None and head.status == ERROR:
-            return head.seq
+            head_seq: int = head.seq
+            return head_seq
         if head is None or store.oldest_error(conn, spec.name) is None:
             raise NoJobError(f"queue {spec.name} has no job in error")
         raise NoJobError(

@@ -12,7 +12,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 
@@ -46,7 +46,8 @@ def _connection(conn_or_session: Any) -> sa.Connection:
         )
     connection = getattr(conn_or_session, "connection", None)
     if callable(connection):
-        return connection()
+        # A Session's (or a scoped session's) connection(): the Connection of its transaction.
+        return cast(sa.Connection, connection())
     raise OutboxError(
         f"put needs a SQLAlchemy Connection or Session, got {type(conn_or_session).__name__}"
     )
@@ -189,7 +190,7 @@ def put_many(
     if ids is not None and len(ids) != len(payloads):
         raise OutboxError(f"put_many: {len(ids)} ids for {len(payloads)} payloads; give one each")
     now = time.time_ns() // 1_000_000
-    rows = []
+    rows: list[dict[str, Any]] = []
     refs: set[JobRef] = set()
     for n, payload in enumerate(payloads):
         job_id = str(ids[n]) if ids is not None else uuid.uuid4().hex

@@ -22,7 +22,7 @@ import logging
 import re
 import sqlite3
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 
@@ -93,7 +93,11 @@ def read(engine: sa.Engine, sql: str, params: dict[str, Any]) -> list[Any]:
         driver = _sqlite_driver(conn)
         if driver is not None:
             return _on_driver(conn, driver, sql, params).fetchall()
-        return conn.exec_driver_sql(_for_driver(sql, conn.dialect.paramstyle), params).fetchall()
+        # fetchall() is typed Sequence; it returns a list.
+        return cast(
+            "list[Any]",
+            conn.exec_driver_sql(_for_driver(sql, conn.dialect.paramstyle), params).fetchall(),
+        )
 
 
 def in_list(name: str, values: Sequence[Any], params: dict[str, Any]) -> str:

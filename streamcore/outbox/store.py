@@ -233,7 +233,7 @@ def oldest_error(conn: sa.Connection, queue: str) -> int | None:
     ).scalar()
 
 
-def head(conn: sa.Connection, queue: str) -> sa.Row[Any] | None:
+def head(conn: sa.Connection, queue: str) -> sa.Row[int, str, str] | None:
     """(seq, id, status) of the oldest unfinished job of `queue` (an ordered queue's head)."""
     return conn.execute(
         sa.select(jobs.c.seq, jobs.c.id, jobs.c.status).where(jobs.c.seq == _head_seq(queue))

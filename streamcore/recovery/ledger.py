@@ -26,7 +26,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -272,7 +272,7 @@ def _values(row: LedgerRow, state: str) -> dict[str, object]:
     }
 
 
-def _row(row: sa.Row) -> LedgerRow:
+def _row(row: sa.Row[Any]) -> LedgerRow:
     return LedgerRow(
         row.dlq,
         row.dlq_partition,
