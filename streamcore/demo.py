@@ -24,6 +24,9 @@ from streamcore.log.capabilities import Configured, OnDisk
 from streamcore.names import Name
 from streamcore.record import Flag, Record
 
+__all__ = ["DEMO_GROUP", "DEMO_LOG", "ProgressCallback", "run_demo"]
+
+
 logger = logging.getLogger(__name__)
 
 DEMO_LOG = Name.of("demo/records")

@@ -4,6 +4,35 @@ from __future__ import annotations
 
 from typing import Any
 
+__all__ = [
+    "ArgumentTypeError",
+    "BrokerAuthenticationError",
+    "BrokerUnavailableError",
+    "CheckpointError",
+    "CodecError",
+    "ComputationError",
+    "ConfigError",
+    "CorruptLogError",
+    "IncompatibleTableError",
+    "InvalidArgumentError",
+    "InvalidNameError",
+    "InvalidRecordError",
+    "LogClosedError",
+    "LogError",
+    "LogExistsError",
+    "LogLockedError",
+    "LogNotFoundError",
+    "LogWriteError",
+    "RecordFieldError",
+    "RecordTooLargeError",
+    "SchemaNotFoundError",
+    "StreamcoreError",
+    "TableError",
+    "TailerConflictError",
+    "TopologyError",
+    "UndecodableRecordError",
+]
+
 
 class StreamcoreError(Exception):
     """Root of every error streamcore raises on purpose."""

@@ -12,6 +12,8 @@ from datetime import UTC, datetime
 
 from streamcore.errors import InvalidArgumentError
 
+__all__ = ["LOWEST", "Watermark"]
+
 
 @dataclass(frozen=True, slots=True, order=True)
 class Watermark:

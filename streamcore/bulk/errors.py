@@ -5,6 +5,18 @@ from __future__ import annotations
 
 from streamcore.errors import StreamcoreError
 
+__all__ = [
+    "BulkDatumError",
+    "BulkError",
+    "BulkParamsError",
+    "BulkQueryError",
+    "CommandNotFoundError",
+    "ExclusiveActionError",
+    "NotAbortableError",
+    "StatusMismatchError",
+    "UnknownActionError",
+]
+
 
 class BulkError(StreamcoreError):
     """Base of the bulk errors: a command, an action or the command store is not as asked."""

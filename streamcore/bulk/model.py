@@ -18,6 +18,17 @@ from typing import Any
 
 from streamcore.bulk.errors import BulkDatumError, BulkParamsError, StatusMismatchError
 
+__all__ = [
+    "COMMAND_ID_PATTERN",
+    "BulkCommand",
+    "BulkStatus",
+    "State",
+    "check_command_id",
+    "iso_ms",
+    "now_ms",
+]
+
+
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MILLISECOND = timedelta(milliseconds=1)
 # A delta's result key starting with this adds its (integer) value to the stored entry of the

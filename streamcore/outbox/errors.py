@@ -4,6 +4,20 @@ from __future__ import annotations
 
 from streamcore.errors import StreamcoreError
 
+__all__ = [
+    "ConsumerFailedError",
+    "DependencyCycleError",
+    "DependencyNotFoundError",
+    "DuplicateJobError",
+    "InvalidPayloadError",
+    "NoConsumerError",
+    "NoJobError",
+    "NotBatchQueueError",
+    "OutboxError",
+    "SchemaMissingError",
+    "UnknownQueueError",
+]
+
 
 class OutboxError(StreamcoreError):
     """Base of the outbox errors."""

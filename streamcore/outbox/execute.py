@@ -17,6 +17,9 @@ from streamcore.outbox.consumers import QueueSpec
 from streamcore.outbox.errors import NoConsumerError, NotBatchQueueError
 from streamcore.outbox.watcher import ExecutionWatcher
 
+__all__ = ["ExecutionOutcome", "execute", "execute_batch"]
+
+
 logger = logging.getLogger(__name__)
 
 

@@ -8,6 +8,8 @@ from streamcore.errors import InvalidArgumentError
 from streamcore.outbox.claim import now_ms
 from streamcore.outbox.schema import DONE, jobs
 
+__all__ = ["purge"]
+
 
 def purge(
     conn: sa.Connection, done_older_than: float, queue: str | None = None, chunk: int = 10_000

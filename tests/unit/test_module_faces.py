@@ -20,15 +20,7 @@ PACKAGE = ROOT / "streamcore"
 PENDING_FOLDERS = ("streamcore/cli/", "streamcore/log/", "streamcore/recovery/")
 PENDING_MODULES = (
     "streamcore/audit/encoding.py",
-    "streamcore/bulk/errors.py",
-    "streamcore/bulk/model.py",
-    "streamcore/demo.py",
-    "streamcore/errors.py",
-    "streamcore/outbox/errors.py",
-    "streamcore/outbox/execute.py",
-    "streamcore/outbox/purge.py",
     "streamcore/outbox/put.py",
-    "streamcore/watermark.py",
 )
 
 
