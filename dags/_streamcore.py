@@ -9,6 +9,10 @@ of that server instead of spark-submit: no JVM start per task (docs/spark-connec
 
 Imported by DAG files at parse time, so it imports no pyspark, no great_expectations and nothing
 of `jobs.spark` at module level (DAG files must parse in well under a second).
+
+Kept whole (over 600 lines): it is the one contract between the DAG files and the jobs. The job
+task (hook and operator), the checks a run makes before Spark and `job_tasks`, which wires them
+into validate → steps → summary, change together whenever a job's interface does.
 """
 
 from __future__ import annotations

@@ -43,6 +43,11 @@ declared retention, or `--vacuum-hours`; below Delta's 168 h safety minimum only
 `--force-vacuum`) on every catalog table that exists, or those of `--tables`.
 
 `--dry-run` changes nothing in any step and says what a real run would do.
+
+Kept whole (over 600 lines): a job is one file that spark-submit runs (docs/spark-jobs.md, "How
+to add a job"). The four steps share its parser, `check_args`, `run`'s dispatch and `render`, and
+what they could shed (the Spark, Delta and log helpers) already lives in `jobs/spark/` and
+`streamcore.log`.
 """
 
 from __future__ import annotations

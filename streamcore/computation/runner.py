@@ -17,6 +17,12 @@ already appended: at-least-once.
 A rebalance that takes partitions away rewinds the unit to its last checkpoint: uncommitted
 output is dropped, the tailer goes back to the committed positions and `init` runs again with a
 clean context, so no state built from records of a lost partition is ever committed.
+
+Kept whole (over 600 lines): `ComputationRunner` is one state machine over one unit's mutable
+state (the window of uncommitted records, the buffered output, the due timers, the held records,
+the failure policy's attempts). Step, checkpoint, rewind and fallback each read and change all of
+it, and the at-least-once argument above holds only when they are read together; `UnitContext`
+and the two stream classes are the computation's view of that same state.
 """
 
 from __future__ import annotations
