@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 __all__ = [
     "ArgumentTypeError",
@@ -35,15 +35,29 @@ __all__ = [
 
 
 class StreamcoreError(Exception):
-    """Root of every error streamcore raises on purpose."""
+    """Root of every error streamcore raises on purpose.
+
+    `retryable` says whether the same call, unchanged, can succeed if made again: True when the
+    cause is a state outside the call that passes (a lock another process holds, a broker or
+    database that is down or busy, a full disk, a consumer group still live), so a retry after a
+    wait, or once that state is cleared, can work; False when the call, its input, a
+    definition, the configuration or the stored data must change first. Every family (each
+    direct subclass) sets it, and a member whose answer differs sets its own: docs/errors.md
+    lists them. A bare `StreamcoreError` is not retryable."""
+
+    retryable: ClassVar[bool] = False
 
 
 class ConfigError(StreamcoreError):
     """A setting in `include/streamcore.toml` or a `STREAMCORE_*` variable is invalid."""
 
+    retryable = False
+
 
 class InvalidNameError(StreamcoreError, ValueError):
     """A log or group name does not follow the `namespace/name` rules."""
+
+    retryable = False
 
 
 class RecordFieldError(StreamcoreError, TypeError, ValueError):
@@ -52,9 +66,13 @@ class RecordFieldError(StreamcoreError, TypeError, ValueError):
     byte. Raised by the constructor and the `with_*` copies; fix the value, retrying cannot help.
     A `TypeError` and a `ValueError`, like Python's own argument errors."""
 
+    retryable = False
+
 
 class CodecError(StreamcoreError):
     """Bytes could not be encoded or decoded by a codec (bad magic, unknown schema, truncated)."""
+
+    retryable = False
 
     def __init__(self, codec: str, reason: str) -> None:
         super().__init__(f"codec {codec!r}: {reason}")
@@ -84,6 +102,8 @@ class UndecodableRecordError(CodecError):
 class LogError(StreamcoreError):
     """Base of the log layer errors."""
 
+    retryable = False
+
 
 class LogNotFoundError(LogError):
     """The log does not exist."""
@@ -95,6 +115,8 @@ class LogExistsError(LogError):
 
 class LogLockedError(LogError):
     """Another process holds the single-writer lock of a partition."""
+
+    retryable = True
 
 
 class TailerConflictError(LogError):
@@ -112,6 +134,8 @@ class RecordTooLargeError(LogError):
 class LogWriteError(LogError, OSError):
     """Writing an append to disk failed (a full disk, an I/O error): nothing of that append was
     written, and the partition stays readable. `errno` is the operating system's."""
+
+    retryable = True
 
     def __init__(self, message: str, errno: int | None = None) -> None:
         super().__init__(message)
@@ -134,27 +158,39 @@ class BrokerUnavailableError(LogError):
     """A Kafka broker did not answer within the configured timeout (down, wrong address, or
     refused the credentials)."""
 
+    retryable = True
+
 
 class BrokerAuthenticationError(BrokerUnavailableError):
     """A Kafka broker refused the client's credentials (SASL authentication failed)."""
+
+    retryable = False
 
 
 class TopologyError(StreamcoreError):
     """A topology, its settings or a computation's metadata is inconsistent (unknown stream,
     cycle, duplicate name, bad policy). Fix the definition; retrying does not help."""
 
+    retryable = False
+
 
 class ComputationError(StreamcoreError):
     """A computation could not run: its processor failed to start, checkpoint or stop."""
+
+    retryable = False
 
 
 class CheckpointError(ComputationError):
     """Appending the produced records or committing the input positions failed (after the
     configured retries, the computation's unit terminates; nothing committed is lost)."""
 
+    retryable = True
+
 
 class TableError(StreamcoreError):
     """A Delta table of the catalog (streamcore.tables) cannot be read or maintained as asked."""
+
+    retryable = False
 
 
 class IncompatibleTableError(TableError):
@@ -171,7 +207,11 @@ class InvalidArgumentError(StreamcoreError, ValueError):
     """A function was called with an argument out of its range (a negative count, duration or
     timestamp, time moving backwards): the message names the argument and the range."""
 
+    retryable = False
+
 
 class ArgumentTypeError(StreamcoreError, TypeError):
     """A function was called with an argument of a type it does not take: the message names the
     types it takes and the one it was given."""
+
+    retryable = False

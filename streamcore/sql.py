@@ -46,10 +46,14 @@ class DatabaseError(StreamcoreError):
     """The database cannot be opened as asked (a URL of another kind of database): retrying
     does not help; fix the URL."""
 
+    retryable = False
+
 
 class DatabaseBusyError(DatabaseError):
     """No transaction could start in time: another thread of the process held one open that
     long. A retry can help once it ends; a transaction left open in the same thread never ends."""
+
+    retryable = True
 
 
 def default_url(config: StreamcoreConfig | None = None) -> str:

@@ -10,6 +10,8 @@ __all__ = ["AuditError", "InvalidAuditEntryError"]
 class AuditError(StreamcoreError):
     """Base of the audit errors: the audit queue or stream is not set up as publishing needs."""
 
+    retryable = False
+
 
 class InvalidAuditEntryError(AuditError, ValueError):
     """An entry does not fit `include/schemas/AuditEntry.avsc` (a missing event id or date, a

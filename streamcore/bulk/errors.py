@@ -21,6 +21,8 @@ __all__ = [
 class BulkError(StreamcoreError):
     """Base of the bulk errors: a command, an action or the command store is not as asked."""
 
+    retryable = False
+
 
 class BulkQueryError(BulkError, ValueError):
     """A query is not a Spark SQL boolean predicate over the repository's columns, built only
@@ -43,6 +45,8 @@ class UnknownActionError(BulkError, LookupError):
 class ExclusiveActionError(BulkError):
     """An exclusive action already has an unfinished command on the repository
     (`running` is its id)."""
+
+    retryable = True
 
     def __init__(self, message: str, running: str) -> None:
         super().__init__(message)

@@ -18,14 +18,20 @@ class RecordFormatError(StreamcoreError, ValueError):
     """A Record field cannot be encoded, or the bytes, the datum or the JSON value are not a
     Record; says which field."""
 
+    retryable = False
+
 
 class RecordTruncatedError(StreamcoreError, IndexError):
     """The bytes end inside a Record field (a truncated body): an `IndexError`, as indexing past
     the end of the bytes raises, so the codec reports both as a truncated or corrupt body."""
 
+    retryable = False
+
 
 class GuardError(StreamcoreError, ValueError):
     """The bytes declare something impossible or too large; the message says what."""
+
+    retryable = False
 
 
 class ConflictingCredentialsError(ConfigError, ValueError):

@@ -35,6 +35,8 @@ class UnknownOutputError(StreamcoreError, LookupError):
     """Raised at run time when a processor sends to a stream or child it did not declare as an
     output. Declare it in `outputs=` when adding the processor; retrying cannot help."""
 
+    retryable = False
+
 
 class NotProcessingError(ComputationError, RuntimeError):
     """A DSL sink was called while its computation processes no record (outside
@@ -44,3 +46,5 @@ class NotProcessingError(ComputationError, RuntimeError):
 class NotDeadLetterError(StreamcoreError):
     """`DeadLetter.of` was given a record that is not a streamcore dead-letter record (no or
     another dead-letter format, a missing field). Read dead-letter streams only with it."""
+
+    retryable = False

@@ -22,6 +22,8 @@ __all__ = [
 class OutboxError(StreamcoreError):
     """Base of the outbox errors."""
 
+    retryable = False
+
 
 class UnknownQueueError(OutboxError):
     """A queue was used before a consumer (or a queue definition) was registered for it."""

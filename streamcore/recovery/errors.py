@@ -16,6 +16,8 @@ __all__ = [
 class RecoveryError(StreamcoreError):
     """A recovery action refused before it changed anything."""
 
+    retryable = False
+
 
 class SelectionError(RecoveryError, ValueError):
     """The selection (stream, offsets, filter, group, target position) does not fit the logs."""
@@ -24,11 +26,17 @@ class SelectionError(RecoveryError, ValueError):
 class LiveMembersError(RecoveryError):
     """The group has live members, which would overwrite or race a moved position."""
 
+    retryable = True
+
 
 class ReadStalledError(RecoveryError):
     """A partition holding records below the end of a read gave none for too long (a slow or
     unreachable broker)."""
 
+    retryable = True
+
 
 class LedgerBusyError(RecoveryError):
     """Another redrive holds the ledger's claim on a dead-letter stream this one selects."""
+
+    retryable = True
