@@ -237,8 +237,10 @@ class AvroCodec(Codec[dict[str, Any]]):
     def decode(self, data: bytes) -> dict[str, Any]:
         """The datum in `data`, resolved to this codec's schema; `CodecError` on any problem."""
         data = as_bytes(data, self.name)
+        datum: dict[str, Any]  # a record's datum (see the class docstring)
         if self.name == "avro-json":
-            return self._decode_json(data)
+            datum = self._decode_json(data)
+            return datum
         if self.name == "avro":
             fp = read_single_object_fingerprint(data, self.name)
             resolution = self._by_fingerprint(fp)
@@ -248,7 +250,8 @@ class AvroCodec(Codec[dict[str, Any]]):
             offset = CONFLUENT_HEADER_SIZE
         else:
             resolution, offset = self._own, 0
-        return self.read_body(resolution, data, offset)
+        datum = self.read_body(resolution, data, offset)
+        return datum
 
     def read_body(self, resolution: _Resolution, data: bytes, offset: int) -> Any:
         try:

@@ -106,7 +106,8 @@ def _high_tail(high: int) -> bytes:
 def _coerce_long(value: Any) -> int:
     if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise RecordFormatError(f"watermark must be an int, got {type(value).__name__}")
-    return value.__index__()
+    index: int = value.__index__()
+    return index
 
 
 def _coerce_bytes(value: Any, field: str) -> bytes:

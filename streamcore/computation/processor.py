@@ -144,7 +144,12 @@ class ProcessorContext:
             for stream in outputs:
                 self._computation.send(self._context, self._record, stream, key, value)
             return
-        if isinstance(to, int) and not isinstance(to, bool):
+        if isinstance(to, bool):  # an int to Python, but neither a name nor an index
+            raise UnknownOutputError(
+                f"processor {self.computation_name!r}: forward(to={to}); give an output stream "
+                f"name or a child index of {list(outputs)}"
+            )
+        if isinstance(to, int):
             if not 0 <= to < len(outputs):
                 raise UnknownOutputError(
                     f"processor {self.computation_name!r}: forward(to={to}) but it has "

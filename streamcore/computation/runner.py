@@ -321,9 +321,10 @@ class ComputationRunner(RebalanceListener):
                 asked, asked_mark = index, len(journal)
                 continue
             if read_filter is not None:
-                record = read_filter.after_read(record, LogOffset(partition, rec.offset))
-                if record is None:
+                kept = read_filter.after_read(record, LogOffset(partition, rec.offset))
+                if kept is None:
                     continue
+                record = kept
             context._record = rec
             mark = len(journal)
             try:

@@ -155,7 +155,7 @@ class Recovery:
     ) -> list[DeadLetterEntry]:
         """The dead letters `selection` matches (all by default), at most `limit`;
         `progress(read, total)` after each record read."""
-        found = []
+        found: list[DeadLetterEntry] = []
         scan = scan_dead_letters(self.manager, selection, codec=self.codec, progress=progress)
         for entry in scan:
             if limit is not None and len(found) >= limit:
