@@ -31,6 +31,8 @@ from streamcore.audit.checks import (
 from streamcore.audit.errors import InvalidAuditEntryError
 from streamcore.codecs.record_binary import avro_long
 
+__all__ = ["Written", "entry_writer"]
+
 
 class Written(NamedTuple):
     """An entry's bytes and what its Record needs besides."""

@@ -30,6 +30,9 @@ from streamcore.outbox.errors import (
 from streamcore.outbox.notify import PENDING_KEY, local_hub
 from streamcore.outbox.schema import INIT, NOTIFY_CHANNEL, TABLE, jobs
 
+__all__ = ["JobRef", "put", "put_many"]
+
+
 logger = logging.getLogger(__name__)
 
 JobRef = tuple[str, str]
