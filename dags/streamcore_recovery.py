@@ -24,15 +24,13 @@ from _streamcore import (
 from airflow.sdk import Param, dag, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
-from streamcore.recovery import RESET_TO
+from streamcore.recovery import DEAD_LETTER_ACTIONS, RECOVERY_ACTIONS, RESET_TO, field_text
 from streamcore.runs import record_stem
 
 # Airflow imports DAG files under a generated name: the logger is named for the file's path.
 logger = logging.getLogger("dags.streamcore_recovery")
 
-JOB = "recovery"
-DEAD_LETTERS = ("list", "redrive")  # jobs/recovery.py's actions: the ones that scale with the DLQ
-ACTIONS = (*DEAD_LETTERS, "skip", "reset", "outbox-errors", "outbox-retry", "outbox-purge")
+JOB = "recovery"  # jobs/recovery.py runs the DEAD_LETTER_ACTIONS, the ones that scale
 SPARK_THRESHOLD = 1_000_000
 
 DOC = f"""
@@ -97,7 +95,7 @@ PARAMS = {
     "action": Param(
         "list",
         type="string",
-        enum=list(ACTIONS),
+        enum=list(RECOVERY_ACTIONS),
         title="Action",
         description="What to do (each action, with an example, in the DAG's documentation).",
     ),
@@ -201,25 +199,20 @@ PARAMS = {
 }
 
 
-def _text(params: dict[str, Any], name: str) -> str | None:
-    value = params.get(name)
-    return value.strip() or None if isinstance(value, str) else value
-
-
 def job_arguments(params: dict[str, Any], run_id: str) -> list[str]:
     """jobs/recovery.py's arguments for a `list` or `redrive` run (without `--engine`); a list
     writes its Parquet listing under STREAMCORE_HOME/recovery/listings/<run id>."""
     argv = ["--action", params["action"]]
     options = {
-        "--stream": _text(params, "stream"),
-        "--computation": _text(params, "computation"),
-        "--error": _text(params, "error"),
-        "--since": _text(params, "since"),
-        "--until": _text(params, "until"),
-        "--offsets": _text(params, "offsets"),
+        "--stream": field_text(params, "stream"),
+        "--computation": field_text(params, "computation"),
+        "--error": field_text(params, "error"),
+        "--since": field_text(params, "since"),
+        "--until": field_text(params, "until"),
+        "--offsets": field_text(params, "offsets"),
     }
     if params["action"] == "redrive":
-        options |= {"--to": _text(params, "to"), "--reason": _text(params, "reason")}
+        options |= {"--to": field_text(params, "to"), "--reason": field_text(params, "reason")}
         argv += ["--all"] if params.get("redrive_all") else []
         argv += ["--dry-run"] if params["dry_run"] else []
     else:
@@ -236,21 +229,19 @@ def plan(params: dict[str, Any], run_id: str, user: str) -> dict[str, Any]:
     "process" | "task", "argv": jobs/recovery.py's arguments or [], "records": what a dead-letter
     selection reads, "preview": a skip's or reset's dry run}. AirflowFailException names what is
     wrong and how to fix it."""
-    from streamcore.recovery import RecoveryError
+    from streamcore.recovery import RecoveryError, check_request, move_group
 
     action = params["action"]
-    changes = action not in ("list", "outbox-errors")
-    if changes and not params["dry_run"] and not _text(params, "reason"):
-        raise AirflowFailException("a run that changes something needs a reason (Param reason)")
     try:
-        if action in DEAD_LETTERS:
+        check_request(params)
+        if action in DEAD_LETTER_ACTIONS:
             return _plan_dead_letters(params, run_id)
         if action in ("skip", "reset"):
-            outcome = _position_action(params, user, dry_run=True)
+            with _recovery(user) as recovery:
+                outcome = move_group(recovery, params, dry_run=True)
             return {"engine": "task", "argv": [], "records": 0, "preview": outcome.to_dict()}
     except RecoveryError as exc:
         raise AirflowFailException(str(exc)) from None
-    _require(params, "queue", action != "outbox-purge")
     return {"engine": "task", "argv": [], "records": 0}
 
 
@@ -271,13 +262,6 @@ def _plan_dead_letters(params: dict[str, Any], run_id: str) -> dict[str, Any]:
     return {"engine": engine, "argv": argv, "records": records}
 
 
-def _require(params: dict[str, Any], name: str, needed: bool = True) -> str:
-    value = _text(params, name)
-    if needed and value is None:
-        raise AirflowFailException(f"action {params['action']} needs the Param {name}")
-    return value or ""
-
-
 def _recovery(user: str) -> Any:
     from streamcore.config import load_config
     from streamcore.recovery import Recovery
@@ -285,38 +269,12 @@ def _recovery(user: str) -> Any:
     return Recovery(load_config(home=streamcore_home()), principal=user)
 
 
-def _position_action(params: dict[str, Any], user: str, *, dry_run: bool) -> Any:
-    """Run (or preview) a skip or a reset through `streamcore.recovery`; its Outcome."""
-    from streamcore.recovery import parse_offset, parse_reset_target
-
-    stream, group = _require(params, "stream"), _require(params, "group")
-    reason = _text(params, "reason") or ""
-    with _recovery(user) as recovery:
-        if params["action"] == "skip":
-            partition, offset = parse_offset(_require(params, "offsets"), None, "offsets")
-            return recovery.skip(
-                stream, group, partition, offset,
-                reason=reason, dry_run=dry_run, force=params["force"],
-            )  # fmt: skip
-        target, partitions = parse_reset_target(
-            params["reset_to"],
-            _text(params, "reset_value"),
-            partition=params.get("partition"),
-            option="reset_value",
-        )
-        return recovery.reset(
-            stream, group, target,
-            reason=reason, partitions=partitions, dry_run=dry_run, force=params["force"],
-        )  # fmt: skip
-
-
 def run_in_task(params: dict[str, Any], planned: dict[str, Any], user: str) -> dict[str, Any]:
     """The run, in this worker: a small dead-letter selection through jobs/recovery.py's
     in-process engine, any other action through `streamcore.recovery`."""
-    from streamcore.recovery import RecoveryError
+    from streamcore.recovery import RecoveryError, run_action
 
-    action, dry_run = params["action"], bool(params["dry_run"])
-    if action in DEAD_LETTERS:
+    if params["action"] in DEAD_LETTER_ACTIONS:
         from jobs import recovery as job
         from jobs.spark.job import execute_job
 
@@ -325,89 +283,17 @@ def run_in_task(params: dict[str, Any], planned: dict[str, Any], user: str) -> d
             raise AirflowFailException(f"jobs/recovery.py failed: {summary.get('error')}")
         return summary
     try:
-        if action in ("skip", "reset"):
-            return _position_action(params, user, dry_run=dry_run).to_dict()
-        return _outbox_action(params, user, dry_run)
+        with _recovery(user) as recovery:
+            return run_action(recovery, params)
     except RecoveryError as exc:
         raise AirflowFailException(str(exc)) from None
 
 
-def _outbox_action(params: dict[str, Any], user: str, dry_run: bool) -> dict[str, Any]:
-    action, reason = params["action"], _text(params, "reason") or ""
-    with _recovery(user) as recovery:
-        if action == "outbox-errors":
-            errors = recovery.outbox_errors(_require(params, "queue"))
-            rows = [
-                {"id": e.id, "tries": e.tries, "error": f"{e.error_type}: {e.error_message}"}
-                for e in errors
-            ]
-            summary = {"queue": _text(params, "queue"), "errors": len(rows)}
-            return {"action": action, "dry_run": dry_run, "summary": summary, "rows": rows}
-        if action == "outbox-retry":
-            outcome = recovery.outbox_retry(
-                _require(params, "queue"),
-                reason=reason,
-                job_id=_text(params, "job_id"),
-                dry_run=dry_run,
-            )
-        else:
-            outcome = recovery.outbox_purge(
-                older_than_s=float(params["older_than_s"]),
-                reason=reason,
-                queue=_text(params, "queue"),
-                dry_run=dry_run,
-            )
-        return outcome.to_dict()
-
-
 def render_summary(params: dict[str, Any], planned: dict[str, Any], out: dict[str, Any]) -> str:
     """The before / after table of a run, for the summary task's log."""
-    from streamcore.text import render_rows, render_table
+    from streamcore.recovery import render_report
 
-    action = params["action"]
-    head = [
-        ("action", f"{action} ({'dry run' if params['dry_run'] else 'applied'})"),
-        ("engine", planned["engine"] if action in DEAD_LETTERS else "task"),
-    ]
-    if action == "list":
-        head += [("selected", f"{out.get('selected', 0):,}"), ("listing", str(out.get("output")))]
-        table = render_table(
-            ["error class", "records"],
-            [(r["error_type"], f"{r['records']:,}") for r in out.get("by_error", [])],
-        )
-    elif action == "redrive":
-        head += [
-            (k, f"{out.get(k, 0):,}")
-            for k in ("selected", "redriven", "completed", "already", "foreign")
-        ]
-        table = render_table(
-            ["target", "records"],
-            [(t, f"{n:,}") for t, n in sorted(out.get("targets", {}).items())],
-        )
-    elif action in ("skip", "reset"):
-        summary = out["summary"]
-        head += [
-            ("stream / group", f"{summary['stream']} / {summary['group']}"),
-            ("re-read", f"{summary['reread']:,}"),
-            ("skipped", f"{summary['skipped']:,}"),
-            ("live members", ", ".join(summary["live_members"]) or "none"),
-        ]
-        table = render_table(
-            ["partition", "before", "after", "end", "re-read", "skipped"],
-            [
-                (r["partition"], r["before"], r["after"], r["end"], r["reread"], r["skipped"])
-                for r in out["rows"]
-            ],
-        )
-    else:
-        head += [(k, str(v)) for k, v in out["summary"].items()]
-        table = render_table(
-            ["job", "tries", "error"],
-            [(r["id"], r["tries"], r["error"]) for r in out.get("rows", [])],
-        )
-    audit = out.get("audit_event_id")
-    head.append(("audit entry", audit or "none (nothing changed)"))
-    return render_rows(head) + "\n\n" + table
+    return render_report(params, planned["engine"], out)
 
 
 def _user(context: Any) -> str:

@@ -9,6 +9,9 @@
 - `parse_offset`, `parse_date_ms`, `parse_reset_target`: positions as people write them
   (`streamcore.recovery.targets`), for every face that takes them as text.
 - `RedriveLedger`: which dead letters were redriven, so a rerun does not redrive them again.
+- `check_request`, `run_action`, `move_group`: a run from a request of plain fields (the recovery
+  DAG's Params), as the DAG's tasks call them (`streamcore.recovery.actions`), and
+  `render_report`, its text for the summary task's log.
 """
 
 from __future__ import annotations
@@ -19,6 +22,12 @@ from typing import Any
 # Exports are imported on first use (PEP 562): a DAG file takes `RESET_TO` for its Params when
 # Airflow parses it, without the SQL engine and the logs the repairs need.
 _EXPORTS = {
+    "DEAD_LETTER_ACTIONS": "actions",
+    "RECOVERY_ACTIONS": "actions",
+    "check_request": "actions",
+    "field_text": "actions",
+    "move_group": "actions",
+    "run_action": "actions",
     "DeadLetterEntry": "deadletters",
     "DeadLetterFilter": "deadletters",
     "dlq_streams": "deadletters",
@@ -35,6 +44,7 @@ _EXPORTS = {
     "plan_reset": "positions",
     "plan_skip": "positions",
     "RedriveResult": "redrive",
+    "render_report": "report",
     "redrive": "redrive",
     "Outcome": "service",
     "Recovery": "service",
@@ -45,6 +55,8 @@ _EXPORTS = {
     "parse_reset_target": "targets",
 }
 __all__ = [  # written out for the linters; equal to _EXPORTS (tests/unit/recovery)
+    "DEAD_LETTER_ACTIONS",
+    "RECOVERY_ACTIONS",
     "RESET_TO",
     "DeadLetterEntry",
     "DeadLetterFilter",
@@ -60,14 +72,19 @@ __all__ = [  # written out for the linters; equal to _EXPORTS (tests/unit/recove
     "RedriveResult",
     "ResetTarget",
     "SelectionError",
+    "check_request",
     "dlq_streams",
     "error_counts",
+    "field_text",
+    "move_group",
     "parse_date_ms",
     "parse_offset",
     "parse_reset_target",
     "plan_reset",
     "plan_skip",
     "redrive",
+    "render_report",
+    "run_action",
     "scan_dead_letters",
 ]
 
