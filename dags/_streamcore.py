@@ -544,7 +544,7 @@ def job_tasks(
     skip: Callable[[Mapping[str, list[str]]], str | None] | None = None,
     **submit: Any,
 ) -> Any:
-    """validate → one spark-submit of `jobs/<job>.py` per step of `steps` (task ids, in order) →
+    """`validate` → one spark-submit of `jobs/<job>.py` per step of `steps` (task ids, in order) →
     summary, inside a `@dag`.
 
     validate checks the Spark set-up and builds each step's arguments with `arguments`, checked by

@@ -1,10 +1,10 @@
-"""Backfill (docs/design.md, "Micro-batches, exactly-once and intervals"): replay the records a
+r"""Backfill (docs/design.md, "Micro-batches, exactly-once and intervals"): replay the records a
 stream received in `[--start, --end)` into another stream, a topology or a Delta table, from the
 hot log while it holds them and from the Delta table `archive` for the part retention purged,
 seamlessly.
 
-    spark-submit jobs/backfill.py --stream import/docs --start 2026-11-01 --end 2026-11-02 \\
-        --target replay/docs [--target-kind stream|topology|table] [--topology MODULE:FACTORY] \\
+    spark-submit jobs/backfill.py --stream import/docs --start 2026-11-01 --end 2026-11-02 \
+        --target replay/docs [--target-kind stream|topology|table] [--topology MODULE:FACTORY] \
         [--dry-run]
 
 Records are those appended (their append time) in the interval. Per source partition, the

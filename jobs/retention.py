@@ -1,7 +1,8 @@
 """Retention compaction (docs/design.md, "Micro-batches, exactly-once and intervals"): history
 out of the hot log into the Delta table `archive` exactly once, then the hot log purged without
-losing what a group has not read, then the Delta tables tidied. Four steps, run in this order by
-dags/streamcore_retention.py:
+losing what a group has not read, then the Delta tables tidied.
+
+Four steps, run in this order by dags/streamcore_retention.py:
 
     spark-submit jobs/retention.py archive [--streams import/docs,audit/entries] [--horizon 1d]
         [--batch-size 1000000] [--partial-ok] [--dry-run]

@@ -87,6 +87,9 @@ app = streamcore_ui_app.create_app(airflow_user, may_read_runs, prefix=PREFIX)
 
 
 class StreamcoreUIPlugin(AirflowPlugin):
+    """Mounts the FastAPI app at `/streamcore` and adds the "Run summary" and "Data Docs" tabs to
+    every DAG run page."""
+
     name = "streamcore_ui"
     fastapi_apps = [{"app": app, "url_prefix": PREFIX, "name": "streamcore runs and Data Docs"}]
     external_views = [

@@ -232,7 +232,8 @@ def load_suite(schema: ParsedSchema, directory: Path | None = None) -> Suite:
 
 def failed_expectations(suite: Suite) -> Column:
     """An array<string> column: the names of the row-level expectations each row fails.
-    (`array_compact` is an interpreted expression: apply it to the failing rows only.)"""
+
+    `array_compact` is an interpreted expression: apply it to the failing rows only."""
     checks = [F.when(e.failure(), F.lit(e.name)) for e in suite.row_level]
     if not checks:
         return F.array().cast("array<string>")

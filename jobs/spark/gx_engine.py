@@ -63,6 +63,9 @@ _ANSWERS: ContextVar[Answers | None] = ContextVar("gx_answers", default=None)
 
 
 class AnsweringSparkEngine(SparkDFExecutionEngine):
+    """GX's Spark engine that takes the metrics the row-check pass already knows from the answers
+    set by `answering`, and has GX compute the rest."""
+
     def resolve_metrics(
         self,
         metrics_to_resolve: Iterable[MetricConfiguration],

@@ -1,5 +1,5 @@
 """Streams as DataFrames: `read_stream()` reads offset ranges of any log (local or Kafka, as the
-log config routes it) and unwraps the Record envelope into columns
+log config routes it) and unwraps the Record envelope into these columns.
 
     stream, partition, offset, timestamp, key, watermark, flags, data, record_error
 

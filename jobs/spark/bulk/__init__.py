@@ -1,5 +1,7 @@
 """The Spark building blocks of bulk actions (docs/bulk.md "Spark building blocks"), composed by
-`jobs/bulk_action.py`:
+`jobs/bulk_action.py`.
+
+One module per block:
 
 - `scroll`: `scroll` writes the ids matching a query, in id order, numbered into buckets and
   batches, as Parquet; `load_scroll` reuses a complete one; `id_ranges` gives a bucket's batches
