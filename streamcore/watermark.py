@@ -17,6 +17,9 @@ __all__ = ["LOWEST", "Watermark"]
 
 @dataclass(frozen=True, slots=True, order=True)
 class Watermark:
+    """An event time with a sequence number and a completed flag, packed in one int so watermarks
+    compare as numbers."""
+
     value: int
 
     @classmethod

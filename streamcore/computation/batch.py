@@ -33,6 +33,9 @@ _FLUSH_FLAGS = int(Flag.COMMIT | Flag.POISON_PILL)  # the runner checkpoints at 
 
 
 class BatchComputation(Computation):
+    """A computation that processes its records in batches: subclasses implement `batch_process`
+    (and may override `batch_failure`)."""
+
     def __init__(self, name: str, inputs: int = 1, outputs: int = 0) -> None:
         super().__init__(name, inputs, outputs)
         self._batch: list[Record] = []

@@ -79,7 +79,6 @@ class Computation(abc.ABC):
     when they set timers).
 
     Example:
-
         class Upper(Computation):
             def __init__(self) -> None:
                 super().__init__("upper", inputs=1, outputs=1)

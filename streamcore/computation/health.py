@@ -24,6 +24,9 @@ DEFAULT_HEALTH_DELAY = 36 * 3600.0
 
 @dataclass(frozen=True)
 class HealthStatus:
+    """What the probe found: healthy or not, the computations terminated by a failure and why,
+    and the message a monitor shows."""
+
     healthy: bool
     terminated: list[str] = field(default_factory=list)  # computations terminated by a failure
     first_failure: float | None = None  # epoch seconds

@@ -39,6 +39,9 @@ Fallback = Literal["dead_letter", "skip", "skip_first", "terminate"]
 
 @dataclass(frozen=True, slots=True)
 class ComputationPolicy:
+    """How a computation retries a failed record and what it does once the retries are exhausted
+    (the module docstring has the rules); `NONE` retries nothing and terminates the unit."""
+
     max_retries: int = 20
     delay: float = 1.0
     max_delay: float = 60.0

@@ -33,6 +33,9 @@ RUNNING, STOPPED, TERMINATED = "running", "stopped", "terminated"
 
 
 class UnitStats:
+    """The counters and state of one concurrency unit, written by its thread and read by the
+    metrics collector."""
+
     __slots__ = (
         "bucket_counts",
         "checkpoint_failures",

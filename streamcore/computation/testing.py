@@ -40,6 +40,9 @@ _MAX_ROUNDS = 100_000
 
 
 class TopologyTestDriver:
+    """Runs `topology` in this thread on an in-memory log with a virtual clock: `pipe` records in,
+    `advance_time`, then `read_output` / `read_dead_letters`."""
+
     def __init__(
         self, topology: Topology, settings: Settings | None = None, *, start_ms: int | None = None
     ) -> None:
