@@ -164,6 +164,9 @@ def _cron_field(text: str, name: str, high: int, where: str) -> set[int]:
 
 @dataclass(frozen=True)
 class LogDefaults:
+    """The `[log]` section: defaults of new logs (partitions; the local log's retention, segments,
+    fsync and record size), checked when built."""
+
     partitions: int = 4
     retention_ms: int = 4 * 86_400_000
     segment_bytes: int = 128 * 1024 * 1024
@@ -192,6 +195,10 @@ class LogDefaults:
 
 @dataclass(frozen=True)
 class StreamcoreConfig:
+    """The resolved configuration (the module docstring has the order): `home`, the log defaults,
+    codecs and schemas, import roots, warehouse, and the parsed TOML document for the sections
+    that have their own parser."""
+
     home: Path
     log: LogDefaults = field(default_factory=LogDefaults)
     default_codec: str = "avro"

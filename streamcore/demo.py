@@ -1,6 +1,6 @@
 """The log-only demo behind `streamcore demo`: write N Records to a local log and consume them
-back with a consumer group, measuring both sides. (`make demo` runs the importer DAG instead:
-Airflow -> Spark -> Great Expectations -> Delta, `dags/streamcore_importer.py`.)
+back with a consumer group, measuring both sides. `make demo` runs the importer DAG instead:
+Airflow -> Spark -> Great Expectations -> Delta, `dags/streamcore_importer.py`.
 
 `run_demo` (re)creates `demo/records`, appends `count` Records (key `doc-<i>`, `data_size`
 bytes of data, watermark = now) encoded with `codec` in batches, then reads them with the

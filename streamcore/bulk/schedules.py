@@ -1,6 +1,8 @@
 """Scheduled bulk actions, declared in the configuration so an operator adds one without Python
-(docs/bulk.md, "Schedules"). Each becomes its own Airflow DAG (`streamcore_bulk_<name>`,
-dags/streamcore_bulk_schedules.py) whose runs submit the same command:
+(docs/bulk.md, "Schedules").
+
+Each becomes its own Airflow DAG (`streamcore_bulk_<name>`, dags/streamcore_bulk_schedules.py)
+whose runs submit the same command:
 
     [bulk.schedules.trash_old_notes]
     doc = "Trash the Notes nobody modified for `retention_days` days."

@@ -119,6 +119,9 @@ def codec_label(name: str | None, config: StreamcoreConfig) -> str:
 
 @dataclass
 class Context:
+    """One command's run: its arguments and configuration, the log manager opened on first use,
+    and the output helpers (text or JSON)."""
+
     args: argparse.Namespace
     config: StreamcoreConfig
     _manager: LogManager | None = field(default=None, repr=False)

@@ -290,7 +290,8 @@ class AvroCodec(Codec[dict[str, Any]]):
 
 
 def _one_line(exc: BaseException) -> str:
-    """fastavro's ValidationError prints a JSON list over several lines; keep messages short."""
+    """`exc` on one line, to keep messages short: fastavro's ValidationError prints a JSON list of
+    its errors over several lines."""
     errors = getattr(exc, "errors", None)
     if errors:
         return "; ".join(str(e) for e in errors)

@@ -28,6 +28,9 @@ __all__ = ["VirtualQueue"]
 
 
 class VirtualQueue:
+    """Runs the jobs of an outbox one at a time in the calling thread, for tests (the module
+    docstring has an example)."""
+
     def __init__(self, outbox: Outbox) -> None:
         self.outbox = outbox
         outbox.create_schema()

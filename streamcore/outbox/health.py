@@ -1,4 +1,4 @@
-"""Health: is this outbox doing its job? (for liveness probes and dashboards)
+"""Health, for liveness probes and dashboards: whether this outbox is doing its job.
 
 Healthy means: during the start-up grace period, always (a restarted service first works off
 what piled up while it was down); after it, every worker and the retry poller are alive, and no
@@ -25,6 +25,8 @@ DEFAULT_STARTUP_GRACE = 10 * 60.0
 
 @dataclass(frozen=True)
 class Health:
+    """Whether the outbox is healthy, why, and per queue the jobs in error for too long."""
+
     healthy: bool
     reason: str
     stale_errors: dict[str, int] = field(default_factory=dict)

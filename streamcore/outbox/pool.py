@@ -135,6 +135,9 @@ class _Look:
 
 
 class WorkerPool:
+    """The outbox's worker threads, which claim batches of jobs and run them (the module docstring
+    has how)."""
+
     def __init__(
         self,
         engine: sa.Engine,

@@ -32,6 +32,9 @@ logger = logging.getLogger(__name__)
 
 
 class RetryPoller(threading.Thread):
+    """The thread that retries errored jobs once their backoff has passed and hands hung jobs
+    back to the workers, every `poll_interval`."""
+
     def __init__(
         self,
         engine: sa.Engine,

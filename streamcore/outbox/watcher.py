@@ -31,6 +31,9 @@ class _Running:
 
 
 class ExecutionWatcher(threading.Thread):
+    """The thread that checks, every `interval` seconds, which running jobs are past their
+    queue's `max_execute_time`, and logs where each is stuck."""
+
     def __init__(self, interval: float = 1.0) -> None:
         super().__init__(name="outbox-watcher", daemon=True)
         self.interval = interval

@@ -88,7 +88,9 @@ class DeadLetterEntry:
 
 @dataclass(frozen=True, slots=True)
 class DeadLetterFilter:
-    """Which dead letters to take. Every given criterion must hold:
+    """Which dead letters to take.
+
+    Every given criterion must hold:
 
     - `streams`: these dead-letter streams (default: every `*/dlq-*` stream);
     - `computation`: the computation that failed;
