@@ -32,8 +32,10 @@ M = TypeVar("M")
 
 
 class LogPartition(NamedTuple):
-    """One partition of a log. Printed as `<log-id>-NN` like Nuxeo. (A NamedTuple, not a frozen
-    dataclass: one is made per appended record, and tuples build three times faster.)"""
+    """One partition of a log. Printed as `<log-id>-NN` like Nuxeo.
+
+    A NamedTuple, not a frozen dataclass: one is made per appended record, and tuples build three
+    times faster."""
 
     name: Name
     partition: int
@@ -123,8 +125,9 @@ class LogLag:
     def aggregate(cls, lags: Iterable[LogLag]) -> LogLag:
         """The lag of a whole log: every field summed over partitions. For a log whose offsets
         still start at 0, pos then reads as records processed and end as records appended.
-        (Nuxeo's `LogLag.of(list)` takes min/max of pos/end instead; sums read better in a
-        table, and lag, the number that matters, is the same either way.)"""
+
+        Nuxeo's `LogLag.of(list)` takes min/max of pos/end instead; sums read better in a table,
+        and lag, the number that matters, is the same either way."""
         items = list(lags)
         return cls(
             sum(x.pos for x in items),

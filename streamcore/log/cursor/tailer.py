@@ -99,6 +99,10 @@ def value_error(
 
 
 class Cursor(Protocol):
+    """What `CursorTailer` needs of a backend's reader of one partition: positioned reads, the
+    partition's bounds, a lookup by time, and `lost`, the records retention took before they were
+    read."""
+
     lost: int
 
     @property
@@ -121,11 +125,16 @@ class ArrowCursor(Protocol):
 
 
 class PositionStore(Protocol):
+    """Where a backend keeps the committed position of each group on one partition."""
+
     def commit(self, group: str, partition: int, offset: int) -> None: ...
     def committed(self, group: str, partition: int) -> int | None: ...
 
 
 class CursorTailer(LogTailer[Any]):
+    """The tailer of a group over one cursor per assigned partition (the module docstring has how
+    it reads, decodes and commits)."""
+
     def __init__(
         self,
         group: str,

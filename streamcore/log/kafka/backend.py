@@ -69,6 +69,9 @@ def kafka_kwargs(config: BackendConfig, settings: StreamcoreConfig) -> dict[str,
 
 
 class KafkaBackend(Backend):
+    """The `type = "kafka"` backend: reads a config's options and opens a `KafkaLogManager` on
+    them."""
+
     type = "kafka"
     options = tuple(KAFKA_DEFAULTS)
     retention_by = "the broker applies retention.ms"

@@ -49,6 +49,9 @@ def local_root(config: BackendConfig, home: Path) -> Path:
 
 
 class LocalBackend(Backend):
+    """The `type = "local"` backend: reads a config's options and opens a `LocalLogManager` on
+    them."""
+
     type = "local"
     options = LOCAL_OPTIONS
     retention_by = "the retention job and `streamcore purge`"

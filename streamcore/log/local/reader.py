@@ -41,6 +41,9 @@ _CHUNK = 1 << 20
 
 
 class PartitionCursor:
+    """A reader of one local-log partition from a position, across segments (the module
+    docstring has what it serves, waits for and skips)."""
+
     def __init__(self, folder: Path, label: str) -> None:
         self.folder = folder
         self.label = label

@@ -245,6 +245,8 @@ def _batch_too_large(
 
 @dataclass(slots=True)
 class BatchHeader:
+    """The 48-byte header of one batch, decoded (the module docstring has the layout)."""
+
     base_offset: int
     count: int
     first_ts: int
@@ -432,6 +434,9 @@ def find_valid_batch(data: bytes, start: int, min_offset: int) -> int | None:
 
 @dataclass(slots=True)
 class ScanResult:
+    """What scanning a segment found: where its valid batches end, the next offset, the sparse
+    index, and why the scan stopped early if it did."""
+
     valid_end: int  # file position after the last valid batch
     next_offset: int  # offset after the last valid batch (base offset if none)
     last_ts: int

@@ -19,6 +19,8 @@ logger = logging.getLogger(__name__)
 
 
 class BatchSyncer:
+    """The daemon thread that fsyncs a manager's `batch` writers every `interval` seconds."""
+
     def __init__(self, interval: float = BATCH_FSYNC_INTERVAL) -> None:
         self.interval = interval
         self._writers: weakref.WeakSet[PartitionWriter] = weakref.WeakSet()

@@ -91,6 +91,9 @@ def fsync_dir(folder: Path) -> None:
 
 
 class PartitionWriter:
+    """The one writer of a local-log partition, holding its lock: appends whole batches, rolls
+    segments and purges expired ones on roll."""
+
     def __init__(
         self,
         folder: Path,
@@ -477,7 +480,7 @@ class PartitionWriter:
             self._since_index = _NO_INDEX
 
     def _sync(self, offset: int) -> None:
-        """fsync per the mode, `offset` being the end offset once the pending write counts."""
+        """`fsync` per the mode, `offset` being the end offset once the pending write counts."""
         if self.fsync == "always" or (
             self.fsync == "batch" and time.monotonic() - self._last_sync >= BATCH_FSYNC_INTERVAL
         ):
@@ -486,7 +489,7 @@ class PartitionWriter:
             self._synced_offset = offset
 
     def sync_pending(self) -> None:
-        """fsync if appends were acknowledged since the last fsync (the `fsync=batch` timer)."""
+        """`fsync` if appends were acknowledged since the last fsync (the `fsync=batch` timer)."""
         with self._mutex:
             if self._closed or self._synced_offset >= self._next_offset:
                 return

@@ -16,6 +16,8 @@ __all__ = ["BACKEND", "MemoryBackend"]
 
 
 class MemoryBackend(Backend):
+    """The `type = "memory"` backend: each config opens a new, empty `MemoryLogManager`."""
+
     type = "memory"
     retention_by = "held in memory"
 
