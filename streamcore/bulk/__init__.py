@@ -14,7 +14,32 @@ the command store with its service; the Spark job (jobs/bulk_action.py) runs the
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    # What __getattr__ hands out, for type checkers.
+    from streamcore.bulk.actions import BulkAction as BulkAction
+    from streamcore.bulk.errors import BulkDatumError as BulkDatumError
+    from streamcore.bulk.errors import BulkError as BulkError
+    from streamcore.bulk.errors import BulkParamsError as BulkParamsError
+    from streamcore.bulk.errors import BulkQueryError as BulkQueryError
+    from streamcore.bulk.errors import CommandNotFoundError as CommandNotFoundError
+    from streamcore.bulk.errors import ExclusiveActionError as ExclusiveActionError
+    from streamcore.bulk.errors import NotAbortableError as NotAbortableError
+    from streamcore.bulk.errors import StatusMismatchError as StatusMismatchError
+    from streamcore.bulk.errors import UnknownActionError as UnknownActionError
+    from streamcore.bulk.messages import COMMAND_STREAM as COMMAND_STREAM
+    from streamcore.bulk.messages import DONE_STREAM as DONE_STREAM
+    from streamcore.bulk.messages import STATUS_STREAM as STATUS_STREAM
+    from streamcore.bulk.messages import decode_command as decode_command
+    from streamcore.bulk.messages import decode_status as decode_status
+    from streamcore.bulk.model import BulkCommand as BulkCommand
+    from streamcore.bulk.model import BulkStatus as BulkStatus
+    from streamcore.bulk.model import State as State
+    from streamcore.bulk.query import check_query as check_query
+    from streamcore.bulk.registry import ActionRegistry as ActionRegistry
+    from streamcore.bulk.registry import actions_for as actions_for
+    from streamcore.bulk.service import BulkService as BulkService
 
 # Exports are imported on first use (PEP 562): a DAG file that only lists the actions
 # (`streamcore.bulk.registry`) must parse fast, without sqlglot, SQLAlchemy and the logs.

@@ -17,7 +17,44 @@
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    # What __getattr__ hands out, for type checkers.
+    from streamcore.recovery.actions import (
+        DEAD_LETTER_ACTIONS,
+        RECOVERY_ACTIONS,
+        check_request,
+        field_text,
+        move_group,
+        run_action,
+    )
+    from streamcore.recovery.deadletters import (
+        DeadLetterEntry,
+        DeadLetterFilter,
+        dlq_streams,
+        error_counts,
+        scan_dead_letters,
+    )
+    from streamcore.recovery.errors import (
+        LedgerBusyError,
+        LiveMembersError,
+        ReadStalledError,
+        RecoveryError,
+        SelectionError,
+    )
+    from streamcore.recovery.ledger import RedriveLedger
+    from streamcore.recovery.positions import PositionMove, PositionPlan, plan_reset, plan_skip
+    from streamcore.recovery.redrive import RedriveResult, redrive
+    from streamcore.recovery.report import render_report
+    from streamcore.recovery.service import Outcome, Recovery
+    from streamcore.recovery.targets import (
+        RESET_TO,
+        ResetTarget,
+        parse_date_ms,
+        parse_offset,
+        parse_reset_target,
+    )
 
 # Exports are imported on first use (PEP 562): a DAG file takes `RESET_TO` for its Params when
 # Airflow parses it, without the SQL engine and the logs the repairs need.
