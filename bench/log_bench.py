@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from streamcore.config import load_config
 from streamcore.log import LocalLogManager, LogTailer
-from streamcore.log.local.manager import LocalAppender
+from streamcore.log.local.appender import LocalAppender
 
 TARGETS = {  # records/s, and fraction of raw write, from the issue
     "append, batched (lists)": (2_000_000, 0.25),

@@ -34,10 +34,11 @@ from streamcore.log import (
     RebalanceListener,
 )
 from streamcore.log.config import LogConfig
-from streamcore.log.cursor.subscription import GroupMember, MemoryGroupStore, targets
+from streamcore.log.cursor.subscription import GroupMember, targets
 from streamcore.log.local.groups import FileGroupStore, state_stem
 from streamcore.log.local.manager import LocalLogManager
 from streamcore.log.memory import MemoryLogManager
+from streamcore.log.memory.groups import MemoryGroupStore
 from streamcore.log.unified import UnifiedLogManager
 from streamcore.names import Name
 

@@ -69,7 +69,7 @@ from typing import Any
 # Exports are imported on first use (PEP 562): the registry imports `streamcore.log.kafka.backend`
 # to load a configuration naming Kafka, which must not need confluent-kafka.
 _EXPORTS = {
-    "KafkaAppender": "manager",
+    "KafkaAppender": "appender",
     "KafkaLogManager": "manager",
     "KafkaTailer": "tailer",
     "kafka_partition_for_key": "partitioner",

@@ -4,7 +4,6 @@ differences with the local log)."""
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
 import logging
 import threading
@@ -32,15 +31,13 @@ from streamcore.errors import (
     LogClosedError,
     LogExistsError,
     LogNotFoundError,
-    RecordTooLargeError,
 )
-from streamcore.log.api import LogAppender, LogManager, LogTailer, RebalanceListener
-from streamcore.log.append_checks import check_keys_encode, check_timestamps
-from streamcore.log.kafka.client import _POOL, KafkaClients
+from streamcore.log.api import LogManager, LogTailer, RebalanceListener
+from streamcore.log.kafka.appender import KafkaAppender
+from streamcore.log.kafka.client import KafkaClients
 from streamcore.log.kafka.description import BACKEND, KafkaLogDescription
-from streamcore.log.kafka.partitioner import kafka_partition_for_key
 from streamcore.log.registry import check_partitions
-from streamcore.log.values import AppendedOffsets, LiveMember, LogInfo, LogOffset, LogPartition
+from streamcore.log.values import LiveMember, LogInfo, LogPartition
 from streamcore.names import Name
 
 if TYPE_CHECKING:
@@ -652,188 +649,3 @@ class _Reader:
         if self.users == 0 and not self.closed:
             self.closed = True
             self.consumer.close()
-
-
-class _Batch:
-    """Delivery reports of one append call, filled by librdkafka's callbacks."""
-
-    __slots__ = ("errors", "lock", "offsets", "partitions", "pending")
-
-    def __init__(self, count: int) -> None:
-        self.partitions = [0] * count
-        self.offsets = [-1] * count
-        self.errors: list[tuple[int, KafkaError]] = []
-        self.pending = count
-        # Reports are served by whichever thread polls the shared producer.
-        self.lock = threading.Lock()
-
-    def done(self, index: int, error: KafkaError | None, msg: Any) -> None:
-        if error is None and msg.offset() is None:
-            # Acknowledged without an offset: a retried batch the broker answered as a
-            # duplicate. Whether it is in the log is unknown, so the append fails (the caller
-            # may append again: at-least-once).
-            error = KafkaError(
-                KafkaError._INCONSISTENT,
-                "the broker acknowledged the record without an offset (a retried batch taken "
-                "for a duplicate); it may be missing from the log: append it again",
-            )
-        if error is not None:
-            self.errors.append((index, error))
-        else:
-            self.partitions[index] = msg.partition()
-            self.offsets[index] = msg.offset()
-        with self.lock:  # last: the waiting thread reads the fields once pending is 0
-            self.pending -= 1
-
-
-class KafkaAppender(LogAppender[Any]):
-    """Produces to one topic through the manager's (pooled) idempotent producer and waits for the
-    delivery reports, so every append returns where its records landed. Thread-safe."""
-
-    def __init__(
-        self, manager: KafkaLogManager, name: Name, codec: Codec[Any] | None, size: int
-    ) -> None:
-        self.manager = manager
-        self.name = name
-        self.codec = codec
-        self.topic = manager.topic(name)
-        self._size = size
-        self._closed = False
-
-    @property
-    def size(self) -> int:
-        return self._size
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def partition_for(self, key: str) -> int:
-        """The partition `append(key, ...)` uses: Kafka's murmur2 partitioner (not Nuxeo's)."""
-        return kafka_partition_for_key(key, self._size)
-
-    def _check(self, partition: int | None) -> None:
-        if self._closed:
-            raise LogClosedError(f"appender of {self.name} is closed")
-        if partition is not None and not 0 <= partition < self._size:
-            raise ValueError(f"{self.name} has partitions 0..{self._size - 1}, not {partition}")
-
-    def _encode(self, key: Any, message: Any) -> tuple[bytes, bytes]:
-        if not isinstance(key, str):
-            raise TypeError(f"log keys must be str, got {type(key).__name__}")
-        value = message if self.codec is None else self.codec.encode(message)
-        if not isinstance(value, bytes | bytearray | memoryview):
-            raise TypeError(
-                f"log values must be bytes, got {type(value).__name__}; pass a codec to the "
-                "appender to encode messages"
-            )
-        return key.encode("utf-8"), bytes(value) if not isinstance(value, bytes) else value
-
-    def append(self, key: str, message: Any) -> LogOffset:
-        return self._send([(key, message)], None, None)[0]
-
-    def append_to(self, partition: int, key: str, message: Any) -> LogOffset:
-        self._check(partition)
-        return self._send([(key, message)], partition, None)[0]
-
-    def append_batch(
-        self,
-        items: Sequence[tuple[str, Any]],
-        *,
-        partition: int | None = None,
-        timestamps: Sequence[int] | None = None,
-    ) -> Sequence[LogOffset]:
-        """Produce every item, then flush once and collect the delivery reports; offsets come
-        back in input order. All or nothing as far as Kafka allows: every key and value is
-        checked and encoded before the first record is produced, so a bad item writes nothing;
-        but if the broker rejects or times out some records, those already acknowledged stay
-        (Kafka has no multi-partition atomic append outside transactions), and the error says
-        how many landed."""
-        checked = check_timestamps(timestamps, len(items))
-        self._check(partition)
-        if not items:
-            return AppendedOffsets(self.name, (), ())
-        return self._send(items, partition, None if checked is None else checked.tolist())
-
-    def _send(
-        self,
-        items: Sequence[tuple[str, Any]],
-        partition: int | None,
-        timestamps: Sequence[int] | None,
-    ) -> AppendedOffsets:
-        self._check(partition)
-        try:
-            encoded = [self._encode(k, m) for k, m in items]
-        except UnicodeEncodeError:
-            check_keys_encode([k for k, _ in items])  # names the key, if a key it is
-            raise
-        clients = self.manager.clients
-        producer = clients.producer()
-        batch = _Batch(len(encoded))
-        deadline = time.monotonic() + clients.timeout
-        target = -1 if partition is None else partition
-        topic = self.topic
-        for i, (key, value) in enumerate(encoded):
-            report = functools.partial(batch.done, i)
-            kwargs: dict[str, Any] = {"partition": target, "on_delivery": report}
-            if timestamps is not None:
-                kwargs["timestamp"] = int(timestamps[i])
-            while True:
-                try:
-                    # An empty value goes as null, Kafka's tombstone: on a compacted topic it
-                    # deletes the key, as it does in a compacted local log. Readers get b"".
-                    producer.produce(topic, value or None, key, **kwargs)
-                    break
-                except BufferError:  # local queue full: let deliveries drain it
-                    producer.poll(0.05)
-                    if time.monotonic() > deadline:
-                        raise clients.unavailable(
-                            f"cannot append to {self.name}", "the producer queue stayed full"
-                        ) from None
-                except KafkaException as exc:
-                    raise clients.translate(exc, f"cannot append to {self.name}", topic) from exc
-        while batch.pending:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            producer.flush(min(remaining, 1.0))
-        if batch.pending or batch.errors:
-            self._fail(batch, len(encoded), producer)
-        return AppendedOffsets(self.name, batch.partitions, batch.offsets)
-
-    def _fail(self, batch: _Batch, count: int, producer: Any) -> None:
-        clients = self.manager.clients
-        landed = count - batch.pending - len(batch.errors)
-        what = f"append to {self.name}: {landed} of {count} records landed"
-        if not batch.errors:
-            raise clients.unavailable(what, "no delivery report in time")
-        _, error = min(batch.errors, key=lambda e: e[0])
-        if error.fatal():
-            _POOL.discard_producer(producer)
-        if error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
-            raise RecordTooLargeError(
-                f"{what}: a record is larger than the broker or topic accepts "
-                "(max.message.bytes); split it or raise the limit"
-            )
-        if error.code() == KafkaError._UNKNOWN_PARTITION:
-            raise ValueError(f"{what}: {error.str()}")
-        raise clients.translate(error, what, self.topic)
-
-    def wait_for(self, offset: LogOffset, group: str, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        manager = self.manager
-        tp = [TopicPartition(manager.topic(offset.partition.name), offset.partition.partition)]
-        group_id = manager.group_id(group)
-        while True:
-            (committed,) = manager._group_offsets(group_id, tp)
-            if committed is not None and committed > offset.offset:
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
-
-    def flush(self) -> None:
-        self.manager.clients.producer().flush(self.manager.timeout)
-
-    def close(self) -> None:
-        self._closed = True

@@ -10,7 +10,7 @@ from typing import Any
 
 # Exports are imported on first use (PEP 562), like every backend folder's.
 _EXPORTS = {
-    "LocalAppender": "manager",
+    "LocalAppender": "appender",
     "LocalLogDescription": "description",
     "LocalLogManager": "manager",
 }

@@ -7,19 +7,22 @@ its data; a second manager is a separate world.
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from streamcore.errors import ConfigError, LogClosedError, LogNotFoundError
-from streamcore.log.api import LogAppender
-from streamcore.log.append_checks import check_keys_encode, check_timestamps
+from streamcore.errors import ConfigError, LogNotFoundError
 from streamcore.log.cursor.manager import CursorLogManager
-from streamcore.log.cursor.subscription import MemoryGroupStore
-from streamcore.log.partitioner import partition_for_key
-from streamcore.log.values import LogDescription, LogOffset, LogPartition
+from streamcore.log.memory.appender import MemoryAppender
+from streamcore.log.memory.groups import MemoryGroupStore
+from streamcore.log.memory.positions import MemoryPositionStore
+from streamcore.log.values import LogDescription, LogPartition
 from streamcore.names import Name
+
+if TYPE_CHECKING:
+    from streamcore.codecs import Codec
+
+__all__ = ["MemoryLogManager"]
 
 
 class _Partition:
@@ -60,17 +63,6 @@ class _MemoryCursor:
         pass
 
 
-class _Positions:
-    def __init__(self) -> None:
-        self.committed_offsets: dict[tuple[str, int], int] = {}
-
-    def commit(self, group: str, partition: int, offset: int) -> None:
-        self.committed_offsets[(Name.of(group).urn, partition)] = offset
-
-    def committed(self, group: str, partition: int) -> int | None:
-        return self.committed_offsets.get((Name.of(group).urn, partition))
-
-
 class MemoryLogManager(CursorLogManager):
     """The memory backend on the cursor template (`streamcore.log.cursor.manager`): partitions
     are lists, positions and group states dicts of this manager."""
@@ -80,7 +72,7 @@ class MemoryLogManager(CursorLogManager):
     def __init__(self) -> None:
         super().__init__()
         self._logs: dict[Name, list[_Partition]] = {}
-        self._position_stores: dict[Name, _Positions] = {}
+        self._position_stores: dict[Name, MemoryPositionStore] = {}
         self._incarnations: dict[Name, str] = {}
         self._group_stores: dict[tuple[str, tuple[str, ...]], MemoryGroupStore] = {}
 
@@ -99,13 +91,13 @@ class MemoryLogManager(CursorLogManager):
 
     def _create(self, name: Name, partitions: int, prepared: Any) -> None:
         self._logs[name] = [_Partition() for _ in range(partitions)]
-        self._position_stores[name] = _Positions()
+        self._position_stores[name] = MemoryPositionStore()
         self._incarnations[name] = uuid.uuid4().hex
 
     def _open_cursor(self, partition: LogPartition) -> _MemoryCursor:
         return _MemoryCursor(self._log(partition.name)[partition.partition])
 
-    def _positions(self, name: Name) -> _Positions:
+    def _positions(self, name: Name) -> MemoryPositionStore:
         self._log(name)
         return self._position_stores[name]
 
@@ -170,89 +162,5 @@ class MemoryLogManager(CursorLogManager):
         _, ts, key, value = records[offset]
         return key, value, ts
 
-    def appender(self, name: str | Name, codec: Any = None) -> LogAppender[Any]:
-        return _MemoryAppender(self, Name.of(name), codec)
-
-
-class _MemoryAppender(LogAppender[Any]):
-    def __init__(self, manager: MemoryLogManager, name: Name, codec: Any) -> None:
-        self.manager = manager
-        self.name = name
-        self.codec = codec
-        self._partitions = manager._log(name)
-        self._closed = False
-        self._last_ts = 0
-
-    @property
-    def size(self) -> int:
-        return len(self._partitions)
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def append(self, key: str, message: Any) -> LogOffset:
-        return self.append_to(partition_for_key(key, self.size), key, message)
-
-    def _check(self, partition: int) -> None:
-        if self._closed:
-            raise LogClosedError(f"appender of {self.name} is closed")
-        if not 0 <= partition < self.size:
-            raise ValueError(f"{self.name} has partitions 0..{self.size - 1}, not {partition}")
-
-    def _encode(self, key: Any, message: Any) -> bytes:
-        if not isinstance(key, str):
-            raise TypeError(f"log keys must be str, got {type(key).__name__}")
-        value = message if self.codec is None else self.codec.encode(message)
-        if not isinstance(value, bytes | bytearray | memoryview):
-            raise TypeError(
-                f"log values must be bytes, got {type(value).__name__}; pass a codec to the "
-                "appender to encode messages"
-            )
-        return bytes(value)
-
-    def append_to(self, partition: int, key: str, message: Any) -> LogOffset:
-        return self.append_batch([(key, message)], partition=partition)[0]
-
-    def append_batch(
-        self,
-        items: Sequence[tuple[str, Any]],
-        *,
-        partition: int | None = None,
-        timestamps: Sequence[int] | None = None,
-    ) -> list[LogOffset]:
-        """All or nothing, like a local-log batch: every key, value and timestamp is checked
-        before any record is added."""
-        checked = check_timestamps(timestamps, len(items))
-        targets = [
-            partition if partition is not None else partition_for_key(k, self.size)
-            for k, _ in items
-        ]
-        for p in set(targets) or {0}:
-            self._check(p)
-        values = [self._encode(k, m) for k, m in items]
-        check_keys_encode([k for k, _ in items])  # a key other backends could not store
-        out = []
-        with self.manager._lock:
-            self._last_ts = max(self._last_ts, time.time_ns() // 1_000_000)
-            times = checked.tolist() if checked is not None else [self._last_ts] * len(items)
-            for p, (key, _), value, ts in zip(targets, items, values, times, strict=True):
-                records = self._partitions[p].records
-                offset = len(records)
-                records.append((offset, ts, key, value))
-                out.append(LogOffset(LogPartition(self.name, p), offset))
-        return out
-
-    def wait_for(self, offset: LogOffset, group: str, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        positions = self.manager._positions(offset.partition.name)
-        while True:
-            committed = positions.committed(group, offset.partition.partition)
-            if committed is not None and committed > offset.offset:
-                return True
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.01)
-
-    def close(self) -> None:
-        self._closed = True
+    def appender(self, name: str | Name, codec: Codec[Any] | None = None) -> MemoryAppender:
+        return MemoryAppender(self, Name.of(name), codec)
