@@ -176,7 +176,7 @@ class LocalAppender(LogAppender[Any]):
             time.sleep(0.05)
 
     def flush(self) -> None:
-        """fsync every partition this process writes (whatever the fsync setting)."""
+        """`fsync` every partition this process writes (whatever the fsync setting)."""
         for (name, _), writer in list(self.manager._writers.items()):
             if name == self.name:
                 writer.flush()
