@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from streamcore.errors import InvalidArgumentError
+
 __all__ = [
     "TextColumn",
     "format_time",
@@ -54,7 +56,7 @@ def render_table(
     data = [list(r) for r in rows]
     for row in data:
         if len(row) != len(cols):
-            raise ValueError(f"row {row!r} has {len(row)} cells for {len(cols)} columns")
+            raise InvalidArgumentError(f"row {row!r} has {len(row)} cells for {len(cols)} columns")
     aligns = []
     for i, col in enumerate(cols):
         if col.align is not None:
@@ -90,11 +92,11 @@ def human_bytes(size: int | float | None) -> str:
     if size is None:
         return "-"
     value = float(size)
-    for unit in _BYTE_UNITS:
-        if abs(value) < 1024 or unit == _BYTE_UNITS[-1]:
+    for unit in _BYTE_UNITS[:-1]:
+        if abs(value) < 1024:
             return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
-    raise AssertionError("unreachable")
+    return f"{value:.1f} {_BYTE_UNITS[-1]}"
 
 
 def human_duration(ms: int | float | None) -> str:

@@ -20,7 +20,6 @@ PACKAGE = project_root() / "streamcore"
 NOT_YET_CHECKED = (
     "streamcore/cli/",
     "streamcore/log/",
-    "streamcore/text/table.py",
 )
 """Paths these rules skip for now: their engineers were moving them when the rules came (issue
 26); the lead empties this list once they raise the project's errors too."""
