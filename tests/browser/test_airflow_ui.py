@@ -270,7 +270,7 @@ def test_importer_run_with_its_summary_and_data_docs(browser: Browser, af: Airfl
 
     page.get_by_role("tab", name="Run summary").or_(page.get_by_text("Run summary")).first.click()
     summary = page.frame_locator("iframe").locator("#report")
-    expect(summary).to_contain_text(re.compile(rf"documents imported\s+{COUNT:,}"))
+    expect(summary).to_contain_text(re.compile(rf"documents inserted\s+{COUNT:,}"))
     browser.shot("importer-summary")
 
     page.get_by_role("tab", name="Data Docs").or_(page.get_by_text("Data Docs")).first.click()

@@ -48,6 +48,10 @@ def test_produce_then_consume_lands_every_document_once(spark) -> None:
     code, summary = run_importer("consume", *FAST)
     assert code == 0, summary
     assert (summary["read"], summary["imported"], summary["quarantined"]) == (400, 400, 0)
+    assert (summary["inserted"], summary["updated"]) == (400, 0)  # Delta's MERGE metrics
+    assert summary["docs_per_s_over"]["phase"] == "offset_batch"
+    assert summary["docs_per_s_over"]["seconds"] < summary["seconds"]  # not the whole job
+    assert produced["docs_per_s_over"]["phase"] == "generate_encode_append"
     assert summary["batch"] == 0
     assert summary["validation"]["success"] is True
     assert Path(summary["data_docs"]).is_file()
@@ -63,6 +67,7 @@ def test_produce_then_consume_lands_every_document_once(spark) -> None:
     # Nothing new: a rerun reads nothing and writes nothing.
     code, again = run_importer("consume", *FAST)
     assert code == 0 and again["read"] == 0
+    assert (again["imported"], again["inserted"], again["updated"]) == (0, 0, 0)
     assert delta_version(table) == summary["delta_version"]
 
     # More documents (the same seed: the same 400 ids again, plus 100 new): upserted by id.
@@ -72,6 +77,10 @@ def test_produce_then_consume_lands_every_document_once(spark) -> None:
     assert code == 0 and third["batch"] == 1 and third["read"] == 300
     code, fourth = run_importer("consume", *FAST)
     assert code == 0 and fourth["batch"] == 2 and fourth["read"] == 200
+    # The 400 ids the table had are updated, the 100 new ones inserted, whichever batch read them.
+    assert third["inserted"] + fourth["inserted"] == 100
+    assert third["updated"] + fourth["updated"] == 400
+    assert third["inserted"] + third["updated"] == third["imported"] == 300
     ids = _ids(table)
     assert len(ids) == 500 and len(set(ids)) == 500
     assert _committed() == _ends()
@@ -86,6 +95,8 @@ def test_a_batch_with_two_versions_of_an_id_keeps_the_newest(spark) -> None:
     code, summary = run_importer("consume", *FAST)
     assert code == 0, summary
     assert summary["read"] == 120
+    # 120 valid rows merged, as 60 new documents: each id's newest version once.
+    assert (summary["imported"], summary["inserted"], summary["updated"]) == (120, 60, 0)
     table = read_delta(_home() / "delta" / "repository")
     assert table.num_rows == 60 and len(set(table.column("id").to_pylist())) == 60
     assert min(table.column("source_offset").to_pylist()) == 60

@@ -106,6 +106,42 @@ def test_stream_stats_lists_each_steps_scalar_fields() -> None:
     assert text == "stats\nstream   a/b\nrecords  1,234"
 
 
-def test_importer_renders_both_steps() -> None:
-    text = importer.render(JOBS["importer"])
-    assert "documents produced" in text and "documents imported" in text
+def test_importer_tells_inserted_and_updated_and_pairs_each_rate_with_its_phase() -> None:
+    produced = {
+        "documents": 20000,
+        "seconds": 31.25,
+        "docs_per_s": 1650.2,
+        "docs_per_s_over": {"phase": "generate_encode_append", "seconds": 12.12},
+    }
+    consumed = {
+        "read": 20010,
+        "imported": 20000,
+        "inserted": 19000,
+        "updated": 990,
+        "quarantined": 10,
+        "seconds": 42.5,
+        "docs_per_s": 714.6,
+        "docs_per_s_over": {"phase": "offset_batch", "seconds": 28.0},
+    }
+    lines = importer.render({"produce": produced, "consume": consumed}).splitlines()
+    assert lines[:6] == [
+        "documents produced      20,000",
+        "records read            20,010",
+        "valid rows merged       20,000",
+        "documents inserted      19,000",
+        "documents updated       990",
+        "quarantined             10",
+    ]
+    assert (
+        "produce                 31.2 s the whole job; generate_encode_append 12.1 s, 1,650 docs/s"
+    ) in lines
+    assert "consume                 42.5 s the whole job; offset_batch 28.0 s, 715 docs/s" in lines
+    assert "end to end (both jobs)  73.8 s, 271 docs/s" in lines
+
+
+def test_importer_renders_a_summary_without_a_measured_phase() -> None:
+    """A run that read nothing has no rate: the whole job's seconds alone."""
+    text = importer.render(
+        {"produce": {"documents": 0, "seconds": 3.0}, "consume": {"read": 0, "seconds": 2.0}}
+    )
+    assert "consume                 2.0 s the whole job\n" in text
