@@ -86,9 +86,13 @@ def _show(ctx: Context, status: BulkStatus) -> None:
     ctx.out("\n".join(f"{label:<17} {value}" for label, value in rows))
 
 
-def _follow(ctx: Context, service: BulkService, command_id: str) -> int:
+def _follow(
+    ctx: Context, service: BulkService, command_id: str, submitted: BulkStatus | None = None
+) -> int:
     """Wait for the command with a line on stderr at each change of its progress, show the last
-    status read; the exit code: 0 COMPLETED, 1 ABORTED or not finished after --timeout."""
+    status read; the exit code: 0 COMPLETED, 1 ABORTED or not finished after --timeout. A command
+    just `submitted` is shown as stored first, so its SCHEDULED line is printed even when a job
+    picks it up before the first read."""
     shown = ""
 
     def show(status: BulkStatus) -> None:
@@ -104,6 +108,8 @@ def _follow(ctx: Context, service: BulkService, command_id: str) -> int:
             ctx.err(line)
             shown = line
 
+    if submitted is not None:
+        show(submitted)
     status = service.wait(command_id, ctx.args.timeout, on_status=show)
     _show(ctx, status)
     if status.state is State.COMPLETED:
@@ -134,7 +140,7 @@ def run_submit(ctx: Context) -> int:
             query_limit=args.query_limit,
         )
         if args.wait:
-            return _follow(ctx, service, status.command_id)
+            return _follow(ctx, service, status.command_id, submitted=status)
     _show(ctx, status)
     return 0
 
