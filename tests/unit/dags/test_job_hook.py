@@ -91,3 +91,45 @@ def test_the_hook_and_operator_use_only_public_provider_methods(tmp_path: Path) 
     assert out["application"] == str(ROOT / "jobs" / "importer.py")
     assert (out["name"], out["conn_id"]) == ("streamcore-importer", "spark_default")
     assert "application_args" in out["templated"]  # the validate task's XCom, resolved
+
+
+def test_on_spark_connect_the_job_runs_in_the_task_process(tmp_path: Path) -> None:
+    """An `sc://` connection: the hook runs the job in its own process (no spark-submit), with
+    the job's own exit codes: a failed job raises AirflowException with its error (retried),
+    refused arguments AirflowFailException (not retried). Neither case reaches Spark."""
+    home = tmp_path / "home"
+    home.mkdir()
+    out = _run(
+        tmp_path,
+        f"""
+        import os
+        os.environ["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps(
+            {{"conn_type": "spark", "host": "sc://127.0.0.1:1"}}
+        )
+        from airflow.sdk.exceptions import AirflowException, AirflowFailException
+        from _streamcore import StreamcoreJobHook
+
+        def outcome(argv):
+            hook = StreamcoreJobHook(job="stream_stats", application="unused.py",
+                                     application_args=argv)
+            try:
+                return ["ok", hook.run()]
+            except AirflowFailException as exc:
+                return ["fail", str(exc)]
+            except AirflowException as exc:
+                return ["error", str(exc)]
+
+        window = ["--start", "2026-11-23", "--end", "2026-11-24", "--home", {str(home)!r}]
+        print(json.dumps({{
+            "missing": outcome(["--stream", "test/nothing", *window]),
+            "refused": outcome(["--stream", "no spaces allowed", *window]),
+            "remote": os.environ.get("STREAMCORE_SPARK_REMOTE"),
+        }}))
+        """,
+    )
+    kind, message = out["missing"]
+    assert kind == "error" and message.startswith("jobs/stream_stats.py failed on sc://127.0.0.1:1")
+    assert "stream test/nothing does not exist" in message
+    kind, message = out["refused"]
+    assert kind == "fail" and "rejects" in message and "(exit 2)" in message
+    assert out["remote"] is None  # the job's environment is restored after it ran
