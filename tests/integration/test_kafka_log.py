@@ -316,15 +316,15 @@ class TestGroupOffsets:
         kafka.create("test/readers", 1)
         for i in range(10):
             assert kafka.committed("test/readers", f"app/g{i}") == [None]
-        assert len(kafka._readers) == 8
-        assert next(iter(kafka._readers)) == kafka.group_id("app/g2")  # g0, g1 were closed
+        assert len(kafka.clients._readers) == 8
+        assert next(iter(kafka.clients._readers)) == kafka.group_id("app/g2")  # g0, g1 were closed
         kafka.close()
-        assert kafka._readers == {}
+        assert kafka.clients._readers == {}
 
     def test_a_reader_in_use_is_closed_by_its_last_user(self, kafka: KafkaLogManager) -> None:
         kafka.create("test/in-use", 1)
         tp = [TopicPartition(kafka.topic("test/in-use"), 0)]
-        with kafka._offsets_reader(kafka.group_id("app/busy")) as busy:
+        with kafka.clients.offsets_reader(kafka.group_id("app/busy")) as busy:
             kafka.close()  # another thread closing the manager mid-read: the read goes on
             assert busy.committed(tp, timeout=10)[0].offset < 0
         with pytest.raises(RuntimeError, match="closed"):

@@ -197,7 +197,7 @@ class KafkaAppender(LogAppender[Any]):
         tp = [TopicPartition(manager.topic(offset.partition.name), offset.partition.partition)]
         group_id = manager.group_id(group)
         while True:
-            (committed,) = manager._group_offsets(group_id, tp)
+            (committed,) = manager.clients.group_offsets(group_id, tp)
             if committed is not None and committed > offset.offset:
                 return True
             if time.monotonic() >= deadline:

@@ -7,30 +7,43 @@ from __future__ import annotations
 import atexit
 import concurrent.futures
 import contextlib
+import itertools
 import logging
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from confluent_kafka import KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import (
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from streamcore.errors import (
     BrokerAuthenticationError,
     BrokerUnavailableError,
     ConfigError,
+    InvalidNameError,
+    LogClosedError,
     LogError,
     LogNotFoundError,
     StreamcoreError,
 )
+from streamcore.names import Name
 
 logger = logging.getLogger(__name__)
 # librdkafka's own lines, as a child of this module's logger.
 librdkafka_logger = logging.getLogger(f"{__name__}.librdkafka")
 T = TypeVar("T")
+_READERS = 8  # offsets-reading consumers a manager keeps open (least recently used closed)
 
 # The broker could not be reached, or did not answer in time.
 UNAVAILABLE = {
@@ -124,12 +137,25 @@ def _kind(prop: str) -> str:
 
 
 class KafkaClients:
-    """Settings and helpers of one `KafkaLogManager`: address, properties, timeout."""
+    """Settings and helpers of one `KafkaLogManager`: address, properties, timeout, and what the
+    manager, its appenders and tailers share: the names of topics and groups (`topic_prefix` +
+    name id) and the offsets (watermarks, committed offsets read through pooled consumers)."""
 
-    def __init__(self, bootstrap_servers: str, config: Mapping[str, Any], timeout: float) -> None:
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        config: Mapping[str, Any],
+        timeout: float,
+        topic_prefix: str = "streamcore-",
+    ) -> None:
         if timeout <= 0:
             raise ValueError(f"timeout must be positive, got {timeout}")
         self.timeout = float(timeout)
+        self.topic_prefix = topic_prefix
+        self._seq = itertools.count(1)
+        self._readers: OrderedDict[str, _Reader] = OrderedDict()  # group id -> offsets reader
+        self._lock = threading.RLock()
+        self._closed = False
         props = {str(k): v for k, v in (config or {}).items()}
         self.bootstrap = str(props.pop("bootstrap.servers", bootstrap_servers))
         timeout_ms = max(1, int(self.timeout * 1000))
@@ -284,6 +310,149 @@ class KafkaClients:
         with self.errors(what, topic):
             return future.result(timeout=remaining)
 
+    # -- names ----------------------------------------------------------------------------------
+    def topic(self, name: str | Name) -> str:
+        """The topic of a log: prefix + name id."""
+        return self.topic_prefix + Name.of(name).id
+
+    def group_id(self, group: str | Name) -> str:
+        """The Kafka consumer group id of a streamcore group: prefix + group id."""
+        return self.topic_prefix + Name.of(group).id
+
+    def client_id(self, group: str) -> str:
+        """A new client id of a consumer of `group` (group id and a sequence number)."""
+        return f"{self.group_id(group)}-{next(self._seq)}"
+
+    def name_of(self, topic: str) -> Name | None:
+        """The log (or group) name of a topic (or group id) of this prefix; None otherwise."""
+        if not topic.startswith(self.topic_prefix):
+            return None
+        try:
+            return Name.of_id(topic[len(self.topic_prefix) :])
+        except InvalidNameError:
+            return None
+
+    # -- offsets --------------------------------------------------------------------------------
+    def list_offsets(self, partitions: list[TopicPartition], spec: Any) -> list[int]:
+        """The offsets `spec` names (earliest, latest) of `partitions`, read committed."""
+        if not partitions:
+            return []
+        topic = partitions[0].topic
+
+        def call() -> list[int]:
+            futures = self.polled_admin().list_offsets(
+                {TopicPartition(tp.topic, tp.partition): spec for tp in partitions},
+                isolation_level=IsolationLevel.READ_COMMITTED,
+                request_timeout=self.timeout,
+            )
+            by_key = {(k.topic, k.partition): f for k, f in futures.items()}
+            return [
+                by_key[(tp.topic, tp.partition)].result(timeout=self.timeout).offset
+                for tp in partitions
+            ]
+
+        return self.retry(f"cannot list the offsets of {topic}", call, topic)
+
+    def watermarks(self, partitions: list[TopicPartition]) -> list[tuple[int, int]]:
+        """(low, high) per partition, asked of the broker in two requests."""
+        lows = self.list_offsets(partitions, OffsetSpec.earliest())
+        highs = self.list_offsets(partitions, OffsetSpec.latest())
+        return list(zip(lows, highs, strict=True))
+
+    def group_offsets(self, group_id: str, partitions: list[TopicPartition]) -> list[int | None]:
+        """Committed offsets of `group_id`, read through a consumer handle of that group.
+
+        Not `AdminClient.list_consumer_group_offsets`: when the group coordinator answers with a
+        coordinator error (loading after a broker start or restart, moved), librdkafka 2.16
+        re-queries the coordinator through the handle's consumer group, which an admin handle
+        does not have, and the process dies of a segmentation fault in librdkafka's main thread
+        (`rd_kafka_handle_OffsetFetch` -> `rd_kafka_cgrp_op(NULL)`). A consumer handle has the
+        group and retries those errors itself. The consumer never subscribes, so it never joins
+        the group."""
+        topic = partitions[0].topic if partitions else None
+
+        def call() -> list[int | None]:
+            with self.offsets_reader(group_id) as reader:
+                got = reader.committed(
+                    [TopicPartition(tp.topic, tp.partition) for tp in partitions],
+                    timeout=self.timeout,
+                )
+            by_key = {(tp.topic, tp.partition): tp for tp in got}
+            out: list[int | None] = []
+            for tp in partitions:
+                found = by_key.get((tp.topic, tp.partition))
+                if found is not None and found.error is not None:
+                    raise KafkaException(found.error)
+                out.append(found.offset if found is not None and found.offset >= 0 else None)
+            return out
+
+        return self.retry(f"cannot read the offsets of group {group_id}", call, topic)
+
+    @contextlib.contextmanager
+    def _offsets_reader(self, group_id: str) -> Iterator[Any]:
+        """A consumer of `group_id` used only to read its committed offsets. The `_READERS` most
+        recently used stay open (a consumer costs a connection and a coordinator lookup); one
+        pushed out, or left by `close()`, while another thread still reads through it is closed
+        by that thread when it is done."""
+        with self._lock:
+            self._check_open()
+            reader = self._readers.pop(group_id, None)
+            if reader is None:
+                with self.clients.errors("cannot create a consumer"):
+                    reader = _Reader(
+                        Consumer(self.clients.consumer_config(group_id, f"{group_id}-offsets"))
+                    )
+            self._readers[group_id] = reader  # most recently used last
+            while len(self._readers) > _READERS:
+                self._readers.popitem(last=False)[1].retire()
+            reader.users += 1
+        try:
+            yield reader.consumer
+        finally:
+            with self._lock:
+                reader.users -= 1
+                if reader.retired:
+                    reader.retire()
+
+    @contextlib.contextmanager
+    def offsets_reader(self, group_id: str) -> Iterator[Any]:
+        """A consumer of `group_id` used only to read its committed offsets. The `_READERS` most
+        recently used stay open (a consumer costs a connection and a coordinator lookup); one
+        pushed out, or left by `close()`, while another thread still reads through it is closed
+        by that thread when it is done."""
+        with self._lock:
+            self.check_open()
+            reader = self._readers.pop(group_id, None)
+            if reader is None:
+                with self.errors("cannot create a consumer"):
+                    reader = _Reader(
+                        Consumer(self.consumer_config(group_id, f"{group_id}-offsets"))
+                    )
+            self._readers[group_id] = reader  # most recently used last
+            while len(self._readers) > _READERS:
+                self._readers.popitem(last=False)[1].retire()
+            reader.users += 1
+        try:
+            yield reader.consumer
+        finally:
+            with self._lock:
+                reader.users -= 1
+                if reader.retired:
+                    reader.retire()
+
+    def check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"the Kafka log manager of {self.bootstrap} is closed")
+
+    def close(self) -> None:
+        """Retire the offsets readers (each closes once no call uses it); calls that need one
+        then raise `LogClosedError`."""
+        with self._lock:
+            for reader in self._readers.values():
+                reader.retire()
+            self._readers.clear()
+            self._closed = True
+
     # -- pooled clients -------------------------------------------------------------------------
     def producer(self) -> Producer:
         with self.errors("cannot create a Kafka producer"):
@@ -292,6 +461,31 @@ class KafkaClients:
     def admin(self) -> AdminClient:
         with self.errors("cannot create a Kafka admin client"):
             return _POOL.admin(self.admin_config())
+
+    def polled_admin(self) -> AdminClient:
+        """The pooled admin client, its queued librdkafka log lines served first."""
+        admin = self.admin()
+        admin.poll(0)
+        return admin
+
+
+class _Reader:
+    """An offsets-reading consumer and how many calls use it; guarded by the manager's lock."""
+
+    __slots__ = ("closed", "consumer", "retired", "users")
+
+    def __init__(self, consumer: Any) -> None:
+        self.consumer = consumer
+        self.users = 0
+        self.retired = False
+        self.closed = False
+
+    def retire(self) -> None:
+        """Close now if no call uses it, else when the last one is done."""
+        self.retired = True
+        if self.users == 0 and not self.closed:
+            self.closed = True
+            self.consumer.close()
 
 
 def _log_error(who: str, identity: tuple[str, str]) -> Callable[[KafkaError], None]:

@@ -3,20 +3,16 @@ differences with the local log)."""
 
 from __future__ import annotations
 
-import contextlib
-import itertools
 import logging
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import (
     Consumer,
     ConsumerGroupState,
     ConsumerGroupTopicPartitions,
-    IsolationLevel,
     KafkaError,
     KafkaException,
     TopicCollection,
@@ -27,8 +23,6 @@ from confluent_kafka.admin import NewTopic, OffsetSpec
 from streamcore.config import parse_duration_ms
 from streamcore.errors import (
     ConfigError,
-    InvalidNameError,
-    LogClosedError,
     LogExistsError,
     LogNotFoundError,
 )
@@ -45,7 +39,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 _CREATE_OPTIONS = ("replication_factor", "retention", "topic_config")
-_READERS = 8  # offsets-reading consumers a manager keeps open (least recently used closed)
 
 
 class KafkaLogManager(LogManager):
@@ -66,7 +59,7 @@ class KafkaLogManager(LogManager):
         replication_factor: int = 1,
         partitions: int = 4,
     ) -> None:
-        self.clients = KafkaClients(bootstrap_servers, config or {}, timeout)
+        self.clients = KafkaClients(bootstrap_servers, config or {}, timeout, topic_prefix)
         self.bootstrap_servers = self.clients.bootstrap
         self.topic_prefix = topic_prefix
         self.timeout = float(timeout)
@@ -75,37 +68,24 @@ class KafkaLogManager(LogManager):
         self._tailers: dict[tuple[str, LogPartition], Any] = {}  # a tailer, or a claim
         self._subscribed: list[LogTailer[Any]] = []
         self._appenders: list[KafkaAppender] = []
-        self._readers: OrderedDict[str, _Reader] = OrderedDict()  # group id -> offsets reader
         self._lock = threading.RLock()
         self._closed = False
-        self._seq = itertools.count(1)
 
     def __repr__(self) -> str:
         return f"KafkaLogManager({self.bootstrap_servers!r}, topic_prefix={self.topic_prefix!r})"
 
     # -- naming ---------------------------------------------------------------------------------
+    # The clients own the names (and the offsets): the tailer and the appender use them.
     def topic(self, name: str | Name) -> str:
         """The topic of a log: prefix + name id."""
-        return self.topic_prefix + Name.of(name).id
+        return self.clients.topic(name)
 
     def group_id(self, group: str | Name) -> str:
         """The Kafka consumer group id of a streamcore group: prefix + group id."""
-        return self.topic_prefix + Name.of(group).id
-
-    def client_id(self, group: str) -> str:
-        return f"{self.group_id(group)}-{next(self._seq)}"
-
-    def _name_of(self, topic: str) -> Name | None:
-        if not topic.startswith(self.topic_prefix):
-            return None
-        try:
-            return Name.of_id(topic[len(self.topic_prefix) :])
-        except InvalidNameError:
-            return None
+        return self.clients.group_id(group)
 
     def _check_open(self) -> None:
-        if self._closed:
-            raise LogClosedError(f"the Kafka log manager of {self.bootstrap_servers} is closed")
+        self.clients.check_open()
 
     def _admin(self) -> Any:
         admin = self.clients.admin()
@@ -287,7 +267,9 @@ class KafkaLogManager(LogManager):
         deadline = time.monotonic() + self.timeout
         while groups and time.monotonic() < deadline:
             groups = [
-                g for g in groups if any(o is not None for o in self._group_offsets(g, partitions))
+                g
+                for g in groups
+                if any(o is not None for o in self.clients.group_offsets(g, partitions))
             ]
             if groups:
                 time.sleep(0.02)
@@ -298,7 +280,7 @@ class KafkaLogManager(LogManager):
     def list_logs(self) -> list[Name]:
         with self.clients.errors("cannot list topics"):
             md = self._admin().list_topics(timeout=self.timeout)
-        names = [self._name_of(t) for t in md.topics]
+        names = [self.clients.name_of(t) for t in md.topics]
         return sorted((n for n in names if n is not None), key=lambda n: n.urn)
 
     def _our_groups(self) -> list[str]:
@@ -308,66 +290,11 @@ class KafkaLogManager(LogManager):
             raise self.clients.translate(result.errors[0], "cannot list consumer groups")
         return sorted(g.group_id for g in result.valid if g.group_id.startswith(self.topic_prefix))
 
-    def _group_offsets(self, group_id: str, partitions: list[TopicPartition]) -> list[int | None]:
-        """Committed offsets of `group_id`, read through a consumer handle of that group.
-
-        Not `AdminClient.list_consumer_group_offsets`: when the group coordinator answers with a
-        coordinator error (loading after a broker start or restart, moved), librdkafka 2.16
-        re-queries the coordinator through the handle's consumer group, which an admin handle
-        does not have, and the process dies of a segmentation fault in librdkafka's main thread
-        (`rd_kafka_handle_OffsetFetch` -> `rd_kafka_cgrp_op(NULL)`). A consumer handle has the
-        group and retries those errors itself. The consumer never subscribes, so it never joins
-        the group."""
-        topic = partitions[0].topic if partitions else None
-
-        def call() -> list[int | None]:
-            with self._offsets_reader(group_id) as reader:
-                got = reader.committed(
-                    [TopicPartition(tp.topic, tp.partition) for tp in partitions],
-                    timeout=self.timeout,
-                )
-            by_key = {(tp.topic, tp.partition): tp for tp in got}
-            out: list[int | None] = []
-            for tp in partitions:
-                found = by_key.get((tp.topic, tp.partition))
-                if found is not None and found.error is not None:
-                    raise KafkaException(found.error)
-                out.append(found.offset if found is not None and found.offset >= 0 else None)
-            return out
-
-        return self.clients.retry(f"cannot read the offsets of group {group_id}", call, topic)
-
-    @contextlib.contextmanager
-    def _offsets_reader(self, group_id: str) -> Iterator[Any]:
-        """A consumer of `group_id` used only to read its committed offsets. The `_READERS` most
-        recently used stay open (a consumer costs a connection and a coordinator lookup); one
-        pushed out, or left by `close()`, while another thread still reads through it is closed
-        by that thread when it is done."""
-        with self._lock:
-            self._check_open()
-            reader = self._readers.pop(group_id, None)
-            if reader is None:
-                with self.clients.errors("cannot create a consumer"):
-                    reader = _Reader(
-                        Consumer(self.clients.consumer_config(group_id, f"{group_id}-offsets"))
-                    )
-            self._readers[group_id] = reader  # most recently used last
-            while len(self._readers) > _READERS:
-                self._readers.popitem(last=False)[1].retire()
-            reader.users += 1
-        try:
-            yield reader.consumer
-        finally:
-            with self._lock:
-                reader.users -= 1
-                if reader.retired:
-                    reader.retire()
-
     def _groups_with_offsets(self, topic: str, partitions: list[TopicPartition]) -> list[str]:
         return [
             g
             for g in self._our_groups()
-            if any(o is not None for o in self._group_offsets(g, partitions))
+            if any(o is not None for o in self.clients.group_offsets(g, partitions))
         ]
 
     def list_groups(self, name: str | Name) -> list[str]:
@@ -378,7 +305,7 @@ class KafkaLogManager(LogManager):
         partitions = [TopicPartition(topic, p) for p in range(size)]
         out = []
         for group_id in self._groups_with_offsets(topic, partitions):
-            group = self._name_of(group_id)
+            group = self.clients.name_of(group_id)
             if group is not None:
                 out.append(group.urn)
         return sorted(out)
@@ -408,7 +335,7 @@ class KafkaLogManager(LogManager):
             out = []
             for member in found.members:
                 assigned = member.assignment.topic_partitions if member.assignment else []
-                names = {self._name_of(tp.topic) for tp in assigned or []}
+                names = {self.clients.name_of(tp.topic) for tp in assigned or []}
                 logs = tuple(sorted(n.urn for n in names if n is not None))
                 out.append(LiveMember(member.member_id, member.host or None, logs))
             return out
@@ -417,43 +344,18 @@ class KafkaLogManager(LogManager):
         return sorted(members, key=lambda m: m.member_id)
 
     # -- offsets --------------------------------------------------------------------------------
-    def _list_offsets(self, partitions: list[TopicPartition], spec: Any) -> list[int]:
-        if not partitions:
-            return []
-        topic = partitions[0].topic
-
-        def call() -> list[int]:
-            futures = self._admin().list_offsets(
-                {TopicPartition(tp.topic, tp.partition): spec for tp in partitions},
-                isolation_level=IsolationLevel.READ_COMMITTED,
-                request_timeout=self.timeout,
-            )
-            by_key = {(k.topic, k.partition): f for k, f in futures.items()}
-            return [
-                by_key[(tp.topic, tp.partition)].result(timeout=self.timeout).offset
-                for tp in partitions
-            ]
-
-        return self.clients.retry(f"cannot list the offsets of {topic}", call, topic)
-
-    def watermarks(self, partitions: list[TopicPartition]) -> list[tuple[int, int]]:
-        """(low, high) per partition, asked of the broker in two requests."""
-        lows = self._list_offsets(partitions, OffsetSpec.earliest())
-        highs = self._list_offsets(partitions, OffsetSpec.latest())
-        return list(zip(lows, highs, strict=True))
-
     def _partitions(self, name: str | Name) -> list[TopicPartition]:
         topic = self.topic(name)
         return [TopicPartition(topic, p) for p in range(self.size(name))]
 
     def end_offsets(self, name: str | Name) -> list[int]:
-        return self._list_offsets(self._partitions(name), OffsetSpec.latest())
+        return self.clients.list_offsets(self._partitions(name), OffsetSpec.latest())
 
     def start_offsets(self, name: str | Name) -> list[int]:
-        return self._list_offsets(self._partitions(name), OffsetSpec.earliest())
+        return self.clients.list_offsets(self._partitions(name), OffsetSpec.earliest())
 
     def committed(self, name: str | Name, group: str) -> list[int | None]:
-        return self._group_offsets(self.group_id(group), self._partitions(name))
+        return self.clients.group_offsets(self.group_id(group), self._partitions(name))
 
     def commit_position(self, partition: LogPartition, group: str, offset: int) -> None:
         """Set a group's committed position directly (the group must have no live member)."""
@@ -497,7 +399,7 @@ class KafkaLogManager(LogManager):
         if not 0 <= partition.partition < self.size(partition.name):
             raise ValueError(f"{partition.name} has no partition {partition.partition}")
         tp = TopicPartition(topic, partition.partition)
-        ((low, high),) = self.watermarks([tp])
+        ((low, high),) = self.clients.watermarks([tp])
         if not low <= offset < high:
             return None
         with self.clients.errors("cannot create a consumer"):
@@ -531,7 +433,7 @@ class KafkaLogManager(LogManager):
         """Partitions, records, retention; size_bytes is not known to a client (0)."""
         name = Name.of(name)
         parts = self._partitions(name)
-        marks = self.watermarks(parts)
+        marks = self.clients.watermarks(parts)
         retention = -1
         try:
             retention = int(self.topic_config(name)["retention.ms"])
@@ -569,7 +471,9 @@ class KafkaLogManager(LogManager):
             for p in partitions:
                 self._tailers[(group, p)] = claim
         try:
-            tailer = KafkaTailer(self, group, codec, partitions=partitions)
+            tailer = KafkaTailer(
+                self.clients, group, codec, partitions=partitions, on_close=self._tailer_closed
+            )
         except BaseException:
             with self._lock:
                 for p in partitions:
@@ -606,7 +510,14 @@ class KafkaLogManager(LogManager):
                 raise self._not_found(n)
         with self._lock:
             self._check_open()
-            tailer = KafkaTailer(self, group, codec, names=resolved, listener=listener)
+            tailer = KafkaTailer(
+                self.clients,
+                group,
+                codec,
+                names=resolved,
+                listener=listener,
+                on_close=self._tailer_closed,
+            )
             self._subscribed.append(tailer)
         return tailer
 
@@ -626,26 +537,5 @@ class KafkaLogManager(LogManager):
                 tailer.close()
             for appender in self._appenders:
                 appender.close()
-            for reader in self._readers.values():
-                reader.retire()
-            self._readers.clear()
+            self.clients.close()
             self._closed = True
-
-
-class _Reader:
-    """An offsets-reading consumer and how many calls use it; guarded by the manager's lock."""
-
-    __slots__ = ("closed", "consumer", "retired", "users")
-
-    def __init__(self, consumer: Any) -> None:
-        self.consumer = consumer
-        self.users = 0
-        self.retired = False
-        self.closed = False
-
-    def retire(self) -> None:
-        """Close now if no call uses it, else when the last one is done."""
-        self.retired = True
-        if self.users == 0 and not self.closed:
-            self.closed = True
-            self.consumer.close()

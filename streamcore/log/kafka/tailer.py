@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -36,7 +36,7 @@ from streamcore.names import Name
 
 if TYPE_CHECKING:
     from streamcore.codecs import Codec
-    from streamcore.log.kafka.manager import KafkaLogManager
+    from streamcore.log.kafka.client import KafkaClients
 
 logger = logging.getLogger(__name__)
 _BATCH = 1000
@@ -55,20 +55,21 @@ class KafkaTailer(LogTailer[Any]):
 
     def __init__(
         self,
-        manager: KafkaLogManager,
+        clients: KafkaClients,
         group: str,
         codec: Codec[Any] | None = None,
         *,
         partitions: Sequence[LogPartition] | None = None,
         names: Sequence[Name] | None = None,
         listener: RebalanceListener | None = None,
+        on_close: Callable[[KafkaTailer], None] | None = None,
     ) -> None:
         self.group = group
         self.codec = codec
-        self.manager = manager
         self.listener = listener or RebalanceListener()
-        self.group_id = manager.group_id(group)
-        self._clients = manager.clients
+        self.group_id = clients.group_id(group)
+        self._clients = clients
+        self._on_close = on_close
         self._static = names is None
         self._assigned: list[LogPartition] = []
         self._by_key: dict[tuple[str, int], LogPartition] = {}
@@ -79,7 +80,7 @@ class KafkaTailer(LogTailer[Any]):
         self._closed = False
         self._undecodable: LogOffset | None = None  # where the last UndecodableRecordError was
         conf = self._clients.consumer_config(
-            self.group_id, manager.client_id(group), static=names is None
+            self.group_id, clients.client_id(group), static=names is None
         )
         strategy = str(conf.get("partition.assignment.strategy", "")).lower()
         protocol = str(conf.get("group.protocol", "classic")).lower()
@@ -92,7 +93,7 @@ class KafkaTailer(LogTailer[Any]):
             else:
                 self.names = list(names or ())
                 self._consumer.subscribe(
-                    [manager.topic(n) for n in self.names],
+                    [clients.topic(n) for n in self.names],
                     on_assign=self._on_assign,
                     on_revoke=self._on_revoke,
                     on_lost=self._on_lost,
@@ -110,7 +111,7 @@ class KafkaTailer(LogTailer[Any]):
 
     # -- helpers --------------------------------------------------------------------------------
     def _tp(self, partition: LogPartition, offset: int | None = None) -> TopicPartition:
-        topic = self.manager.topic(partition.name)
+        topic = self._clients.topic(partition.name)
         if offset is None:
             return TopicPartition(topic, partition.partition)
         return TopicPartition(topic, partition.partition, offset)
@@ -119,9 +120,9 @@ class KafkaTailer(LogTailer[Any]):
         found = self._by_key.get((topic, partition))
         if found is not None:
             return found
-        name = self.manager._name_of(topic)
+        name = self._clients.name_of(topic)
         if name is None:
-            raise LogError(f"topic {topic} is not a log of prefix {self.manager.topic_prefix!r}")
+            raise LogError(f"topic {topic} is not a log of prefix {self._clients.topic_prefix!r}")
         return LogPartition(name, partition)
 
     def _check(self, partition: LogPartition) -> LogPartition:
@@ -154,7 +155,7 @@ class KafkaTailer(LogTailer[Any]):
         """Positions (None = the first retained record) and where librdkafka should fetch from:
         clamped into [low, high] (records below a target past the end are dropped on read)."""
         parts = list(targets)
-        marks = self.manager.watermarks([self._tp(p) for p in parts])
+        marks = self._clients.watermarks([self._tp(p) for p in parts])
         positions, fetch = {}, {}
         for p, (low, high) in zip(parts, marks, strict=True):
             target = targets[p]
@@ -166,7 +167,7 @@ class KafkaTailer(LogTailer[Any]):
     def _start_static(self, partitions: list[LogPartition]) -> None:
         # Warm the consumer's metadata cache: else librdkafka looks the topics up on its next
         # one-second scan, and the first fetch waits for it.
-        for topic in dict.fromkeys(self.manager.topic(p.name) for p in partitions):
+        for topic in dict.fromkeys(self._clients.topic(p.name) for p in partitions):
             with self._clients.errors(f"cannot read the metadata of {topic}", topic):
                 self._consumer.list_topics(topic, timeout=self._clients.timeout)
         committed = self._committed(partitions)
@@ -179,7 +180,7 @@ class KafkaTailer(LogTailer[Any]):
         for p in partitions:
             if p not in self._pos:
                 self._assigned.append(p)
-            self._by_key[(self.manager.topic(p.name), p.partition)] = p
+            self._by_key[(self._clients.topic(p.name), p.partition)] = p
             self._pos[p] = positions[p]
 
     def _remove(self, partitions: list[LogPartition]) -> None:
@@ -187,7 +188,7 @@ class KafkaTailer(LogTailer[Any]):
         self._assigned = [p for p in self._assigned if p not in gone]
         for p in gone:
             self._pos.pop(p, None)
-            self._by_key.pop((self.manager.topic(p.name), p.partition), None)
+            self._by_key.pop((self._clients.topic(p.name), p.partition), None)
 
     def _place(self, targets: dict[LogPartition, int | None]) -> None:
         """Move the read positions (None = first retained record) and the consumer with them."""
@@ -290,7 +291,7 @@ class KafkaTailer(LogTailer[Any]):
         """Forget fetched records of these partitions (after a seek or a revoke)."""
         if self._buf_i >= len(self._buffer):
             return
-        keys = {(self.manager.topic(p.name), p.partition) for p in partitions}
+        keys = {(self._clients.topic(p.name), p.partition) for p in partitions}
         rest = self._buffer[self._buf_i :]
         self._buffer = [m for m in rest if (m.topic(), m.partition()) not in keys]
         self._buf_i = 0
@@ -366,7 +367,7 @@ class KafkaTailer(LogTailer[Any]):
         tps = [self._tp(p) for p in parts]
         from confluent_kafka.admin import OffsetSpec
 
-        highs = self.manager._list_offsets(tps, OffsetSpec.latest())
+        highs = self._clients.list_offsets(tps, OffsetSpec.latest())
         candidates = [
             (p, tp, high)
             for p, tp, high in zip(parts, tps, highs, strict=True)
@@ -374,7 +375,7 @@ class KafkaTailer(LogTailer[Any]):
         ]
         if not candidates:
             return False
-        lows = self.manager._list_offsets([c[1] for c in candidates], OffsetSpec.earliest())
+        lows = self._clients.list_offsets([c[1] for c in candidates], OffsetSpec.earliest())
         return any(
             max(self._pos.get(p, high), low) < high
             for (p, _, high), low in zip(candidates, lows, strict=True)
@@ -527,7 +528,7 @@ class KafkaTailer(LogTailer[Any]):
         self._purge(parts)
         from confluent_kafka.admin import OffsetSpec
 
-        highs = self.manager._list_offsets([self._tp(p) for p in parts], OffsetSpec.latest())
+        highs = self._clients.list_offsets([self._tp(p) for p in parts], OffsetSpec.latest())
         self._place(dict(zip(parts, highs, strict=True)))
 
     def to_last_committed(self) -> None:
@@ -615,4 +616,5 @@ class KafkaTailer(LogTailer[Any]):
         finally:
             self._closed = True
             self._buffer, self._buf_i = [], 0
-            self.manager._tailer_closed(self)
+            if self._on_close is not None:
+                self._on_close(self)
