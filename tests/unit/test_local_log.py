@@ -11,6 +11,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import zlib
 from collections.abc import Callable
@@ -109,6 +110,20 @@ def log_with(local_manager_factory: Factory) -> Callable[..., tuple[LocalLogMana
     return make
 
 
+def _create_at_once(
+    manager: LocalLogManager,
+    name: str,
+    start: threading.Barrier,
+    results: list[bool | BaseException],
+    i: int,
+) -> None:
+    start.wait()
+    try:
+        results[i] = manager.create(name, 2)
+    except BaseException as exc:  # the assertion on results reports it
+        results[i] = exc
+
+
 class TestCreateOptions:
     def test_metadata_records_the_options(self, log_with) -> None:
         m, name = log_with(2, retention="2h", segment_bytes=4096, segment_roll="5m", fsync="batch")
@@ -170,6 +185,32 @@ class TestCreateOptions:
         assert (log_folder / "P-00").is_dir()
         assert (log_folder / "P-01" / segment_name(0)).is_file()
         assert (log_folder / "P-01" / ".lock").read_text() == str(os.getpid())
+
+    def test_managers_creating_one_log_at_once_agree_on_one_creation(self, tmp_path) -> None:
+        """Processes sharing a root (here: managers, each with its own lock) that create the same
+        log at the same moment: one creation wins, the others see an existing log, and every
+        manager reads the winner's incarnation (each used to write the same temporary file, and
+        the slower one's rename failed with FileNotFoundError)."""
+        config = load_config(home=tmp_path)
+        managers = [LocalLogManager(tmp_path / "logs", config=config) for _ in range(6)]
+        for round_ in range(15):
+            name = f"race/log-{round_}"
+            start = threading.Barrier(len(managers))
+            results: list[bool | BaseException] = [False] * len(managers)
+
+            threads = [
+                threading.Thread(target=_create_at_once, args=(m, name, start, results, i))
+                for i, m in enumerate(managers)
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert sorted(map(repr, results)) == ["False"] * (len(managers) - 1) + ["True"]
+            assert len({m.incarnation(name) for m in managers}) == 1
+            assert not list(managers[0].folder(name).glob(".*.tmp"))
+        for m in managers:
+            m.close()
 
 
 class TestSegments:

@@ -68,8 +68,9 @@ class CursorLogManager(LogManager):
         return None
 
     @abc.abstractmethod
-    def _create(self, name: Name, partitions: int, prepared: Any) -> None:
-        """Create log `name`, which does not exist (under the manager's lock)."""
+    def _create(self, name: Name, partitions: int, prepared: Any) -> bool:
+        """Create log `name`, which did not exist (under the manager's lock); False if another
+        process sharing the storage created it first."""
 
     @abc.abstractmethod
     def _open_cursor(self, partition: LogPartition) -> Cursor:
@@ -101,16 +102,15 @@ class CursorLogManager(LogManager):
         check_partitions(name, count)
         prepared = self._prepare_create(name, count, options)
         with self._lock:
-            if self.exists(name):
-                existing = self.size(name)
-                if explicit and existing != count:
-                    raise LogExistsError(
-                        f"log {name} exists with {existing} partitions, not {count}; delete it "
-                        "first or use its current size"
-                    )
-                return False
-            self._create(name, count, prepared)
-            return True
+            if not self.exists(name) and self._create(name, count, prepared):
+                return True
+            existing = self.size(name)
+            if explicit and existing != count:
+                raise LogExistsError(
+                    f"log {name} exists with {existing} partitions, not {count}; delete it "
+                    "first or use its current size"
+                )
+            return False
 
     def committed(self, name: str | Name, group: str) -> list[int | None]:
         name = Name.of(name)

@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -146,15 +147,25 @@ class LocalLogManager(CursorLogManager):
             raise ConfigError(f"fsync must be one of {FSYNC_MODES}, got {meta['fsync']!r}")
         return meta
 
-    def _create(self, name: Name, partitions: int, prepared: Any) -> None:
+    def _create(self, name: Name, partitions: int, prepared: Any) -> bool:
         folder = self.folder(name)
         folder.mkdir(parents=True, exist_ok=True)
         for p in range(partitions):
             partition_folder(folder, p).mkdir(exist_ok=True)
-        tmp = folder / f".{_METADATA}.tmp"
-        tmp.write_text(json.dumps(prepared, indent=2))
-        os.replace(tmp, folder / _METADATA)
+        # Other processes (or managers) sharing the root may create the same log at this moment:
+        # each writes a file of its own, and a hard link publishes it only where no metadata
+        # exists yet, so exactly one creation wins and every process reads its incarnation.
+        fd, tmp = tempfile.mkstemp(prefix=f".{_METADATA}.", suffix=".tmp", dir=folder)
+        try:
+            with os.fdopen(fd, "w") as out:
+                out.write(json.dumps(prepared, indent=2))
+            os.link(tmp, folder / _METADATA)
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(tmp)
         self._metadata[name] = prepared
+        return True
 
     def _meta(self, name: str | Name) -> dict[str, Any]:
         name = Name.of(name)

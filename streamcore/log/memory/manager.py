@@ -89,10 +89,11 @@ class MemoryLogManager(CursorLogManager):
     def _default_partitions(self) -> int:
         return 4
 
-    def _create(self, name: Name, partitions: int, prepared: Any) -> None:
+    def _create(self, name: Name, partitions: int, prepared: Any) -> bool:
         self._logs[name] = [_Partition() for _ in range(partitions)]
         self._position_stores[name] = MemoryPositionStore()
         self._incarnations[name] = uuid.uuid4().hex
+        return True
 
     def _open_cursor(self, partition: LogPartition) -> _MemoryCursor:
         return _MemoryCursor(self._log(partition.name)[partition.partition])
