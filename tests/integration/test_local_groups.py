@@ -373,7 +373,7 @@ def test_compare_and_swap_across_processes(tmp_path: Path) -> None:
             import sys
             from pathlib import Path
             from streamcore.log.local.groups import FileGroupStore
-            from streamcore.log.cursor.subscription import GroupMember
+            from streamcore.log.cursor.membership import GroupMember
             from streamcore.names import Name
 
             store = FileGroupStore(Path(sys.argv[1]), "test/cas", [Name.of("test/cas")])

@@ -34,7 +34,7 @@ from streamcore.log import (
     RebalanceListener,
 )
 from streamcore.log.config import LogConfig
-from streamcore.log.cursor.subscription import GroupMember, targets
+from streamcore.log.cursor.membership import GroupMember, targets
 from streamcore.log.local.groups import FileGroupStore, state_stem
 from streamcore.log.local.manager import LocalLogManager
 from streamcore.log.memory import MemoryLogManager

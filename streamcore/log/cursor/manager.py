@@ -24,15 +24,15 @@ from typing import Any
 
 from streamcore.errors import LogClosedError, LogExistsError
 from streamcore.log.api import LogManager, RebalanceListener
-from streamcore.log.cursor.subscription import (
+from streamcore.log.cursor.membership import (
     DEFAULT_HEARTBEAT_INTERVAL,
     DEFAULT_MAX_POLL_INTERVAL,
     DEFAULT_SESSION_TIMEOUT,
     GroupMember,
     GroupStore,
-    SubscribedTailer,
     live_members,
 )
+from streamcore.log.cursor.subscription import SubscribedTailer
 from streamcore.log.cursor.tailer import Cursor, CursorTailer, PositionStore
 from streamcore.log.registry import check_partitions
 from streamcore.log.values import LiveMember, LogPartition
@@ -158,7 +158,7 @@ class CursorLogManager(LogManager):
     ) -> SubscribedTailer:
         """Join `group` as a member sharing the partitions of `names` with the other members
         (of this manager's logs, in this process and, for the local log, in others: see
-        `streamcore.log.cursor.subscription`). Partitions are assigned by the first `read()`.
+        `streamcore.log.cursor.membership`). Partitions are assigned by the first `read()`.
         The heartbeat interval, session timeout and max poll interval default to the
         manager's `heartbeat_interval` (3 s), `session_timeout` (10 s) and `max_poll_interval`
         (300 s: a member that does not call `read()` for that long leaves the group)."""

@@ -1,5 +1,12 @@
 """`KafkaTailer`: a confluent-kafka Consumer behind the LogTailer API.
 
+Kept whole although over 600 lines: it is one class, one state machine over one consumer (the
+positions, the fetched buffer, the records put back and the rebalance callbacks that change them
+all run on the tailer's thread), and its parts read and write the same fields; split by method
+group, every module would reach into the others' state. What is not that state already lives
+elsewhere: names and offsets in `client.py`, the undecodable-record errors in
+`streamcore.log.cursor.tailer`.
+
 Positions are tracked here, per partition, as the offset after the last record `read()` returned
 (what `commit()` commits), so `position()` answers without the broker and a record fetched before
 a seek is never returned after it. librdkafka fetches ahead in the background; `read()` takes one

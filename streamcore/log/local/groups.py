@@ -25,7 +25,7 @@ still the newest, or if the next version names its file (`token`) as its `parent
 
 The folder appears atomically with its first version (built under a temporary name and renamed),
 so a folder without any version means the state was deleted: `existed()` then says so, and the
-next member writes a new `generation` (see `streamcore.log.cursor.subscription`).
+next member writes a new `generation` (see `streamcore.log.cursor.membership`).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """`MemoryGroupStore`: the state of a dynamic consumer group of the memory log, shared by the
-members of one manager (the `GroupStore` of `streamcore.log.cursor.subscription`; the local log
+members of one manager (the `GroupStore` of `streamcore.log.cursor.membership`; the local log
 keeps it in files, `streamcore.log.local.groups`)."""
 
 from __future__ import annotations

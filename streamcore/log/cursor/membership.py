@@ -1,0 +1,439 @@
+"""Dynamic consumer groups for the cursor backends (local and memory): Nuclio's v3io model. This
+module is the membership protocol (`GroupStore`, `GroupMember`); the tailer that reads what a
+member is assigned is `streamcore.log.cursor.subscription.SubscribedTailer`.
+
+Members of a group subscribed to a set of logs share the partitions of those logs through a small
+**group state** with a version (a JSON file for the local log, see `local/groups.py`; a dict
+for the memory log). Every change is a compare-and-swap on that version, retried with random
+exponential backoff when another member changed the state first.
+
+- **Membership.** A member (id `<host>-<pid>-<random>`) registers with a heartbeat timestamp that a
+  daemon thread refreshes every `heartbeat_interval` (default 3 s). Any member removes members
+  whose heartbeat is older than their `session_timeout` (default 10 s), which frees their
+  partitions. The thread also watches the state (every `watch_interval`) so changes made
+  by others are seen within a fraction of a second. It only touches the state: assignment changes
+  are applied by the tailer's own thread, inside `read()`, between batches (or at once when this
+  member lost partitions).
+- **Max poll interval.** A heartbeat only proves the thread runs. A member whose tailer has not
+  called `read()` for `max_poll_interval` (default 300 s, Kafka's `max.poll.interval.ms`) leaves
+  the group, so the others take its partitions; its next `read()` drops them (`on_revoked`, no
+  commit) and joins again.
+- **Fair share.** With P partitions and N members (in join order), the P mod N longest-standing
+  members target ceil(P / N) partitions and the others floor(P / N), so targets add up to P and
+  every member has work while N <= P. A member claims free partitions up to its target; a member
+  holding more than its target gives the extra ones up.
+- **Handover.** A member that gives a partition up stops reading it, calls
+  `listener.on_revoked`, commits the marked positions of that partition (and nothing else
+  implicitly: delivery stays at-least-once), and only then removes itself as the owner in the
+  state. Another member claims a partition only once it has no owner, and reads it from its
+  committed position, after which `listener.on_assigned` runs. So no two live members read one
+  partition at once. `close()` revokes everything the same way and deregisters.
+- **Expiry.** A member that missed its session (killed, or paused) loses its partitions to the
+  others without committing. If it comes back, it notices on its next heartbeat or read: it drops
+  the lost partitions *without* committing them (after `on_revoked`, where a `commit()` no longer
+  touches them), skips commits of partitions it no longer owns, and joins again as a new member.
+  A member checks this at the start of every `read()`, so after a pause it returns no record of
+  a partition it lost (a read already under way when the process froze may still finish).
+  Timestamps are wall-clock seconds: members of one group must share a clock (one host).
+- **Reset.** Every state belongs to a `generation` (random, written with the first version). A
+  member that sees another generation (the state was deleted, or lost in a crash) treats every
+  partition as lost and joins the new one. A new generation made where a state existed before
+  lets nobody claim for one `session_timeout` (`claims_after`), the time live members of the old
+  one need to notice and stop reading.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from streamcore.errors import ConfigError, LogError
+from streamcore.log.values import LiveMember
+
+__all__ = [
+    "DEFAULT_HEARTBEAT_INTERVAL",
+    "DEFAULT_MAX_POLL_INTERVAL",
+    "DEFAULT_SESSION_TIMEOUT",
+    "GroupMember",
+    "GroupStore",
+    "expired",
+    "live_members",
+    "new_member_id",
+    "owned_by",
+    "targets",
+]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_HEARTBEAT_INTERVAL = 3.0
+DEFAULT_SESSION_TIMEOUT = 10.0
+DEFAULT_MAX_POLL_INTERVAL = 300.0
+_SWAP_TIMEOUT = 30.0
+_BACKOFF_FIRST, _BACKOFF_MAX = 0.002, 0.25
+
+
+class GroupStore(Protocol):
+    """Versioned storage of one group state."""
+
+    def load(self) -> dict[str, Any]:
+        """The current state (a fresh copy the caller may change), with its `version`."""
+
+    def swap(self, state: dict[str, Any], expected_version: int) -> bool:
+        """Store `state` as `expected_version + 1` if the stored version is still
+        `expected_version`; False otherwise."""
+
+    def signature(self) -> Any:
+        """A value that changes whenever the state changes (cheap)."""
+
+    def existed(self) -> bool:
+        """True if a state was stored before, so that an empty state now means it was deleted."""
+
+
+def new_member_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{os.urandom(3).hex()}"
+
+
+def targets(state: dict[str, Any], partitions: int) -> dict[str, int]:
+    """How many partitions each member should hold: ceil(P/N) for the P mod N oldest members,
+    floor(P/N) for the others."""
+    members = sorted(state["members"].items(), key=lambda kv: (kv[1]["seq"], kv[0]))
+    if not members:
+        return {}
+    base, extra = divmod(partitions, len(members))
+    return {mid: base + (1 if i < extra else 0) for i, (mid, _) in enumerate(members)}
+
+
+def expired(state: dict[str, Any], now: float, keep: str | None = None) -> list[str]:
+    """Members whose last heartbeat is older than their session timeout (never `keep`)."""
+    return [
+        mid
+        for mid, info in state["members"].items()
+        if mid != keep and now - info["heartbeat"] > info["session_timeout"]
+    ]
+
+
+def live_members(state: dict[str, Any], now: float) -> list[LiveMember]:
+    """The members of `state` that `expired` would keep, as `LogManager.group_members` reports
+    them (the logs are those of the state: every member of it subscribed to all of them)."""
+    gone = set(expired(state, now))
+    logs = tuple(state.get("logs", ()))
+    return [
+        LiveMember(mid, info.get("host"), logs)
+        for mid, info in state["members"].items()
+        if mid not in gone
+    ]
+
+
+def owned_by(state: dict[str, Any], member: str) -> set[str]:
+    return {key for key, owner in state["owners"].items() if owner == member}
+
+
+class GroupMember:
+    """One member of a group: its registration, heartbeat thread and state changes. The tailer's
+    thread calls `refresh`, `release`, `claim`, `leave` and sets `polled`; the heartbeat thread
+    refreshes, watches and leaves after `max_poll_interval` without a poll, setting `due` when
+    this member's assignment should change and `lost` when partitions it reads were taken away."""
+
+    def __init__(
+        self,
+        store: GroupStore,
+        partitions: Sequence[str],
+        *,
+        member_id: str | None = None,
+        heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL,
+        session_timeout: float = DEFAULT_SESSION_TIMEOUT,
+        max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL,
+        watch_interval: float | None = None,
+    ) -> None:
+        if heartbeat_interval <= 0 or session_timeout <= heartbeat_interval:
+            raise ConfigError(
+                f"need 0 < heartbeat_interval < session_timeout, got {heartbeat_interval} and "
+                f"{session_timeout}: make the session a few heartbeats long (e.g. 3 s and 10 s)"
+            )
+        if max_poll_interval <= 0:
+            raise ConfigError(
+                f"max_poll_interval must be positive, got {max_poll_interval}: give the longest "
+                "time, in seconds, your code may take between two read() calls (default 300)"
+            )
+        self.store = store
+        self.partitions = list(partitions)  # every partition key of the subscribed logs, in order
+        self.id = member_id or new_member_id()
+        self.heartbeat_interval = heartbeat_interval
+        self.session_timeout = session_timeout
+        self.max_poll_interval = max_poll_interval
+        self.watch_interval = (
+            watch_interval if watch_interval is not None else min(0.1, heartbeat_interval / 2)
+        )
+        self.due = True  # the tailer should (re)compute its assignment at its next read
+        self.lost = False  # the tailer reads partitions this member no longer owns
+        self.evicted = False  # left the group after max_poll_interval without a poll
+        self.polled = time.monotonic()  # last read() of the tailer
+        self.local: frozenset[str] = frozenset()  # what the tailer reads now (set by the tailer)
+        self.owned: frozenset[str] = frozenset()  # what the newest state seen says this owns
+        self.generation: str | None = None  # of the newest state seen
+        self._had_generation = False  # was a member of some generation (evidence of a reset)
+        self._seen_version = -2
+        self._claims_after = 0.0  # wall-clock time when a new generation allows claims
+        self._lock = threading.Lock()
+        self.last_ok = time.monotonic()  # start of the last successful write
+        self.stale_after = (heartbeat_interval + session_timeout) / 2
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- state changes --------------------------------------------------------------------------
+    def update(self, change: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+        """Apply `change` (which edits the state in place and says whether it changed anything)
+        by compare-and-swap, retrying with random exponential backoff; the resulting state.
+        `change` may run more than once for one update: it must compute its edit from the state
+        it is given."""
+        deadline = time.monotonic() + _SWAP_TIMEOUT
+        attempt = 0
+        while True:
+            state = self.store.load()
+            version = state["version"]
+            if not change(state):
+                return state
+            if state.get("generation") is None:
+                self._new_generation(state)
+            if self.store.swap(state, version):
+                return state
+            attempt += 1
+            if time.monotonic() > deadline:
+                raise LogError(
+                    f"could not update the group state {self.store!r} in {_SWAP_TIMEOUT:.0f} s "
+                    f"({attempt} conflicts); too many members changing it at once?"
+                )
+            time.sleep(random.uniform(0, min(_BACKOFF_MAX, _BACKOFF_FIRST * 2**attempt)))
+
+    def _new_generation(self, state: dict[str, Any]) -> None:
+        """Start a generation. If a state existed before (it was deleted, or this member was in
+        another generation), live members of the old one may still read their partitions: no
+        claims until they had a session to notice."""
+        state["generation"] = os.urandom(8).hex()
+        reset = self._had_generation or self.store.existed()
+        state["claims_after"] = time.time() + (self.session_timeout if reset else 0.0)
+        if reset:
+            logger.warning(
+                "group %s: its state %r was deleted or unreadable; starting a new generation "
+                "(no partition is claimed for %.1f s while the members rejoin)",
+                state["group"],
+                self.store,
+                self.session_timeout,
+            )
+
+    def _tidy(self, state: dict[str, Any], now: float) -> None:
+        """Remove expired members (not this one) and owners that are no longer members;
+        register this member or refresh its heartbeat (unless it left for not polling)."""
+        members = state["members"]
+        for mid in expired(state, now, keep=self.id):
+            logger.warning(
+                "group %s: member %s missed its session (%.1f s without heartbeat); its "
+                "partitions are free again",
+                state["group"],
+                mid,
+                now - members[mid]["heartbeat"],
+            )
+            del members[mid]
+        if self.evicted:
+            members.pop(self.id, None)
+        elif self.id in members:
+            members[self.id]["heartbeat"] = now
+        else:
+            members[self.id] = {
+                "seq": state["next_seq"],
+                "heartbeat": now,
+                "session_timeout": self.session_timeout,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+            }
+            state["next_seq"] += 1
+        state["owners"] = {k: m for k, m in state["owners"].items() if m in members}
+
+    def _write(self, change: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+        started = time.monotonic()
+        state = self.update(change)
+        self.observe(state)  # before the member looks fresh again: `lost` is set first
+        self.last_ok = started
+        return state
+
+    def refresh(self) -> dict[str, Any]:
+        """Heartbeat: register or refresh this member and expire dead ones."""
+
+        def change(state: dict[str, Any]) -> bool:
+            self._tidy(state, time.time())
+            return True
+
+        return self._write(change)
+
+    def claim(self) -> dict[str, Any]:
+        """Refresh, then take free partitions up to this member's target (none while a new
+        generation waits for the members of the old one)."""
+
+        def change(state: dict[str, Any]) -> bool:
+            now = time.time()
+            self._tidy(state, now)
+            if self.id not in state["members"] or now < state.get("claims_after", 0.0):
+                return True
+            want = targets(state, len(self.partitions))[self.id] - len(owned_by(state, self.id))
+            owners = state["owners"]
+            for key in self.partitions:
+                if want <= 0:
+                    break
+                if key not in owners:
+                    owners[key] = self.id
+                    want -= 1
+            return True
+
+        return self._write(change)
+
+    def release(self, keys: Sequence[str]) -> dict[str, Any]:
+        """Give partitions up (the caller stopped reading them and committed)."""
+
+        def change(state: dict[str, Any]) -> bool:
+            self._tidy(state, time.time())
+            for key in keys:
+                if state["owners"].get(key) == self.id:
+                    del state["owners"][key]
+            return True
+
+        return self._write(change)
+
+    def leave(self) -> None:
+        """Deregister, freeing every partition this member owns."""
+
+        def change(state: dict[str, Any]) -> bool:
+            if self.id not in state["members"]:
+                return False
+            del state["members"][self.id]
+            state["owners"] = {k: m for k, m in state["owners"].items() if m != self.id}
+            return True
+
+        self.update(change)
+        self.owned = frozenset()
+
+    def rejoin(self) -> None:
+        """After leaving for not polling: take part in the group again (at the next write)."""
+        self.evicted = False
+
+    def _evict(self, idle: float) -> None:
+        """Leave the group because the tailer has not polled for `idle` s: the others take the
+        partitions, and the tailer drops them at its next read."""
+        logger.warning(
+            "%r: member %s did not call read() for %.1f s (max_poll_interval %.1f s); it "
+            "leaves the group so that others take its partitions, and rejoins at its next "
+            "read(). Read more often, or raise max_poll_interval above your longest processing",
+            self.store,
+            self.id,
+            idle,
+            self.max_poll_interval,
+        )
+        self.evicted = True
+        self.leave()
+        with self._lock:
+            if self.local:
+                self.lost = True
+            self.due = True
+
+    # -- what this member should do -------------------------------------------------------------
+    def target(self, state: dict[str, Any]) -> int:
+        return targets(state, len(self.partitions)).get(self.id, 0)
+
+    def observe(self, state: dict[str, Any]) -> None:
+        """Take note of a state: what this member owns in it, and whether the tailer should
+        change its assignment (`due`) or drop partitions at once (`lost`)."""
+        with self._lock:
+            generation = state.get("generation")
+            if generation != self.generation:
+                # A state of another generation: a reset, or an older load racing a newer one.
+                # The store's newest state decides.
+                state = self.store.load()
+                generation = state.get("generation")
+                if self.generation is not None and generation != self.generation:
+                    logger.warning(
+                        "group %s: the group state was reset (deleted or unreadable); member %s "
+                        "drops its partitions and rejoins",
+                        state["group"],
+                        self.id,
+                    )
+                self.generation = generation
+                self._had_generation = self._had_generation or generation is not None
+                self._seen_version = -2
+            if state["version"] < self._seen_version:
+                return  # an older state than one already seen
+            self._seen_version = state["version"]
+            owned = owned_by(state, self.id)
+            self.owned = frozenset(owned)
+            if self.local - owned:
+                self.lost = True  # taken away: expired, left for not polling, or a reset
+            if self.id not in state["members"] or owned != self.local:
+                self.due = True
+                return
+            target = self.target(state)
+            claims_after = state.get("claims_after", 0.0)
+            if time.time() < claims_after:
+                self._claims_after = claims_after  # the heartbeat thread sets `due` then
+                self.due = len(owned) > target
+                return
+            free = any(k not in state["owners"] for k in self.partitions)
+            self.due = len(owned) > target or (len(owned) < target and free)
+
+    def stale(self) -> bool:
+        """True when the heartbeat has not been written for long enough that others may soon
+        expire this member; the tailer then refreshes on its own thread before reading on."""
+        return time.monotonic() - self.last_ok > self.stale_after
+
+    def must_rebalance_now(self, now: float) -> bool:
+        """True when the tailer must apply assignment changes before returning any record: it
+        lost partitions, left the group, or was paused long enough to have been expired."""
+        return self.lost or self.evicted or now - self.last_ok > self.stale_after
+
+    # -- heartbeat thread -----------------------------------------------------------------------
+    def start(self) -> None:
+        self.refresh()
+        self._thread = threading.Thread(
+            target=self._run, name=f"streamcore-heartbeat-{self.id}", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=max(1.0, 2 * self.watch_interval))
+
+    def _run(self) -> None:
+        last_beat = time.monotonic()
+        signature = None
+        while not self._stop.wait(self.watch_interval):
+            try:
+                if self.evicted:
+                    continue  # out of the group until the tailer reads again
+                now = time.monotonic()
+                if now - self.polled > self.max_poll_interval:
+                    self._evict(now - self.polled)
+                    continue
+                if self._claims_after and time.time() >= self._claims_after:
+                    self._claims_after = 0.0
+                    self.due = True
+                if now - last_beat >= self.heartbeat_interval:
+                    last_beat = now
+                    self.refresh()
+                    continue
+                current = self.store.signature()
+                if current == signature:
+                    continue
+                signature = current
+                state = self.store.load()
+                if expired(state, time.time(), keep=self.id):
+                    last_beat = time.monotonic()
+                    self.refresh()
+                else:
+                    self.observe(state)
+            except Exception:  # keep beating: a transient I/O error must not end the membership
+                logger.exception("heartbeat of group member %s failed; retrying", self.id)
