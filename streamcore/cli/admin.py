@@ -118,7 +118,7 @@ def run_logs(ctx: Context) -> int:
         ]
         for s in summaries
     ]
-    columns = [
+    columns: list[str | TextColumn] = [
         "log",
         "backend",
         "partitions",
@@ -332,7 +332,7 @@ def run_route(ctx: Context) -> int:
         }
         for b in log_config.configs.values()
     ]
-    rules = [
+    rules: list[dict[str, Any]] = [
         {
             "rule": r.position,
             "namespace": list(r.namespaces),

@@ -67,7 +67,7 @@ def dump_schema(config: StreamcoreConfig) -> dict[str, Any]:
     """Record.avsc from the configured schemas folder plus the dump fields."""
     path = Path(config.schemas_dir) / "Record.avsc"
     try:
-        schema = json.loads(path.read_text())
+        schema: dict[str, Any] = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise ConfigError(
             f"cannot read the Record schema {path}: {exc}; check codec.schemas_dir"
@@ -183,11 +183,17 @@ def open_container(path: Path) -> Iterator[Any]:
             reader = fastavro.reader(fo)
         except Exception as exc:
             raise UsageError(f"--input {path} is not an Avro container file ({exc})") from None
-        fields = {f["name"] for f in reader.writer_schema.get("fields", [])}
+        writer = reader.writer_schema
+        if not isinstance(writer, dict):  # a file of plain values (a primitive or union schema)
+            raise UsageError(
+                f"--input {path} holds {writer!r} values, not Record envelopes "
+                "(include/schemas/Record.avsc)"
+            )
+        fields = {f["name"] for f in writer.get("fields", [])}
         missing = {"watermark", "key", "data"} - fields
         if missing:
             raise UsageError(
-                f"--input {path} holds {reader.writer_schema.get('name')} records without "
+                f"--input {path} holds {writer.get('name')} records without "
                 f"{', '.join(sorted(missing))}; it needs Record envelopes "
                 "(include/schemas/Record.avsc)"
             )

@@ -12,6 +12,7 @@ from streamcore.cli.context import (
     group_name,
     resolve_codec,
 )
+from streamcore.codecs.base import Codec
 from streamcore.errors import CodecError
 from streamcore.log import Latency, LogLag
 from streamcore.names import Name
@@ -87,13 +88,17 @@ def run_lag(ctx: Context) -> int:
     return 0
 
 
-class _TolerantCodec:
+class _TolerantCodec(Codec[Any]):
     """Decodes the last processed record for its watermark; undecodable → append time."""
 
-    def __init__(self, codec: Any, label: str) -> None:
+    def __init__(self, codec: Codec[Any], label: str) -> None:
         self.codec = codec
+        self.name = codec.name
         self.label = label
         self.failures = 0
+
+    def encode(self, message: Any) -> bytes:
+        return self.codec.encode(message)
 
     def decode(self, raw: bytes) -> Any:
         try:

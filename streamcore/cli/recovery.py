@@ -110,7 +110,7 @@ def run_list(ctx: Context) -> int:
             {"dead_letters": [e.to_dict() for e in entries], "error_counts": dict(counts)}
         )
         return 0
-    rows = []
+    rows: list[list[Any]] = []
     for e in entries:
         letter = e.letter
         if letter is None:

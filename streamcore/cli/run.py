@@ -155,7 +155,7 @@ def run_metrics(ctx: Context) -> int:
             return lag_families(processor)
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Lags())  # type: ignore[arg-type]
+    registry.register(_Lags())
     sys.stdout.write(generate_latest(registry).decode())
     return 0
 

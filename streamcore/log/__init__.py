@@ -16,9 +16,29 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    # What __getattr__ hands out, for type checkers ("X as X": `__all__` is computed).
     from streamcore.config import StreamcoreConfig
-    from streamcore.log.config import LogConfig
-    from streamcore.log.unified import UnifiedLogManager
+    from streamcore.log.api import LogAppender as LogAppender
+    from streamcore.log.api import LogManager as LogManager
+    from streamcore.log.api import LogTailer as LogTailer
+    from streamcore.log.api import RebalanceListener as RebalanceListener
+    from streamcore.log.config import BackendConfig as BackendConfig
+    from streamcore.log.config import LogConfig as LogConfig
+    from streamcore.log.config import MatchRule as MatchRule
+    from streamcore.log.config import Route as Route
+    from streamcore.log.local.manager import LocalLogManager as LocalLogManager
+    from streamcore.log.memory.manager import MemoryLogManager as MemoryLogManager
+    from streamcore.log.partitioner import java_string_hash as java_string_hash
+    from streamcore.log.partitioner import partition_for_key as partition_for_key
+    from streamcore.log.unified import UnifiedLogManager as UnifiedLogManager
+    from streamcore.log.values import Latency as Latency
+    from streamcore.log.values import LiveMember as LiveMember
+    from streamcore.log.values import LogDescription as LogDescription
+    from streamcore.log.values import LogInfo as LogInfo
+    from streamcore.log.values import LogLag as LogLag
+    from streamcore.log.values import LogOffset as LogOffset
+    from streamcore.log.values import LogPartition as LogPartition
+    from streamcore.log.values import LogRecord as LogRecord
 
 # Exports are imported on first use (PEP 562): `streamcore.config` imports the registry's
 # partition bound from this package, and a caller that needs one value object does not pay for

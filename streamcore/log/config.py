@@ -413,7 +413,7 @@ def _parse_rule(position: int, raw: Any) -> MatchRule:
     config = raw.get("config")
     if not isinstance(config, str) or not config:
         raise ConfigError(f'{key}.config is missing; name the config to use, e.g. config = "kafka"')
-    settings = {}
+    settings: dict[str, bool] = {}
     for setting, default in (("archive", True), ("compact", False)):
         value = raw.get(setting, default)
         if not isinstance(value, bool):
@@ -421,7 +421,13 @@ def _parse_rule(position: int, raw: Any) -> MatchRule:
         settings[setting] = value
     if has_ns:
         namespaces = _parse_prefixes(raw["namespace"], f"{key}.namespace")
-        return MatchRule(position, config, namespaces=namespaces, **settings)
+        return MatchRule(
+            position,
+            config,
+            namespaces=namespaces,
+            archive=settings["archive"],
+            compact=settings["compact"],
+        )
     for setting in ("archive", "compact"):
         if setting in raw:
             raise ConfigError(

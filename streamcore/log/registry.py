@@ -14,6 +14,7 @@ The registry also owns the bound every backend puts on a log's partition count,
 from __future__ import annotations
 
 import abc
+import builtins
 import importlib
 import json
 import threading
@@ -93,7 +94,7 @@ class Backend(abc.ABC):
     def open(self, config: BackendConfig, settings: StreamcoreConfig) -> LogManager:
         """A new manager of this backend for `config`, under `settings` (home, log defaults)."""
 
-    def description(self) -> type[LogDescription] | None:
+    def description(self) -> builtins.type[LogDescription] | None:
         """The `LogDescription` class of this backend's logs (how another process, a Spark
         executor, opens one), or None if no other process can open them."""
         return None

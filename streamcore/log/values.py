@@ -12,7 +12,7 @@ import dataclasses
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, NamedTuple, Self, TypeVar
+from typing import Any, Generic, NamedTuple, Self, TypeVar, overload
 
 from streamcore.names import Name
 
@@ -77,7 +77,13 @@ class AppendedOffsets(Sequence[LogOffset]):
     def __len__(self) -> int:
         return len(self._offsets)
 
-    def __getitem__(self, index: Any) -> Any:
+    @overload
+    def __getitem__(self, index: int) -> LogOffset: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[LogOffset]: ...
+
+    def __getitem__(self, index: int | slice) -> LogOffset | list[LogOffset]:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
         partition = LogPartition(self._name, int(self._partitions[index]))

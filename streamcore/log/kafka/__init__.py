@@ -64,7 +64,15 @@ Differences from the local log (documented, and asserted in the tests)
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    # What __getattr__ hands out, for type checkers ("X as X": `__all__` is computed).
+    from streamcore.log.kafka.appender import KafkaAppender as KafkaAppender
+    from streamcore.log.kafka.manager import KafkaLogManager as KafkaLogManager
+    from streamcore.log.kafka.partitioner import kafka_partition_for_key as kafka_partition_for_key
+    from streamcore.log.kafka.partitioner import murmur2 as murmur2
+    from streamcore.log.kafka.tailer import KafkaTailer as KafkaTailer
 
 # Exports are imported on first use (PEP 562): the registry imports `streamcore.log.kafka.backend`
 # to load a configuration naming Kafka, which must not need confluent-kafka.

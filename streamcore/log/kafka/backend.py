@@ -19,6 +19,7 @@ naming Kafka loads where it is not installed, and fails only when the backend is
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -164,7 +165,7 @@ class KafkaBackend(Backend):
             ) from exc
         return KafkaLogManager(**kafka_kwargs(config, settings))
 
-    def description(self) -> type[KafkaLogDescription]:
+    def description(self) -> builtins.type[KafkaLogDescription]:
         from streamcore.log.kafka.description import KafkaLogDescription
 
         return KafkaLogDescription

@@ -6,7 +6,13 @@ number of readers; the layout is in `streamcore.log.local.manager`, the format i
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    # What __getattr__ hands out, for type checkers ("X as X": `__all__` is computed).
+    from streamcore.log.local.appender import LocalAppender as LocalAppender
+    from streamcore.log.local.description import LocalLogDescription as LocalLogDescription
+    from streamcore.log.local.manager import LocalLogManager as LocalLogManager
 
 # Exports are imported on first use (PEP 562), like every backend folder's.
 _EXPORTS = {

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
@@ -92,7 +93,7 @@ class LocalBackend(Backend):
             settings = dataclasses.replace(settings, log=log)
         return LocalLogManager(local_root(config, settings.home), config=settings)
 
-    def description(self) -> type[LocalLogDescription]:
+    def description(self) -> builtins.type[LocalLogDescription]:
         from streamcore.log.local.description import LocalLogDescription
 
         return LocalLogDescription

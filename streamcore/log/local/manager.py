@@ -177,7 +177,8 @@ class LocalLogManager(CursorLogManager):
 
     def _read_meta(self, name: Name) -> dict[str, Any]:
         try:
-            return json.loads((self.folder(name) / _METADATA).read_text())
+            meta: dict[str, Any] = json.loads((self.folder(name) / _METADATA).read_text())
+            return meta
         except FileNotFoundError:
             raise LogNotFoundError(
                 f"log {name} does not exist under {self.root}; create it first "

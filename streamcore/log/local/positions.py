@@ -107,6 +107,7 @@ class LocalPositionStore:
         except FileNotFoundError:
             return None
         if len(data) == _LEGACY.size:
+            offset: int
             offset, _, crc = _LEGACY.unpack(data)
             if zlib.crc32(data[:16]) != crc:
                 raise CorruptLogError(self._bad(group, partition, "checksum mismatch"))

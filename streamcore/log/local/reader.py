@@ -28,6 +28,7 @@ from streamcore.log.local.segment import (
     HEADER_SIZE,
     INDEX_SUFFIX,
     Batch,
+    BatchHeader,
     check_crc,
     find_valid_batch,
     list_segments,
@@ -318,7 +319,7 @@ class PartitionCursor:
         header = parse_header(raw) if raw is not None else None
         return header is not None and header.base_offset == expected_base
 
-    def _peek_header(self):
+    def _peek_header(self) -> BatchHeader | None:
         if self._fd < 0:
             segments = list_segments(self.folder)
             if not segments:

@@ -132,7 +132,7 @@ def encode_batch(
     keys: Sequence[str],
     values: Sequence[bytes],
     timestamp: int,
-    timestamps: Sequence[int] | None = None,
+    timestamps: Sequence[int] | np.ndarray | None = None,
     flags: int = 0,
 ) -> tuple[list[bytes | memoryview], int]:
     """Encode one batch; returns the buffers to write (in order) and their total size."""

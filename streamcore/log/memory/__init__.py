@@ -6,7 +6,11 @@ other processes cannot open its logs (`describe` refuses)."""
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    # What __getattr__ hands out, for type checkers ("X as X": `__all__` is computed).
+    from streamcore.log.memory.manager import MemoryLogManager as MemoryLogManager
 
 # Exports are imported on first use (PEP 562), like every backend folder's.
 _EXPORTS = {"MemoryLogManager": "manager"}
