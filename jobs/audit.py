@@ -28,12 +28,14 @@ back, and never moves the batch mode's positions.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from jobs.spark.batches import Landed
+from jobs.spark.batches import BatchWrite
+from jobs.spark.checked import Checked, CheckedBatch, CheckedLanding
 from jobs.spark.job import (
     JobArgumentError,
     JobContext,
@@ -50,6 +52,9 @@ from streamcore.errors import InvalidNameError
 from streamcore.names import Name
 
 if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+    from jobs.spark.delta_sink import BatchPlan
     from jobs.spark.intervals import IntervalRanges
 
 SCHEMA = "org.streamcore.audit.AuditEntry"
@@ -144,7 +149,7 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     _check_stream(args, ctx)
     catalog = Catalog(ctx.spark, ctx.config)
     preload()
-    landing = _AuditLanding(args, ctx, catalog)
+    landing = AuditLanding(args, ctx, catalog)
     base = {"stream": Name.of(args.stream).urn, "table_path": catalog.path(TABLE)}
     if args.step == "batch":
         return {**base, **_batch(args, ctx, catalog, landing)}
@@ -160,7 +165,7 @@ def _check_stream(args: argparse.Namespace, ctx: JobContext) -> None:
 
 
 def _batch(
-    args: argparse.Namespace, ctx: JobContext, catalog: Any, landing: _AuditLanding
+    args: argparse.Namespace, ctx: JobContext, catalog: Any, landing: AuditLanding
 ) -> dict[str, Any]:
     from jobs.spark.batches import run_offset_batch
 
@@ -219,11 +224,10 @@ def _interval_summary(args: argparse.Namespace, found: IntervalRanges) -> dict[s
 
 
 def _interval(
-    args: argparse.Namespace, ctx: JobContext, catalog: Any, landing: _AuditLanding
+    args: argparse.Namespace, ctx: JobContext, catalog: Any, landing: AuditLanding
 ) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
-    from jobs.spark.checked import CheckedBatch
     from jobs.spark.delta_sql import latest_version
     from jobs.spark.streams import read_stream
 
@@ -241,120 +245,109 @@ def _interval(
         unmoved=f"the audit rows of [{args.start.isoformat()}, {args.end.isoformat()}) are as "
         "they were",
     )
-
-    def merge(rows: Any) -> int | None:
-        path = catalog.path(TABLE)
-        before = latest_version(ctx.spark, path)
-        _merge_entries(ctx.spark, path, rows).execute()
-        after = latest_version(ctx.spark, path)
-        return after if after != before else None  # None: nothing to add, no commit
-
-    version, landed = landing.land(
+    write = landing.land(
         records,
         batch,
-        write=merge,
-        keep=lambda decoded: decoded.where((event_ms >= start_ms) & (event_ms < end_ms)),
+        rows=lambda decoded: decoded.where((event_ms >= start_ms) & (event_ms < end_ms)),
     )
-    return {**summary, **landed, "delta_version": version}
+    # Not an offset batch: a plain MERGE, idempotent by the event id (the module doc).
+    path = catalog.path(TABLE)
+    with ctx.phases(write.phase):
+        before = latest_version(ctx.spark, path)
+        write.action.execute()
+        after = latest_version(ctx.spark, path)
+    version = after if after != before else None  # None: nothing to add, no commit
+    return {**summary, **write.finish(version), "delta_version": version}
 
 
-class _AuditLanding:
+class AuditLanding(CheckedLanding):
     """Checked landing of audit entries (`jobs.spark.checked`) with the audit table's write: the
     insert-only MERGE on the event id, as the batch mode's `land` or for an interval."""
 
+    job = "audit"
+
     def __init__(self, args: argparse.Namespace, ctx: JobContext, catalog: Any) -> None:
-        self.args, self.ctx, self.catalog = args, ctx, catalog
+        super().__init__(
+            ctx,
+            catalog,
+            failure_threshold=args.failure_threshold,
+            result_format=args.gx_result_format,
+        )
         self.schema = ctx.schemas.by_name(SCHEMA)
         rules = configured_rules(ctx.config, max_future_skew=args.max_future_skew)
         self.suite = audit_suite(self.schema, rules)
         self.known_types = rules.event_types
 
-    def __call__(self, records: Any, plan: Any, sink: Any) -> Landed:
-        from jobs.spark.checked import CheckedBatch
-
-        ctx = self.ctx
-        batch = CheckedBatch(
-            job=sink.app_id,
-            batch=plan.batch,
-            run_name=f"audit-batch-{plan.batch}",
-            records=plan.records,
-            unmoved=f"the positions of {self.args.group} did not move",
-        )
-
-        def merge(rows: Any) -> int | None:
-
-            ctx.fault_point("audit.before_delta_commit")
-            # Created outside the batch's transaction (see jobs.spark.repository), and only
-            # once a batch lands.
-            self.catalog.ensure(TABLE)
-            return sink.write(plan, _merge_entries(ctx.spark, sink.path, rows).execute)
-
-        version, summary = self.land(records, batch, write=merge)
-        return Landed(version, summary)
+    def run_name(self, plan: BatchPlan) -> str:
+        return f"audit-batch-{plan.batch}"
 
     def land(
-        self, records: Any, batch: Any, *, write: Any, keep: Any = None
-    ) -> tuple[Any, dict[str, Any]]:
-        """Check `records` (the decoded rows `keep` leaves) and `write` the table's rows of the
-        good ones, one per event id. Returns the write's result and the summary."""
+        self,
+        records: DataFrame,
+        batch: CheckedBatch,
+        *,
+        rows: Any = None,
+        before_write: Any = None,
+    ) -> BatchWrite:
+        """Check `records` (the decoded rows `rows` leaves) and return the write of the table's
+        rows of the good ones, one per event id; its summary counts the entries per second
+        from here to the written version."""
+        started = time.monotonic()
+        landed = super().land(records, batch, rows=rows, before_write=before_write)
+
+        def then(version: int | None) -> dict[str, Any]:
+            summary = landed.finish(version)
+            seconds = time.monotonic() - started
+            summary["entries_per_s"] = round(summary["read"] / seconds, 1) if seconds > 0 else None
+            return summary
+
+        return dataclasses.replace(landed, then=then)
+
+    def aggregates(self, keep: Column, batch: CheckedBatch) -> list[Column]:
         from pyspark.sql import functions as F
 
-        from jobs.spark.checked import land_checked
-        from jobs.spark.keys import read_unique_keys, unique_key_aggregates
+        from jobs.spark.keys import unique_key_aggregates
 
-        args, ctx = self.args, self.ctx
+        counted = [
+            F.count(F.when(keep & (F.col("event_type") == t), 1)).alias(f"_type {t}")
+            for t in self.known_types
+        ]
+        return [*unique_key_aggregates("event_id", keep, rows=batch.records), *counted]
+
+    def write(self, checked: Checked, batch: CheckedBatch) -> BatchWrite:
+        from pyspark.sql import functions as F
+
+        from jobs.spark.keys import read_unique_keys
+
         fields = [f["name"] for f in self.schema.raw["fields"]]
-        types = self.known_types
-        by_type: dict[str, int] = {}
-        new: dict[str, int] = {}
-
-        def aggregates(good: Any) -> list[Any]:
-            counted = [
-                F.count(F.when(good & (F.col("event_type") == t), 1)).alias(f"_type {t}")
-                for t in types
-            ]
-            return [*unique_key_aggregates("event_id", good, rows=batch.records), *counted]
-
-        def table_rows(checked: Any) -> Any:
-            rows = checked.good.select(
-                *fields,
-                F.date_from_unix_date(
-                    F.floor(F.unix_millis(F.col("event_date")) / _DAY_MS).cast("int")
-                ).alias("event_day"),  # the UTC day, whatever the session's time zone
-            )
-            found = {t: checked.row[f"_type {t}"] for t in types if checked.row[f"_type {t}"]}
-            by_type.update(sorted(found.items(), key=lambda kv: -kv[1]))
-            if not read_unique_keys(checked.row, "event_id"):
-                rows = rows.dropDuplicates(["event_id"])  # the relay's at-least-once repeats
-            with ctx.phases("write"):
-                version = write(rows)
-            if version is not None:
-                new.update(_inserted(ctx.spark, self.catalog.path(TABLE), version))
-            return version
-
-        started = time.monotonic()
-        version, summary = land_checked(
-            ctx,
-            self.catalog,
-            records,
-            batch,
-            schema=self.schema,
-            suite=self.suite,
-            failure_threshold=args.failure_threshold,
-            result_format=args.gx_result_format,
-            write=table_rows,
-            aggregates=aggregates,
-            rows=keep,
+        rows = checked.good.select(
+            *fields,
+            F.date_from_unix_date(
+                F.floor(F.unix_millis(F.col("event_date")) / _DAY_MS).cast("int")
+            ).alias("event_day"),  # the UTC day, whatever the session's time zone
         )
-        seconds = time.monotonic() - started
+        row = checked.row
+        found = {t: row[f"_type {t}"] for t in self.known_types if row[f"_type {t}"]}
+        by_type = dict(sorted(found.items(), key=lambda kv: -kv[1]))
+        if not read_unique_keys(row, "event_id"):
+            rows = rows.dropDuplicates(["event_id"])  # the relay's at-least-once repeats
+        # Created outside the batch's transaction (see jobs.spark.repository), and only once a
+        # batch lands.
+        path = self.catalog.ensure(TABLE)
+        merge = _merge_entries(self.ctx.spark, path, rows)
+        return BatchWrite(merge, summary={"by_event_type": by_type})
+
+    def finish(self, summary: dict[str, Any], version: int | None) -> dict[str, Any]:
         good = summary.pop("written")
+        by_type = summary.pop("by_event_type")
+        path = self.catalog.path(TABLE)
+        new = _inserted(self.ctx.spark, path, version) if version is not None else {}
         # Landed: the rows new in the table (Delta's commit metrics); the other good entries
         # were in it already (the relay's repeats, an interval run again).
         summary["landed"] = new.get("inserted", 0)
         summary["duplicates"] = good - summary["landed"]
         summary["by_event_type"] = by_type
-        summary["entries_per_s"] = round(summary["read"] / seconds, 1) if seconds > 0 else None
-        return version, summary
+        return summary
 
 
 def audit_suite(schema: Any, rules: EntryRules) -> Any:

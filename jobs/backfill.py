@@ -42,8 +42,8 @@ commit what they processed, so a rerun of a done interval appends nothing and it
 nothing left; a run whose drain timed out or failed is finished by running it again.
 
 `--target-kind table --target repository`: the records are Documents landed into `repository`
-by the importer's own landing (`jobs.importer.DocumentLanding`: decode, checks, quarantine,
-`--failure-threshold`, and the MERGE of `jobs.spark.repository`). Idempotent per interval
+by the importer's own landing (`jobs.spark.repository.DocumentLanding`: decode, checks,
+quarantine, `--failure-threshold`, and the repository MERGE). Idempotent per interval
 without a replay record: the MERGE on the document id inserts the ids the table lacks and
 updates a row only with a newer version (watermark, partition, offset), so a rerun changes
 nothing and an old interval never overwrites what the importer landed since. It is a plain
@@ -311,12 +311,11 @@ def _land_table(
 ) -> dict[str, Any]:
     """Land the interval's Documents into the table `--target` through the importer's landing,
     with a MERGE that only inserts missing ids and updates older versions (see the module doc)."""
-    from jobs.importer import DocumentLanding
     from jobs.spark.catalog import Catalog
     from jobs.spark.checked import CheckedBatch
     from jobs.spark.delta_sink import commit_metrics
     from jobs.spark.delta_sql import latest_version
-    from jobs.spark.repository import merge_documents
+    from jobs.spark.repository import DocumentLanding
     from jobs.spark.validation import preload
 
     start_ms, end_ms = interval_ms(args)
@@ -336,15 +335,9 @@ def _land_table(
         table=table,
         failure_threshold=args.failure_threshold,
         result_format=args.gx_result_format,
+        newer_only=True,
     )
     path = catalog.ensure(table)
-
-    def merge(good: Any, unique_ids: bool) -> int:
-        merge_documents(
-            catalog, table, good, landing.fields, start_ms, unique_ids=unique_ids, newer_only=True
-        ).execute()
-        return latest_version(ctx.spark, path)
-
     interval = f"{start_ms}-{end_ms}"
     batch = CheckedBatch(
         job=f"backfill/{table}/{interval}",
@@ -354,7 +347,12 @@ def _land_table(
         unmoved=f"{table} is as it was",
     )
     try:
-        version, landed = landing.land(frame.drop("_archived"), batch, merge)
+        write = landing.land(frame.drop("_archived"), batch)
+        # Not an offset batch: a plain MERGE, idempotent per interval (the module doc).
+        with ctx.phases(write.phase):
+            write.action.execute()
+            version = latest_version(ctx.spark, path)
+        landed = write.finish(version)
     except JobError as exc:  # the failure's summary line names the interval too
         exc.summary = {**summary, **exc.summary}
         raise

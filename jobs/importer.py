@@ -22,11 +22,9 @@ import logging
 import re
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from jobs.spark.batches import Landed
 from jobs.spark.job import (
     JobArgumentError,
     JobContext,
@@ -208,6 +206,7 @@ def consume(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     """Import the group's unconsumed range into the Delta table, exactly once."""
     from jobs.spark.batches import run_offset_batch
     from jobs.spark.catalog import Catalog
+    from jobs.spark.repository import DocumentLanding
     from jobs.spark.validation import preload
 
     catalog = Catalog(ctx.spark, ctx.config)
@@ -249,100 +248,6 @@ def consume(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
         # commit of the positions), not the whole job with its Spark start-up (see `render`).
         "docs_per_s_over": {"phase": "offset_batch", "seconds": round(seconds, 3)},
     }
-
-
-class DocumentLanding:
-    """The importer's checked landing of Document records (`jobs.spark.checked`: decode, the
-    Document suite, quarantine, the failure threshold) with its good documents MERGEd into the
-    repository-shaped `table` (`jobs.spark.repository`). Called as the consume step's `land`
-    (an offset batch, exactly once by its txn id); `land` alone serves the backfill's table
-    target, which commits the MERGE its own way (jobs/backfill.py)."""
-
-    def __init__(
-        self,
-        ctx: JobContext,
-        catalog: Any,
-        *,
-        table: str,
-        failure_threshold: float,
-        result_format: str,
-    ) -> None:
-        from jobs.spark.expectations import load_suite
-
-        self.ctx, self.catalog, self.table = ctx, catalog, table
-        self.failure_threshold, self.result_format = failure_threshold, result_format
-        self.schema = ctx.schemas.by_name(DOCUMENT_SCHEMA)
-        self.suite = load_suite(self.schema)
-        self.fields: list[str] = [f["name"] for f in self.schema.raw["fields"]]
-
-    def __call__(self, records: Any, plan: Any, sink: Any) -> Landed:
-        from jobs.spark.checked import CheckedBatch
-        from jobs.spark.repository import upsert_documents
-
-        def merge(good: Any, unique_ids: bool) -> int | None:
-            self.ctx.fault_point("importer.before_delta_commit")
-            return upsert_documents(
-                self.catalog, self.table, sink, plan, good, self.fields, unique_ids=unique_ids
-            )
-
-        batch = CheckedBatch(
-            job=sink.app_id,
-            batch=plan.batch,
-            run_name=f"{Name.of(plan.group).id}-batch-{plan.batch}",
-            records=plan.records,
-            unmoved=f"the positions of {plan.group} did not move",
-        )
-        version, summary = self.land(records, batch, merge)
-        return Landed(version, {**summary, **self.merge_counts(version)})
-
-    def merge_counts(self, version: int | None) -> dict[str, int]:
-        """The documents the batch's MERGE (commit `version`) inserted and updated, from Delta's
-        operationMetrics: `imported` counts the valid rows merged, which is more when an id
-        comes twice in the batch (its newest version is merged once). 0 and 0 when Delta skipped
-        the write because another run had landed this batch."""
-        if version is None:
-            return {"inserted": 0, "updated": 0}
-        from jobs.spark.delta_sink import commit_metrics
-
-        with self.ctx.phases("merge_metrics"):
-            path = self.catalog.path(self.table)
-            metrics = commit_metrics(self.ctx.spark, path, version)
-        return {
-            "inserted": int(metrics.get("numTargetRowsInserted", 0)),
-            "updated": int(metrics.get("numTargetRowsUpdated", 0)),
-        }
-
-    def land(
-        self, records: Any, batch: Any, write: Callable[[Any, bool], int | None]
-    ) -> tuple[int | None, dict[str, Any]]:
-        """Check `records` (as `read_stream` gives them) as the `CheckedBatch` `batch` and have
-        `write(good, unique_ids)` MERGE the good rows (`unique_ids`: whether their ids are
-        unique). Returns what `write` returned (the new table version, or None) and the summary
-        (`read`, `imported`, `quarantined`, `validation`, `data_docs`)."""
-        from jobs.spark.checked import land_checked
-        from jobs.spark.keys import read_unique_keys, unique_key_aggregates
-
-        ctx = self.ctx
-
-        def merge(checked: Any) -> int | None:
-            with ctx.phases("merge"):
-                return write(checked.good, read_unique_keys(checked.row, "id"))
-
-        version, summary = land_checked(
-            ctx,
-            self.catalog,
-            records,
-            batch,
-            schema=self.schema,
-            suite=self.suite,
-            failure_threshold=self.failure_threshold,
-            result_format=self.result_format,
-            write=merge,
-            # Whether the good ids are unique rides the first pass (the MERGE needs to know).
-            aggregates=lambda keep: unique_key_aggregates("id", keep, rows=batch.records),
-        )
-        summary["imported"] = summary.pop("written")
-        return version, summary
 
 
 # -- summary --------------------------------------------------------------------------------------

@@ -60,7 +60,7 @@ import sys
 import time
 from typing import Any
 
-from jobs.spark.batches import Landed
+from jobs.spark.batches import BatchWrite
 from jobs.spark.job import JobArgumentError, JobContext, JobError, job_parser, run_job
 from streamcore.config import parse_duration_ms
 from streamcore.errors import ConfigError, InvalidNameError, StreamcoreError
@@ -329,13 +329,16 @@ def _archive_stream(
     app = unkeyed if incarnation is None else f"{unkeyed}@{incarnation}"
     recovered = _finish_unkeyed_batch(ctx, name, incarnation, path, f"{app}/{ARCHIVER}")
 
-    def land(records: Any, plan: Any, sink: Any) -> Landed:
+    def land(records: Any, plan: Any) -> BatchWrite:
+        from jobs.spark.delta_sql import Append
+
         rows = archive_rows(records, name.urn, plan.incarnation)
         ctx.fault_point("retention.before_delta_commit")
-        with ctx.phases("write"):
-            version = sink.write(plan, lambda: rows.write.format("delta").mode("append").save(path))
-        written = _written(ctx.spark, path, version) if version is not None else {}
-        return Landed(version, {"archived": plan.records, **written})
+        return BatchWrite(
+            Append(path, rows),
+            summary={"archived": plan.records},
+            then=lambda version: {} if version is None else _written(ctx.spark, path, version),
+        )
 
     summary = run_offset_batch(
         ctx,

@@ -3,11 +3,13 @@ exactly-once and intervals").
 
 **Offset-range batches** (`run_offset_batch`): plan (recover a batch that reached Delta but not
 the log, then the group's committed positions to the end observed now) → read the ranges as
-decoded Records → the job's `land` (transform, checks, one Delta write through the sink) → check
-that a skipped write was this very batch → commit the group's positions (and the sink's record of
-that commit, `delta_sink.landed_group`). A crash at any point, then a rerun, gives no duplicate
-and no loss; an operator's rewind of the group, even to exactly the last batch's starts, is read
-from, not taken for a crash. A job supplies only `land`.
+decoded Records → the job's `land` (transform, checks), which returns what it wants written, a
+`BatchWrite` → the runner writes it as the batch's one Delta commit (`DeltaBatchSink.write`) →
+check that a skipped write was this very batch → commit the group's positions (and the sink's
+record of that commit, `delta_sink.landed_group`). A crash at any point, then a rerun, gives no
+duplicate and no loss; an operator's rewind of the group, even to exactly the last batch's
+starts, is read from, not taken for a crash. A job supplies only `land`, which never sees the
+sink: it cannot write the batch outside this sequence.
 
 Batches over a time interval instead of a group's positions: `jobs.spark.intervals`.
 """
@@ -27,23 +29,33 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from jobs.spark.delta_sink import BatchPlan, DeltaBatchSink
+    from jobs.spark.delta_sql import Append, Merge
     from jobs.spark.job import JobContext
 
-__all__ = ["Landed", "run_offset_batch"]
+__all__ = ["BatchWrite", "Land", "run_offset_batch"]
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class Landed:
-    """What a job's `land` did: the Delta version it wrote (None if Delta skipped the write
-    because this batch number had landed) and the job's own counts for the summary."""
+class BatchWrite:
+    """What a landing wants written of its batch: `action`, a MERGE into the batch's table or an
+    append to it, not yet run; `phase`, the phase of the job's summary its run is timed as; its
+    part of the summary, `summary` known before the write, and `then(version)` the fields known
+    only after it (Delta's commit metrics, the checks' report), `version` being the Delta version
+    written or None when Delta skipped the write as already landed."""
 
-    version: int | None
+    action: Merge | Append
+    phase: str = "write"
     summary: dict[str, Any] = field(default_factory=dict)
+    then: Callable[[int | None], dict[str, Any]] | None = None
+
+    def finish(self, version: int | None) -> dict[str, Any]:
+        """The write's part of the summary once `version` is known."""
+        return {**self.summary, **(self.then(version) if self.then else {})}
 
 
-Land = Callable[["DataFrame", "BatchPlan", "DeltaBatchSink"], Landed]
+Land = Callable[["DataFrame", "BatchPlan"], BatchWrite]
 
 
 def run_offset_batch(
@@ -59,8 +71,10 @@ def run_offset_batch(
 ) -> dict[str, Any]:
     """One exactly-once offset-range batch of `stream` for `group` into the table at
     `table_path`, whose Delta transactions carry the app id `<app>/<group>`; `until` bounds the
-    batch's end per partition (`plan_batch`). Returns the batch's summary (batch number, ranges,
-    recovered positions, Delta version, and `land`'s counts)."""
+    batch's end per partition (`plan_batch`). `land(records, plan)` returns the batch's
+    `BatchWrite`, which must target `table_path`; this runner performs it as batch `plan.batch`.
+    Returns the batch's summary (batch number, ranges, recovered positions, Delta version, and
+    the write's summary)."""
     from jobs.spark.delta_sink import DeltaBatchSink, commit_positions, plan_batch
     from jobs.spark.streams import read_stream
 
@@ -82,17 +96,26 @@ def run_offset_batch(
         return {**summary, "read": 0, "delta_version": sink.version()}
     records = read_stream(ctx.spark, ctx.logs, name, plan.ranges)
     try:
-        landed = land(records, plan, sink)
+        write = land(records, plan)
+        if write.action.path != table_path:
+            raise StreamcoreError(
+                f"{app}'s landing would write to {write.action.path}, not to its batch's table "
+                f"{table_path}: an offset batch lands in the table that records its batches"
+            )
+        with ctx.phases(write.phase):
+            version = sink.write(plan, write.action.execute)
+        landed = write.finish(version)
     except JobError as exc:  # the failure's summary line names the batch too
         exc.summary = {**summary, **exc.summary}
         raise
-    if landed.version is None:
+    if version is None:
         _check_same_batch(sink, plan)
     ctx.fault_point(f"{app}.after_delta_commit")
     with ctx.phases("commit_positions"):
         commit_positions(ctx.logs, plan)
-    version = landed.version if landed.version is not None else sink.version()
-    return {**summary, **landed.summary, "delta_version": version}
+    if version is None:
+        version = sink.version()
+    return {**summary, **landed, "delta_version": version}
 
 
 def _check_same_batch(sink: DeltaBatchSink, plan: BatchPlan) -> None:

@@ -2,34 +2,52 @@
 writing it (docs/design.md, "Micro-batches, exactly-once and intervals"). Decode the payloads
 with their schema, check the rows against the schema's expectation suite, have Great
 Expectations validate them for the report and the Data Docs, refuse the batch when too many rows
-fail, send the failing rows to `quarantine`, and hand the good rows to the job's own write.
-`run_offset_batch` (or an interval job) supplies the batch.
+fail, send the failing rows to `quarantine`, and hand back the job's write of the good rows (a
+`BatchWrite`). `CheckedLanding` is the one base of such landings (the importer's documents, the
+audit entries, the backfill's repository target): as `run_offset_batch`'s `land` it checks an
+offset batch and the runner performs its write; `land` alone serves an interval, whose job runs
+the write itself.
 
 Two passes over the batch and no cache: filling a cache of the decoded batch cost more than
 reading and decoding it again (1M documents: 3.6-4.1 s against 2.2 s). The first pass is one
 aggregate: the failure counts, the metrics GX would run its own Spark jobs for
 (`jobs.spark.gx_metrics`) and the job's own aggregates (the importer's id uniqueness). Whether the
 batch lands is decided from those counts, so GX validates on the driver while the second pass,
-the job's write, runs. When no row failed, the write gets the decoded rows without the checks.
+the job's write, runs; the write's summary waits for GX's report. When no row failed, the write
+gets the decoded rows without the checks.
+
+No pyspark at module level: a job module defines its landing here and stays importable without
+Spark (its DAG's summary task imports it).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
-
-from jobs.spark.catalog import Catalog
-from jobs.spark.expectations import Suite, any_failure, failed_expectations
+from jobs.spark.batches import BatchWrite
 from jobs.spark.job import JobContext, JobError
-from streamcore.codecs import ParsedSchema
+from streamcore.names import Name
 
-__all__ = ["Checked", "CheckedBatch", "QualityThresholdError", "land_checked"]
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
+    from jobs.spark.catalog import Catalog
+    from jobs.spark.delta_sink import BatchPlan
+    from jobs.spark.expectations import Suite
+    from streamcore.codecs import ParsedSchema
+
+__all__ = [
+    "Checked",
+    "CheckedBatch",
+    "CheckedLanding",
+    "QualityThresholdError",
+    "land_checked",
+]
 
 
 class QualityThresholdError(JobError):
@@ -70,25 +88,30 @@ def land_checked(
     suite: Suite,
     failure_threshold: float,
     result_format: str,
-    write: Callable[[Checked], Any],
+    write: Callable[[Checked], BatchWrite],
     aggregates: Callable[[Column], list[Column]] | None = None,
     rows: Callable[[DataFrame], DataFrame] | None = None,
-) -> tuple[Any, dict[str, Any]]:
-    """Check `records` (as `read_stream` gives them) and land the good rows with `write`.
-    `aggregates(keep)` adds the job's aggregates over the rows `keep` holds for (the good ones)
-    to the first pass; `rows(decoded)` keeps the decoded rows the batch is about (an interval's,
-    say; a row that does not decode has no fields to keep it by). Returns what `write` returned
-    and the summary: `read`, `written`, `quarantined`, `validation` (GX's report with the failure
-    ratio and the rows quarantined per expectation), `data_docs`, `validation_run` (GX's run
-    name). Raises QualityThresholdError (nothing written) when the failing rows are more than
-    `failure_threshold` of the batch."""
+) -> BatchWrite:
+    """Check `records` (as `read_stream` gives them) and return `write`'s write of the good rows,
+    whose summary (`then`) adds the checks' to the write's own: `read`, `written`,
+    `quarantined`, `validation` (GX's report with the failure ratio and the rows quarantined per
+    expectation), `data_docs`, `validation_run` (GX's run name). `aggregates(keep)` adds the
+    job's aggregates over the rows `keep` holds for (the good ones) to the first pass;
+    `rows(decoded)` keeps the decoded rows the batch is about (an interval's, say; a row that
+    does not decode has no fields to keep it by). Raises QualityThresholdError (nothing written)
+    when the failing rows are more than `failure_threshold` of the batch."""
+    from pyspark.sql import functions as F
+
     from jobs.spark.avro import decode_payload
+    from jobs.spark.expectations import any_failure, failed_expectations
     from jobs.spark.gx_metrics import check_aggregates
     from jobs.spark.quarantine import quarantine_rows, write_quarantine
     from jobs.spark.validation import validate
 
-    # The driver idles while the executors write: GX validates meanwhile.
-    with ThreadPoolExecutor(1, thread_name_prefix="gx") as driver:
+    # The driver idles while the executors write: GX validates meanwhile, until the write's
+    # summary asks for its report (`then`), which ends the thread.
+    driver = ThreadPoolExecutor(1, thread_name_prefix="gx")
+    try:
         decodes = f"payload decodes as {schema.fullname}"  # the failure of undecodable rows
         decoded = decode_payload(records, schema, ctx.schemas)
         if rows is not None:
@@ -152,5 +175,99 @@ def land_checked(
                 write_quarantine(quarantine_rows(bad, job=batch.job, batch=batch.batch), catalog)
         good = checked.where(~failing).drop("_failing") if bad_count else decoded
         written = write(Checked(good, row, read, bad_count))
-        summary = validating.result() | {"written": read - bad_count, "quarantined": bad_count}
-        return written, summary
+    except BaseException:
+        driver.shutdown()  # GX's report is not needed, but its thread ends before the error goes on
+        raise
+    landed = {"written": read - bad_count, "quarantined": bad_count}
+
+    def then(version: int | None) -> dict[str, Any]:
+        try:
+            report = validating.result() | landed
+        finally:
+            driver.shutdown()
+        return report | written.finish(version)
+
+    return BatchWrite(written.action, written.phase, then=then)
+
+
+class CheckedLanding:
+    """The base of a job's checked landing. A subclass sets `schema` and `suite` (in its
+    `__init__`, after this one's), gives `write` (the write of a batch's good rows), and may add
+    first-pass `aggregates` and reshape the summary (`finish`). `job` names the fault point
+    `<job>.before_delta_commit` of its offset batches."""
+
+    job: str = "job"
+    schema: ParsedSchema
+    suite: Suite
+
+    def __init__(
+        self,
+        ctx: JobContext,
+        catalog: Catalog,
+        *,
+        failure_threshold: float,
+        result_format: str,
+    ) -> None:
+        self.ctx, self.catalog = ctx, catalog
+        self.failure_threshold, self.result_format = failure_threshold, result_format
+
+    def __call__(self, records: DataFrame, plan: BatchPlan) -> BatchWrite:
+        """The `land` of `run_offset_batch`: check the offset batch `plan` read, as batch
+        `plan.batch` of its app id; the runner writes what this returns."""
+        batch = CheckedBatch(
+            job=plan.app_id,
+            batch=plan.batch,
+            run_name=self.run_name(plan),
+            records=plan.records,
+            unmoved=f"the positions of {plan.group} did not move",
+        )
+        fault = f"{self.job}.before_delta_commit"
+        return self.land(records, batch, before_write=lambda: self.ctx.fault_point(fault))
+
+    def run_name(self, plan: BatchPlan) -> str:
+        """GX's run name of an offset batch (it names the batch's Data Docs)."""
+        return f"{Name.of(plan.group).id}-batch-{plan.batch}"
+
+    def land(
+        self,
+        records: DataFrame,
+        batch: CheckedBatch,
+        *,
+        rows: Callable[[DataFrame], DataFrame] | None = None,
+        before_write: Callable[[], None] | None = None,
+    ) -> BatchWrite:
+        """Check `records` as `batch` (`land_checked`; `rows` as there) and return the write of
+        the good rows, whose summary `finish` reshapes; `before_write` runs once the batch is
+        accepted and its failing rows quarantined."""
+
+        def write(checked: Checked) -> BatchWrite:
+            if before_write is not None:
+                before_write()
+            return self.write(checked, batch)
+
+        landed = land_checked(
+            self.ctx,
+            self.catalog,
+            records,
+            batch,
+            schema=self.schema,
+            suite=self.suite,
+            failure_threshold=self.failure_threshold,
+            result_format=self.result_format,
+            write=write,
+            aggregates=lambda keep: self.aggregates(keep, batch),
+            rows=rows,
+        )
+        return dataclasses.replace(landed, then=lambda v: self.finish(landed.finish(v), v))
+
+    def aggregates(self, keep: Column, batch: CheckedBatch) -> list[Column]:
+        """The job's own aggregates of the first pass over the rows `keep` holds for."""
+        return []
+
+    def write(self, checked: Checked, batch: CheckedBatch) -> BatchWrite:
+        """The write of `checked.good`, not yet run."""
+        raise NotImplementedError
+
+    def finish(self, summary: dict[str, Any], version: int | None) -> dict[str, Any]:
+        """The landing's summary once Delta version `version` (None: no commit) is written."""
+        return summary

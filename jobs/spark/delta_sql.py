@@ -28,6 +28,7 @@ from streamcore.errors import TableError
 from streamcore.tables import local_path
 
 __all__ = [
+    "Append",
     "Merge",
     "detail",
     "detail_or_none",
@@ -157,9 +158,22 @@ def merge_into(
 
 
 @dataclass(frozen=True)
+class Append:
+    """Rows to append to the Delta table at `path` later (`execute`): `Merge`'s counterpart for a
+    writer whose rows are all new (the archive's offsets), handed to the exactly-once runner."""
+
+    path: str
+    rows: DataFrame
+
+    def execute(self) -> None:
+        self.rows.write.format("delta").mode("append").save(self.path)
+
+
+@dataclass(frozen=True)
 class Merge:
-    """A MERGE to run later (`execute`), as `merge_into` runs it: what a writer hands to the
-    exactly-once sink, which runs it with the batch's transaction confs set."""
+    """A MERGE to run later (`execute`), as `merge_into` runs it: what a landing hands to the
+    exactly-once runner (`jobs.spark.batches`), which runs it with the batch's transaction confs
+    set."""
 
     spark: SparkSession
     path: str

@@ -16,7 +16,8 @@ plain append would not be, and could duplicate an id another run inserts meanwhi
 another run inserts between the semi-join and the MERGE is left as that run wrote it, as if it
 had run after this one.
 
-Two writers share `merge_documents`: the importer's offset batches (`upsert_documents`, as batch
+Two writers share `merge_documents`, both through `DocumentLanding` (the checked landing of
+Document records): the importer's offset batches (written by `run_offset_batch` as batch
 `plan.batch` of its app id) and the backfill's interval landings (`jobs/backfill.py --target-kind
 table`, a plain MERGE without txn id: an interval is not an offset batch). The importer reads
 the log in order up to its end, so its last write of an id is the newest version and its update
@@ -33,17 +34,23 @@ leaves them null.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from typing import Any
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from jobs.spark import delta_sql
+from jobs.spark.batches import BatchWrite
 from jobs.spark.catalog import Catalog
-from jobs.spark.delta_sink import BatchPlan, DeltaBatchSink
-from jobs.spark.keys import keys_unique
+from jobs.spark.checked import Checked, CheckedBatch, CheckedLanding
+from jobs.spark.delta_sink import BatchPlan, commit_metrics
+from jobs.spark.job import JobContext
+from jobs.spark.keys import keys_unique, read_unique_keys, unique_key_aggregates
+from streamcore.tables import DOCUMENT_SCHEMA
 
-__all__ = ["latest_per_id", "meets_table", "merge_documents", "upsert_documents"]
+__all__ = ["DocumentLanding", "latest_per_id", "meets_table", "merge_documents"]
 
 logger = logging.getLogger(__name__)
 _SOURCE_COLUMNS = ("watermark", "source_partition", "source_offset", "import_batch", "imported_at")
@@ -93,24 +100,6 @@ def latest_per_id(
     ).select(*fields, *_SOURCE_COLUMNS)
 
 
-def upsert_documents(
-    catalog: Catalog,
-    table: str,
-    sink: DeltaBatchSink,
-    plan: BatchPlan,
-    good: DataFrame,
-    fields: list[str],
-    *,
-    unique_ids: bool | None = None,
-) -> int | None:
-    """MERGE the batch's valid documents into the repository-shaped `table` as batch `plan.batch`
-    (exactly once): update the ids it has, insert the others (insert only when it has none of
-    them). `unique_ids`: whether `good`'s ids are unique (`jobs.spark.keys`), if a pass over the
-    batch asked already. Returns the new table version (None if already landed)."""
-    merge = merge_documents(catalog, table, good, fields, plan.batch, unique_ids=unique_ids)
-    return sink.write(plan, merge.execute)
-
-
 def merge_documents(
     catalog: Catalog,
     table: str,
@@ -147,3 +136,76 @@ def merge_documents(
 def meets_table(batch: DataFrame, table: DataFrame) -> bool:
     """Whether an `id` of `batch` is in `table` (one Spark job on the ids alone)."""
     return not batch.select("id").join(table.select("id"), "id", "left_semi").isEmpty()
+
+
+class DocumentLanding(CheckedLanding):
+    """The checked landing of Document records (decode, the Document suite, quarantine, the
+    failure threshold) whose good documents are MERGEd into the repository-shaped `table`. As
+    the importer's `land` (an offset batch, exactly once by its txn id) its summary adds the
+    documents the MERGE inserted and updated; `land` alone serves the backfill's table target
+    (`newer_only`: the MERGE updates older versions only), which runs the MERGE itself."""
+
+    job = "importer"
+
+    def __init__(
+        self,
+        ctx: JobContext,
+        catalog: Catalog,
+        *,
+        table: str,
+        failure_threshold: float,
+        result_format: str,
+        newer_only: bool = False,
+    ) -> None:
+        from jobs.spark.expectations import load_suite
+
+        super().__init__(
+            ctx, catalog, failure_threshold=failure_threshold, result_format=result_format
+        )
+        self.table, self.newer_only = table, newer_only
+        self.schema = ctx.schemas.by_name(DOCUMENT_SCHEMA)
+        self.suite = load_suite(self.schema)
+        self.fields: list[str] = [f["name"] for f in self.schema.raw["fields"]]
+
+    def __call__(self, records: DataFrame, plan: BatchPlan) -> BatchWrite:
+        landed = super().__call__(records, plan)
+        return dataclasses.replace(
+            landed, then=lambda version: {**landed.finish(version), **self.merge_counts(version)}
+        )
+
+    def aggregates(self, keep: Column, batch: CheckedBatch) -> list[Column]:
+        # Whether the good ids are unique rides the first pass (the MERGE needs to know).
+        return unique_key_aggregates("id", keep, rows=batch.records)
+
+    def write(self, checked: Checked, batch: CheckedBatch) -> BatchWrite:
+        """The MERGE of the good documents, their rows stamped `import_batch = batch.batch`."""
+        with self.ctx.phases("merge"):
+            merge = merge_documents(
+                self.catalog,
+                self.table,
+                checked.good,
+                self.fields,
+                batch.batch,
+                unique_ids=read_unique_keys(checked.row, "id"),
+                newer_only=self.newer_only,
+            )
+        return BatchWrite(merge, phase="merge")
+
+    def finish(self, summary: dict[str, Any], version: int | None) -> dict[str, Any]:
+        summary["imported"] = summary.pop("written")
+        return summary
+
+    def merge_counts(self, version: int | None) -> dict[str, int]:
+        """The documents the batch's MERGE (commit `version`) inserted and updated, from Delta's
+        operationMetrics: `imported` counts the valid rows merged, which is more when an id
+        comes twice in the batch (its newest version is merged once). 0 and 0 when Delta skipped
+        the write because another run had landed this batch."""
+        if version is None:
+            return {"inserted": 0, "updated": 0}
+        with self.ctx.phases("merge_metrics"):
+            path = self.catalog.path(self.table)
+            metrics = commit_metrics(self.ctx.spark, path, version)
+        return {
+            "inserted": int(metrics.get("numTargetRowsInserted", 0)),
+            "updated": int(metrics.get("numTargetRowsUpdated", 0)),
+        }

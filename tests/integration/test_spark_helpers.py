@@ -317,7 +317,7 @@ def test_upsert_inserts_only_while_the_table_has_none_of_the_ids(
     from jobs.spark.avro import decode_payload
     from jobs.spark.catalog import Catalog
     from jobs.spark.delta_sink import BatchPlan, DeltaBatchSink
-    from jobs.spark.repository import latest_per_id, upsert_documents
+    from jobs.spark.repository import latest_per_id, merge_documents
     from jobs.spark.streams import read_stream
 
     schema = store.by_name(DOCUMENT)
@@ -339,7 +339,8 @@ def test_upsert_inserts_only_while_the_table_has_none_of_the_ids(
         good = decode_payload(read_stream(spark, local, "test/upsert", ranges), schema, store)
         plan = BatchPlan("test/app", "test/upsert", "g", batch, ranges)
         sink = DeltaBatchSink(spark, catalog.path("repo"), plan.app_id)
-        assert upsert_documents(catalog, "repo", sink, plan, good, fields) is not None
+        merge = merge_documents(catalog, "repo", good, fields, plan.batch)
+        assert sink.write(plan, merge.execute) is not None
         operation = DeltaTable.forPath(spark, sink.path).history(1).first()
         merges.append(json.loads(operation["operationParameters"]["matchedPredicates"]))
         # The reference: every batch upserted (the MERGE before the insert-only path), setting
