@@ -23,6 +23,7 @@ __all__ = [
     "LogLockedError",
     "LogNotFoundError",
     "LogWriteError",
+    "PartitionNotFoundError",
     "RecordFieldError",
     "RecordTooLargeError",
     "SchemaNotFoundError",
@@ -31,6 +32,7 @@ __all__ = [
     "TailerConflictError",
     "TopologyError",
     "UndecodableRecordError",
+    "UnsupportedOperationError",
 ]
 
 
@@ -165,6 +167,19 @@ class BrokerAuthenticationError(BrokerUnavailableError):
     """A Kafka broker refused the client's credentials (SASL authentication failed)."""
 
     retryable = False
+
+
+# The log's calls that raised builtins (issue 26): each is also the builtin it replaced, so
+# `except ValueError` / `except NotImplementedError` still works.
+
+
+class PartitionNotFoundError(LogError, ValueError):
+    """A call named a partition the log does not have, or one not assigned to the tailer: the
+    message names the partitions there are."""
+
+
+class UnsupportedOperationError(LogError, NotImplementedError):
+    """The backend does not implement this call (a `LogManager` without `subscribe`)."""
 
 
 class TopologyError(StreamcoreError):

@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from streamcore.errors import TailerConflictError
+from streamcore.errors import PartitionNotFoundError, TailerConflictError, UnsupportedOperationError
 from streamcore.log.values import (
     Latency,
     LiveMember,
@@ -337,7 +337,7 @@ class LogManager(abc.ABC):
             if p.name not in sizes:
                 sizes[p.name] = self.size(p.name)
             if not 0 <= p.partition < sizes[p.name]:
-                raise ValueError(f"{p.name} has no partition {p.partition}")
+                raise PartitionNotFoundError(f"{p.name} has no partition {p.partition}")
         return partitions
 
     @staticmethod
@@ -368,7 +368,7 @@ class LogManager(abc.ABC):
         """A tailer whose partitions are shared out among every subscribed member of `group`
         (in this and other processes) and move when members join or leave. Don't mix with
         `tailer()` for the same group."""
-        raise NotImplementedError(f"{type(self).__name__} does not support subscribe yet")
+        raise UnsupportedOperationError(f"{type(self).__name__} does not support subscribe yet")
 
     @abc.abstractmethod
     def group_members(self, group: str) -> list[LiveMember]:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from streamcore.errors import InvalidRecordError
+from streamcore.errors import InvalidArgumentError, InvalidRecordError
 
 
 def _is_millis(value: object) -> bool:
@@ -27,7 +27,7 @@ def check_timestamps(timestamps: Sequence[int] | None, count: int) -> np.ndarray
     if timestamps is None:
         return None
     if len(timestamps) != count:
-        raise ValueError(f"{len(timestamps)} timestamps for {count} items; give one each")
+        raise InvalidArgumentError(f"{len(timestamps)} timestamps for {count} items; give one each")
     if isinstance(timestamps, np.ndarray) and timestamps.dtype.kind == "i":
         return timestamps.astype(np.int64, copy=False)
     try:

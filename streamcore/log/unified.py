@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from streamcore.config import StreamcoreConfig, load_config
-from streamcore.errors import ConfigError, LogClosedError
+from streamcore.errors import ArgumentTypeError, ConfigError, InvalidArgumentError, LogClosedError
 from streamcore.log.api import LogAppender, LogManager, LogTailer, RebalanceListener
 from streamcore.log.config import BackendConfig, LogConfig, Route
 from streamcore.log.registry import backend_type
@@ -47,7 +47,7 @@ def _source_names(source: Any) -> list[Name]:
     names: dict[Name, None] = {}
     for partition in source:
         if not isinstance(partition, LogPartition):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"a tailer reads a name, a LogPartition or a list of LogPartition, got "
                 f"{type(partition).__name__}"
             )
@@ -234,7 +234,7 @@ class UnifiedLogManager(LogManager):
             names = [names]
         resolved = list(dict.fromkeys(Name.of(n) for n in names))
         if not resolved:
-            raise ValueError("subscribe needs at least one log name")
+            raise InvalidArgumentError("subscribe needs at least one log name")
         manager = self._one_manager(group, resolved, "subscription")
         return manager.subscribe(group, names, listener, codec)
 

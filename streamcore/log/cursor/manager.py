@@ -22,7 +22,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from streamcore.errors import LogClosedError, LogExistsError
+from streamcore.errors import InvalidArgumentError, LogClosedError, LogExistsError
 from streamcore.log.api import LogManager, RebalanceListener
 from streamcore.log.cursor.membership import (
     DEFAULT_HEARTBEAT_INTERVAL,
@@ -164,7 +164,7 @@ class CursorLogManager(LogManager):
         (300 s: a member that does not call `read()` for that long leaves the group)."""
         logs = list(dict.fromkeys(Name.of(n) for n in names))
         if not logs:
-            raise ValueError("subscribe needs at least one log name")
+            raise InvalidArgumentError("subscribe needs at least one log name")
         partitions = [LogPartition(n, p) for n in logs for p in range(self.size(n))]
         with self._lock:
             self._check_open()

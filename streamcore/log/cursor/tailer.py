@@ -19,7 +19,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from streamcore.errors import CodecError, LogClosedError, LogError, UndecodableRecordError
+from streamcore.errors import (
+    CodecError,
+    InvalidArgumentError,
+    LogClosedError,
+    LogError,
+    PartitionNotFoundError,
+    UndecodableRecordError,
+)
 from streamcore.log.api import LogTailer
 from streamcore.log.values import LogOffset, LogPartition, LogRecord
 
@@ -280,7 +287,7 @@ class CursorTailer(LogTailer[Any]):
     def read_batch(self, max_records: int, timeout: float = 0.0) -> list[LogRecord[Any]]:
         self._check_open()
         if max_records < 1:
-            raise ValueError(f"max_records must be at least 1, got {max_records}")
+            raise InvalidArgumentError(f"max_records must be at least 1, got {max_records}")
         if self._pending_i >= len(self._pending) and not self._wait_fill(timeout):
             return []
         decode = self.codec.decode if self.codec is not None else None
@@ -406,7 +413,7 @@ class CursorTailer(LogTailer[Any]):
 
     def _check(self, partition: LogPartition) -> LogPartition:
         if partition not in self._cursors:
-            raise ValueError(
+            raise PartitionNotFoundError(
                 f"partition {partition} is not assigned to this tailer (assigned: "
                 f"{', '.join(map(str, self._partitions))})"
             )

@@ -11,7 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from streamcore.errors import LogClosedError, RecordTooLargeError
+from streamcore.errors import (
+    ArgumentTypeError,
+    LogClosedError,
+    PartitionNotFoundError,
+    RecordTooLargeError,
+)
 from streamcore.log.api import LogAppender
 from streamcore.log.append_checks import check_keys_encode, check_timestamps
 from streamcore.log.kafka.client import _POOL
@@ -88,14 +93,16 @@ class KafkaAppender(LogAppender[Any]):
         if self._closed:
             raise LogClosedError(f"appender of {self.name} is closed")
         if partition is not None and not 0 <= partition < self._size:
-            raise ValueError(f"{self.name} has partitions 0..{self._size - 1}, not {partition}")
+            raise PartitionNotFoundError(
+                f"{self.name} has partitions 0..{self._size - 1}, not {partition}"
+            )
 
     def _encode(self, key: Any, message: Any) -> tuple[bytes, bytes]:
         if not isinstance(key, str):
-            raise TypeError(f"log keys must be str, got {type(key).__name__}")
+            raise ArgumentTypeError(f"log keys must be str, got {type(key).__name__}")
         value = message if self.codec is None else self.codec.encode(message)
         if not isinstance(value, bytes | bytearray | memoryview):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"log values must be bytes, got {type(value).__name__}; pass a codec to the "
                 "appender to encode messages"
             )
@@ -188,7 +195,7 @@ class KafkaAppender(LogAppender[Any]):
                 "(max.message.bytes); split it or raise the limit"
             )
         if error.code() == KafkaError._UNKNOWN_PARTITION:
-            raise ValueError(f"{what}: {error.str()}")
+            raise PartitionNotFoundError(f"{what}: {error.str()}")
         raise clients.translate(error, what, self.topic)
 
     def wait_for(self, offset: LogOffset, group: str, timeout: float) -> bool:

@@ -31,6 +31,7 @@ from streamcore.errors import (
     BrokerAuthenticationError,
     BrokerUnavailableError,
     ConfigError,
+    InvalidArgumentError,
     InvalidNameError,
     LogClosedError,
     LogError,
@@ -149,7 +150,7 @@ class KafkaClients:
         topic_prefix: str = "streamcore-",
     ) -> None:
         if timeout <= 0:
-            raise ValueError(f"timeout must be positive, got {timeout}")
+            raise InvalidArgumentError(f"timeout must be positive, got {timeout}")
         self.timeout = float(timeout)
         self.topic_prefix = topic_prefix
         self._seq = itertools.count(1)

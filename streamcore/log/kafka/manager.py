@@ -23,8 +23,10 @@ from confluent_kafka.admin import NewTopic, OffsetSpec
 from streamcore.config import parse_duration_ms
 from streamcore.errors import (
     ConfigError,
+    InvalidArgumentError,
     LogExistsError,
     LogNotFoundError,
+    PartitionNotFoundError,
 )
 from streamcore.log.api import LogManager, LogTailer, RebalanceListener
 from streamcore.log.kafka.appender import KafkaAppender
@@ -361,7 +363,7 @@ class KafkaLogManager(LogManager):
         """Set a group's committed position directly (the group must have no live member)."""
         topic = self.topic(partition.name)
         if not 0 <= partition.partition < self.size(partition.name):
-            raise ValueError(f"{partition.name} has no partition {partition.partition}")
+            raise PartitionNotFoundError(f"{partition.name} has no partition {partition.partition}")
         group_id = self.group_id(group)
         tp = TopicPartition(topic, partition.partition, offset)
         future = self._admin().alter_consumer_group_offsets(
@@ -397,7 +399,7 @@ class KafkaLogManager(LogManager):
     def record_at(self, partition: LogPartition, offset: int) -> tuple[str, bytes, int] | None:
         topic = self.topic(partition.name)
         if not 0 <= partition.partition < self.size(partition.name):
-            raise ValueError(f"{partition.name} has no partition {partition.partition}")
+            raise PartitionNotFoundError(f"{partition.name} has no partition {partition.partition}")
         tp = TopicPartition(topic, partition.partition)
         ((low, high),) = self.clients.watermarks([tp])
         if not low <= offset < high:
@@ -504,7 +506,7 @@ class KafkaLogManager(LogManager):
             names = [names]
         resolved = [Name.of(n) for n in names]
         if not resolved:
-            raise ValueError("subscribe needs at least one log name")
+            raise InvalidArgumentError("subscribe needs at least one log name")
         for n in resolved:
             if not self.exists(n):
                 raise self._not_found(n)

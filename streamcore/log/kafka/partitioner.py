@@ -9,6 +9,8 @@ Kafka than in a local log with the same partition count. Use this function to pr
 
 from __future__ import annotations
 
+from streamcore.errors import InvalidArgumentError
+
 _SEED = 0x9747B28C
 _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
@@ -43,5 +45,5 @@ def murmur2(data: bytes) -> int:
 def kafka_partition_for_key(key: str, partitions: int) -> int:
     """The partition Kafka's default (murmur2) partitioner picks for `key` (UTF-8 encoded)."""
     if partitions < 1:
-        raise ValueError(f"partitions must be at least 1, got {partitions}")
+        raise InvalidArgumentError(f"partitions must be at least 1, got {partitions}")
     return (murmur2(key.encode("utf-8")) & 0x7FFFFFFF) % partitions

@@ -35,7 +35,14 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from streamcore.errors import LogClosedError, LogError, LogNotFoundError, UndecodableRecordError
+from streamcore.errors import (
+    InvalidArgumentError,
+    LogClosedError,
+    LogError,
+    LogNotFoundError,
+    PartitionNotFoundError,
+    UndecodableRecordError,
+)
 from streamcore.log.api import LogTailer, RebalanceListener
 from streamcore.log.cursor.tailer import NOTHING_TO_SKIP, key_error, value_error
 from streamcore.log.values import LogOffset, LogPartition, LogRecord
@@ -134,7 +141,7 @@ class KafkaTailer(LogTailer[Any]):
 
     def _check(self, partition: LogPartition) -> LogPartition:
         if partition not in self._pos:
-            raise ValueError(
+            raise PartitionNotFoundError(
                 f"partition {partition} is not assigned to this tailer (assigned: "
                 f"{', '.join(map(str, self._assigned))})"
             )
@@ -454,7 +461,7 @@ class KafkaTailer(LogTailer[Any]):
     def read_batch(self, max_records: int, timeout: float = 0.0) -> list[LogRecord[Any]]:
         self._check_open()
         if max_records < 1:
-            raise ValueError(f"max_records must be at least 1, got {max_records}")
+            raise InvalidArgumentError(f"max_records must be at least 1, got {max_records}")
         found = self._next(timeout)
         out = []
         while found is not None:

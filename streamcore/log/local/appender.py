@@ -9,7 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from streamcore.errors import InvalidRecordError, LogClosedError
+from streamcore.errors import (
+    InvalidArgumentError,
+    InvalidRecordError,
+    LogClosedError,
+    PartitionNotFoundError,
+)
 from streamcore.log.api import LogAppender
 from streamcore.log.append_checks import check_keys_encode, check_timestamps
 from streamcore.log.local.writer import PartitionWriter, append_all_or_nothing, check_types
@@ -52,7 +57,9 @@ class LocalAppender(LogAppender[Any]):
         if self._closed:
             raise LogClosedError(f"appender of {self.name} is closed")
         if not 0 <= partition < self._size:
-            raise ValueError(f"{self.name} has partitions 0..{self._size - 1}, not {partition}")
+            raise PartitionNotFoundError(
+                f"{self.name} has partitions 0..{self._size - 1}, not {partition}"
+            )
 
     def append(self, key: str, message: Any) -> LogOffset:
         return self.append_to(partition_for_key(key, self._size), key, message)
@@ -134,9 +141,11 @@ class LocalAppender(LogAppender[Any]):
 
         self._check(partition)
         if len(keys) != len(values):
-            raise ValueError(f"{len(keys)} keys for {len(values)} values; give one key per value")
+            raise InvalidArgumentError(
+                f"{len(keys)} keys for {len(values)} values; give one key per value"
+            )
         if keys.null_count or values.null_count:
-            raise ValueError("keys and values must not be null; use '' / b'' instead")
+            raise InvalidRecordError("keys and values must not be null; use '' / b'' instead")
 
         def columns(array: Any) -> tuple[Any, Any]:
             if isinstance(array, pa.ChunkedArray):

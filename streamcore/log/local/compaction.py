@@ -26,6 +26,7 @@ The semantics are Kafka's `cleanup.policy=compact` (docs/log.md, "Key compaction
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 from array import array
@@ -33,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from streamcore.errors import LogWriteError
 from streamcore.log.local.maintenance import maintenance_lock
 from streamcore.log.local.retention import newest_timestamp
 from streamcore.log.local.segment import (
@@ -222,7 +224,9 @@ def _replace(
             chunk = buffers[first : first + 512]
             wanted = sum(len(b) for b in chunk)
             if os.writev(fd, chunk) != wanted:
-                raise OSError(f"{tmp}: short write while compacting (is the disk full?)")
+                raise LogWriteError(
+                    f"{tmp}: short write while compacting (is the disk full?)", errno.EIO
+                )
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from streamcore.errors import (
+    ArgumentTypeError,
     CorruptLogError,
     LogClosedError,
     LogLockedError,
@@ -73,10 +74,10 @@ def check_types(keys: Sequence[object], values: Sequence[object]) -> None:
     """TypeError naming the first key that is not a str or value that is not bytes-like."""
     for k in keys:
         if not isinstance(k, str):
-            raise TypeError(f"log keys must be str, got {type(k).__name__}")
+            raise ArgumentTypeError(f"log keys must be str, got {type(k).__name__}")
     for v in values:
         if not isinstance(v, bytes | bytearray | memoryview):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"log values must be bytes, got {type(v).__name__}; pass a codec to the "
                 "appender to encode messages"
             )
@@ -422,7 +423,9 @@ class PartitionWriter:
         while remaining:
             n = os.write(self._fd, remaining)
             if n <= 0:
-                raise OSError(errno.EIO, f"write() to a segment of {self.label} made no progress")
+                raise LogWriteError(
+                    f"write() to a segment of {self.label} made no progress", errno.EIO
+                )
             remaining = remaining[n:]
 
     def _undo_write(self, position: int | None) -> bool:

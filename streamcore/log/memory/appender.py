@@ -6,7 +6,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from streamcore.errors import LogClosedError
+from streamcore.errors import ArgumentTypeError, LogClosedError, PartitionNotFoundError
 from streamcore.log.api import LogAppender
 from streamcore.log.append_checks import check_keys_encode, check_timestamps
 from streamcore.log.partitioner import partition_for_key
@@ -46,14 +46,16 @@ class MemoryAppender(LogAppender[Any]):
         if self._closed:
             raise LogClosedError(f"appender of {self.name} is closed")
         if not 0 <= partition < self.size:
-            raise ValueError(f"{self.name} has partitions 0..{self.size - 1}, not {partition}")
+            raise PartitionNotFoundError(
+                f"{self.name} has partitions 0..{self.size - 1}, not {partition}"
+            )
 
     def _encode(self, key: Any, message: Any) -> bytes:
         if not isinstance(key, str):
-            raise TypeError(f"log keys must be str, got {type(key).__name__}")
+            raise ArgumentTypeError(f"log keys must be str, got {type(key).__name__}")
         value = message if self.codec is None else self.codec.encode(message)
         if not isinstance(value, bytes | bytearray | memoryview):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"log values must be bytes, got {type(value).__name__}; pass a codec to the "
                 "appender to encode messages"
             )
