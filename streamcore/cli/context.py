@@ -28,6 +28,8 @@ T = TypeVar("T")
 class UsageError(StreamcoreError):
     """A command-line argument is wrong; the CLI exits with code 2."""
 
+    retryable = False  # the same command line fails again: it must change
+
 
 def load_cli_config(args: argparse.Namespace) -> StreamcoreConfig:
     """The configuration, with `--config FILE` and `--home DIR` applied."""

@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from streamcore.errors import CodecError
+from streamcore.errors import CodecError, InvalidArgumentError
 from streamcore.log import LogOffset, LogPartition, LogRecord, LogTailer
 from streamcore.record import Flag, Record
 from streamcore.text import format_time, iso_time
@@ -91,7 +91,7 @@ def format_data(data: bytes, data_format: str) -> str | None:
         return data.hex()
     if data_format == "base64":
         return base64.b64encode(data).decode("ascii")
-    raise ValueError(f"unknown data format {data_format!r}")
+    raise InvalidArgumentError(f"unknown data format {data_format!r}")
 
 
 def render_line(item: ShownRecord, data_format: str) -> str:

@@ -42,10 +42,12 @@ NOTHING_TO_SKIP = (
 )
 
 
-class BinaryKey(Exception):
+class BinaryKey(LogError):
     """Raised by a cursor's `next_records` / `next_arrow` when the record at its position has a
     key that is not UTF-8 (written below the API or by an older version). The cursor stays at
-    that record; the tailer turns this into an `UndecodableRecordError`."""
+    that record; the tailer turns this into an `UndecodableRecordError`. Internal to the
+    backends (callers of the log API never meet it); a `LogError`, not retryable, since reading
+    again meets the same bytes."""
 
     def __init__(self, offset: int, timestamp: int, key: bytes, value: bytes) -> None:
         super().__init__(offset)
