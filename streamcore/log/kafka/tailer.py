@@ -1,6 +1,6 @@
 """`KafkaTailer`: a confluent-kafka Consumer behind the LogTailer API.
 
-Kept whole although over 600 lines: it is one class, one state machine over one consumer (the
+Kept whole (over 600 lines): it is one class, one state machine over one consumer (the
 positions, the fetched buffer, the records put back and the rebalance callbacks that change them
 all run on the tailer's thread), and its parts read and write the same fields; split by method
 group, every module would reach into the others' state. What is not that state already lives
