@@ -54,7 +54,7 @@ from streamcore.names import Name
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
-    from jobs.spark.delta_sink import BatchPlan
+    from jobs.spark.batch_positions import BatchPlan
     from jobs.spark.intervals import IntervalRanges
 
 SCHEMA = "org.streamcore.audit.AuditEntry"
@@ -385,7 +385,7 @@ def _merge_entries(spark: Any, path: str, rows: Any) -> Any:
 
 def _inserted(spark: Any, path: str, version: int) -> dict[str, int]:
     """The rows commit `version` of the table at `path` added: {"inserted": n}."""
-    from jobs.spark.delta_sink import commit_metrics
+    from jobs.spark.batch_positions import commit_metrics
 
     metrics = commit_metrics(spark, path, version)
     if "numTargetRowsInserted" in metrics:

@@ -308,7 +308,7 @@ def _why_not_archived(name: Name, routing: Any) -> str | None:
 def _preview(ctx: JobContext, name: Name, until: dict[int, int], limit: int) -> dict[str, Any]:
     """What `_archive_stream` would read, from the archiver's positions (no recovery, no write;
     a batch that reached Delta but not the positions shows as still to archive)."""
-    from jobs.spark.delta_sink import read_positions
+    from jobs.spark.batch_positions import read_positions
 
     positions = read_positions(ctx.logs, name, ARCHIVER)
     ranges = {str(p): [lo, max(lo, until[p])] for p, lo in enumerate(positions)}
@@ -364,7 +364,7 @@ def _finish_unkeyed_batch(
     incarnation. A batch of that id read from this very incarnation may have reached Delta but
     not the positions: commit them (the recovery of that id) before the keyed app's first
     batch, which would read its records again. Returns the positions committed."""
-    from jobs.spark.delta_sink import DeltaBatchSink, recover
+    from jobs.spark.batch_positions import DeltaBatchSink, recover
 
     if incarnation is None or DeltaBatchSink(ctx.spark, path, keyed).txn_version() is not None:
         return {}
@@ -402,7 +402,7 @@ def archive_rows(records: Any, stream: str, incarnation: str | None) -> Any:
 
 def _written(spark: Any, path: str, version: int) -> dict[str, int]:
     """The bytes and files commit `version` of the table at `path` wrote (Delta's metrics)."""
-    from jobs.spark.delta_sink import commit_metrics
+    from jobs.spark.batch_positions import commit_metrics
 
     metrics = commit_metrics(spark, path, version)
     return {

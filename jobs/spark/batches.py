@@ -6,7 +6,7 @@ the log, then the group's committed positions to the end observed now) → read 
 decoded Records → the job's `land` (transform, checks), which returns what it wants written, a
 `BatchWrite` → the runner writes it as the batch's one Delta commit (`DeltaBatchSink.write`) →
 check that a skipped write was this very batch → commit the group's positions (and the sink's
-record of that commit, `delta_sink.landed_group`). A crash at any point, then a rerun, gives no
+record of that commit, `batch_positions.landed_group`). A crash at any point, then a rerun, gives no
 duplicate and no loss; an operator's rewind of the group, even to exactly the last batch's
 starts, is read from, not taken for a crash. A job supplies only `land`, which never sees the
 sink: it cannot write the batch outside this sequence.
@@ -28,7 +28,7 @@ from streamcore.names import Name
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from jobs.spark.delta_sink import BatchPlan, DeltaBatchSink
+    from jobs.spark.batch_positions import BatchPlan, DeltaBatchSink
     from jobs.spark.delta_sql import Append, Merge
     from jobs.spark.job import JobContext
 
@@ -75,7 +75,7 @@ def run_offset_batch(
     `BatchWrite`, which must target `table_path`; this runner performs it as batch `plan.batch`.
     Returns the batch's summary (batch number, ranges, recovered positions, Delta version, and
     the write's summary)."""
-    from jobs.spark.delta_sink import DeltaBatchSink, commit_positions, plan_batch
+    from jobs.spark.batch_positions import DeltaBatchSink, commit_positions, plan_batch
     from jobs.spark.streams import read_stream
 
     name = Name.of(stream)

@@ -36,8 +36,8 @@ from streamcore.names import Name
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
+    from jobs.spark.batch_positions import BatchPlan
     from jobs.spark.catalog import Catalog
-    from jobs.spark.delta_sink import BatchPlan
     from jobs.spark.expectations import Suite
     from streamcore.codecs import ParsedSchema
 

@@ -261,7 +261,7 @@ def test_row_predicates_agree_with_great_expectations(spark, store, tmp_path: Pa
 
 
 def test_cap_shares_the_batch_size_across_partitions() -> None:
-    from jobs.spark.delta_sink import _cap
+    from jobs.spark.batch_positions import _cap
 
     ranges = {0: (0, 100), 1: (10, 12), 2: (5, 5), 3: (0, 50)}
     assert _cap(ranges, 0) == ranges
@@ -273,7 +273,7 @@ def test_cap_shares_the_batch_size_across_partitions() -> None:
 
 
 def test_sink_records_batches_and_recover_commits_landed_positions(spark, local, tmp_path) -> None:
-    from jobs.spark.delta_sink import DeltaBatchSink, commit_positions, plan_batch
+    from jobs.spark.batch_positions import DeltaBatchSink, commit_positions, plan_batch
 
     local.create("test/exact", 2)
     with local.appender("test/exact") as appender:
@@ -315,8 +315,8 @@ def test_upsert_inserts_only_while_the_table_has_none_of_the_ids(
     from delta.tables import DeltaTable
 
     from jobs.spark.avro import decode_payload
+    from jobs.spark.batch_positions import BatchPlan, DeltaBatchSink
     from jobs.spark.catalog import Catalog
-    from jobs.spark.delta_sink import BatchPlan, DeltaBatchSink
     from jobs.spark.repository import latest_per_id, merge_documents
     from jobs.spark.streams import read_stream
 
