@@ -41,6 +41,8 @@ from streamcore.record import Flag, Record
 from streamcore.text import Progress
 from streamcore.watermark import Watermark
 
+__all__ = ["register"]
+
 EXTRA_FIELDS = [
     {
         "name": "partition",

@@ -31,6 +31,8 @@ from streamcore.bulk.progress import progress, progress_line
 from streamcore.cli.context import Context, UsageError, global_options
 from streamcore.text import iso_time, render_table
 
+__all__ = ["register"]
+
 _BAD_ARGUMENTS = (BulkParamsError, BulkQueryError, UnknownActionError, CommandNotFoundError)
 _TIMES = (
     ("submitted", "submit_ms"),

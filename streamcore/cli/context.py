@@ -21,6 +21,21 @@ from streamcore.log.capabilities import OnDisk
 from streamcore.log.unified import UnifiedLogManager
 from streamcore.names import Name
 
+__all__ = [
+    "RAW",
+    "Context",
+    "UsageError",
+    "backend_for",
+    "backend_label",
+    "backend_with",
+    "codec_label",
+    "global_options",
+    "group_name",
+    "load_cli_config",
+    "require_backend",
+    "resolve_codec",
+]
+
 RAW = "raw"
 T = TypeVar("T")
 

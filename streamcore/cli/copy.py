@@ -21,6 +21,8 @@ from streamcore.log.config import TOOLS_GROUP
 from streamcore.names import Name
 from streamcore.text import Progress, human_bytes, rate
 
+__all__ = ["append_grouped", "register", "supports_timestamps"]
+
 
 def supports_timestamps(appender: LogAppender[Any]) -> bool:
     return "timestamps" in inspect.signature(appender.append_batch).parameters

@@ -15,6 +15,8 @@ from streamcore.cli.context import (
 from streamcore.log.registry import MAX_PARTITIONS, partitions_in_range
 from streamcore.text import TextColumn, human_bytes, render_table
 
+__all__ = ["register"]
+
 
 def _progress(ctx: Context) -> Any:
     def report(phase: str, done: int, total: int, elapsed: float) -> None:

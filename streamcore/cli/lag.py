@@ -18,6 +18,8 @@ from streamcore.log import Latency, LogLag
 from streamcore.names import Name
 from streamcore.text import TextColumn, format_time, human_duration, iso_time, render_table
 
+__all__ = ["lag_dict", "register"]
+
 logger = logging.getLogger(__name__)
 
 

@@ -36,6 +36,8 @@ from streamcore.errors import (
     UndecodableRecordError,
 )
 
+__all__ = ["main"]
+
 PROG = "streamcore"
 _USAGE_ERRORS = (UsageError, LogNotFoundError, InvalidNameError)
 

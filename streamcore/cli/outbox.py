@@ -19,6 +19,8 @@ from streamcore.config import parse_duration_ms
 from streamcore.errors import ConfigError, StreamcoreError
 from streamcore.text import TextColumn, iso_time, render_table
 
+__all__ = ["register"]
+
 MESSAGE_WIDTH = 60
 
 

@@ -15,6 +15,8 @@ from streamcore.recovery.positions import apply_plan, plan_reset
 from streamcore.recovery.targets import parse_reset_target
 from streamcore.text import iso_time, render_table
 
+__all__ = ["register"]
+
 
 def run_position(ctx: Context) -> int:
     """The move is `streamcore.recovery`'s reset plan (one engine for both commands), without

@@ -30,6 +30,8 @@ from streamcore.cli.render import (
 from streamcore.log import LogOffset
 from streamcore.log.config import TOOLS_GROUP
 
+__all__ = ["register"]
+
 
 def _show(ctx: Context, items: Iterable[ShownRecord]) -> int:
     count = 0

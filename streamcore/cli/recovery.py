@@ -27,6 +27,8 @@ from streamcore.recovery import (
 )
 from streamcore.text import Progress, format_time, render_table
 
+__all__ = ["register"]
+
 MESSAGE_WIDTH = 50
 
 

@@ -15,6 +15,16 @@ from streamcore.record import Flag, Record
 from streamcore.text import format_time, iso_time
 from streamcore.watermark import Watermark
 
+__all__ = [
+    "DATA_FORMATS",
+    "Decoder",
+    "ShownRecord",
+    "end_snapshot",
+    "read_until",
+    "render_json",
+    "render_line",
+]
+
 logger = logging.getLogger(__name__)
 DATA_FORMATS = ("preview", "text", "hex", "base64", "none")
 PREVIEW_CHARS = 127

@@ -22,6 +22,8 @@ from typing import Any
 from streamcore.cli.context import Context, UsageError, global_options
 from streamcore.text import Progress, human_duration, render_table
 
+__all__ = ["register"]
+
 _TICK = 0.2
 
 

@@ -10,6 +10,8 @@ from streamcore.table_status import table_status
 from streamcore.tables import table_specs
 from streamcore.text import TextColumn, human_bytes, render_table
 
+__all__ = ["register"]
+
 
 def run_tables(ctx: Context) -> int:
     statuses = [table_status(spec) for spec in table_specs(ctx.config).values()]
