@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from streamcore.errors import InvalidArgumentError, InvalidRecordError
 
 
-def _is_millis(value: object) -> bool:
+def _is_millis(value: Any) -> bool:
     try:
         array("q", [value])
     except (TypeError, OverflowError):
@@ -19,7 +20,9 @@ def _is_millis(value: object) -> bool:
     return True
 
 
-def check_timestamps(timestamps: Sequence[int] | None, count: int) -> np.ndarray | None:
+def check_timestamps(
+    timestamps: Sequence[int] | np.ndarray | None, count: int
+) -> np.ndarray | None:
     """The append times of a batch of `count` items as int64 milliseconds (None stays None).
 
     Raises `InvalidRecordError` naming the first item whose time is not an integer that fits in

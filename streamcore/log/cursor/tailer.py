@@ -228,11 +228,14 @@ class CursorTailer(LogTailer[Any]):
         return value_error(self.codec, self._stand_at(partition, offset), key, value, ts, failure)
 
     def _decode_until_failure(
-        self, chunk: list[tuple[int, int, str, bytes]], partition: LogPartition
+        self,
+        chunk: list[tuple[int, int, str, bytes]],
+        partition: LogPartition,
+        decode: Callable[[bytes], Any],
     ) -> tuple[list[LogRecord[Any]], UndecodableRecordError | None]:
-        """A chunk that failed to decode, decoded again record by record: the records up to the
-        failing one and its error (None if it decodes now, e.g. a registry is back)."""
-        decode = self.codec.decode
+        """A chunk that failed to decode, decoded again record by record (with `decode`, the
+        codec's): the records up to the failing one and its error (None if it decodes now, e.g.
+        a registry is back)."""
         good: list[LogRecord[Any]] = []
         for record in chunk:
             o, t, k, v = record
@@ -271,20 +274,29 @@ class CursorTailer(LogTailer[Any]):
                 return True
             pause = min(pause * 2, _POLL_MAX)
 
+    def _chunk_partition(self) -> LogPartition:
+        """The partition of the pending chunk, set with it (`_fill`), so whenever a record is
+        pending."""
+        partition = self._pending_partition
+        if partition is None:
+            raise LogError(f"{len(self._pending)} records pending without their partition")
+        return partition
+
     def read(self, timeout: float = 0.0) -> LogRecord[Any] | None:
         if self._closed:
             self._check_open()
         if self._pending_i >= len(self._pending) and not self._wait_fill(timeout):
             return None
         record = self._pending[self._pending_i]
+        partition = self._chunk_partition()
         offset, ts, key, message = record
         if self.codec is not None:
             try:
                 message = self.codec.decode(message)
             except Exception as exc:
-                raise self._undecodable_value(self._pending_partition, record, exc) from exc
+                raise self._undecodable_value(partition, record, exc) from exc
         self._pending_i += 1
-        return LogRecord(message, self._pending_partition, offset, ts, key)
+        return LogRecord(message, partition, offset, ts, key)
 
     def read_batch(self, max_records: int, timeout: float = 0.0) -> list[LogRecord[Any]]:
         self._check_open()
@@ -298,7 +310,7 @@ class CursorTailer(LogTailer[Any]):
         while True:
             start = self._pending_i
             chunk = self._pending[start : start + max_records - len(out)]
-            partition = self._pending_partition
+            partition = self._chunk_partition()
             # Thousands of records that all survive make the cyclic GC run and re-scan them again
             # and again (it halves the rate); none of them can form a cycle, so pause it.
             paused = gc.isenabled()
@@ -311,7 +323,7 @@ class CursorTailer(LogTailer[Any]):
                     try:
                         out += [LogRecord(decode(v), partition, o, t, k) for o, t, k, v in chunk]
                     except Exception:
-                        good, failure = self._decode_until_failure(chunk, partition)
+                        good, failure = self._decode_until_failure(chunk, partition, decode)
                         if failure is not None:
                             self._pending_i = start + len(good)
                             if not out and not good:
@@ -343,7 +355,7 @@ class CursorTailer(LogTailer[Any]):
             if self._pending_i < len(self._pending):
                 chunk = self._pending[self._pending_i : self._pending_i + max_records]
                 self._pending_i += len(chunk)
-                partition = self._pending_partition
+                partition = self._chunk_partition()
                 self._read_pos[partition] = chunk[-1][0] + 1
                 batch = pa.RecordBatch.from_pydict(
                     {

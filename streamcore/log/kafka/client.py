@@ -291,9 +291,9 @@ class KafkaClients:
                 return call()
             except KafkaException as exc:
                 error = exc.args[0] if exc.args else None
-                code = error.code() if isinstance(error, KafkaError) else None
-                if code not in TRANSIENT:
+                if not isinstance(error, KafkaError) or error.code() not in TRANSIENT:
                     raise self.translate(exc, what, topic) from exc
+                code = error.code()
                 if time.monotonic() + pause > deadline:
                     if code == KafkaError.UNKNOWN_TOPIC_OR_PART:
                         raise self.translate(exc, what, topic) from exc
@@ -396,12 +396,12 @@ class KafkaClients:
         pushed out, or left by `close()`, while another thread still reads through it is closed
         by that thread when it is done."""
         with self._lock:
-            self._check_open()
+            self.check_open()
             reader = self._readers.pop(group_id, None)
             if reader is None:
-                with self.clients.errors("cannot create a consumer"):
+                with self.errors("cannot create a consumer"):
                     reader = _Reader(
-                        Consumer(self.clients.consumer_config(group_id, f"{group_id}-offsets"))
+                        Consumer(self.consumer_config(group_id, f"{group_id}-offsets"))
                     )
             self._readers[group_id] = reader  # most recently used last
             while len(self._readers) > _READERS:

@@ -419,10 +419,11 @@ class KafkaLogManager(LogManager):
                 msg = consumer.poll(0.1)
                 if msg is None:
                     continue
-                if msg.error() is not None:
-                    if msg.error().code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
+                error = msg.error()
+                if error is not None:
+                    if error.code() in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
                         continue
-                    raise self.clients.translate(msg.error(), f"cannot read {partition}", topic)
+                    raise self.clients.translate(error, f"cannot read {partition}", topic)
                 if msg.offset() != offset:
                     return None
                 key = (msg.key() or b"").decode("utf-8", "backslashreplace")  # shown, not read

@@ -485,7 +485,8 @@ class KafkaTailer(LogTailer[Any]):
         found = self._next(timeout)
         if found is None:
             return None
-        rows, keys = [], []
+        rows: list[tuple[LogPartition, Any]] = []
+        keys: list[str] = []
         while found is not None:
             partition, msg = found
             raw_key = msg.key() or b""

@@ -5,7 +5,7 @@ all-or-nothing batches over several partitions, and Arrow columns for bulk loads
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -118,12 +118,16 @@ class LocalAppender(LogAppender[Any]):
         keys_by_order, values_by_order = keys_by_order[order], values_by_order[order]
         # Every writer (so every partition's lock) first: LogLockedError writes nothing.
         writers = [self.manager._writer(self.name, p) for p in used]
+        batches: list[tuple[PartitionWriter, Sequence[str], Sequence[bytes], np.ndarray | None]]
         batches = []
         start = 0
         for p, writer in zip(used, writers, strict=True):
             part = slice(start, start + int(counts[p]))
             part_ts = times[order[part]] if times is not None else None
-            batches.append((writer, keys_by_order[part], values_by_order[part], part_ts))
+            # Object arrays of the keys and values: the writer takes them as sequences.
+            keys_part = cast("Sequence[str]", keys_by_order[part])
+            values_part = cast("Sequence[bytes]", values_by_order[part])
+            batches.append((writer, keys_part, values_part, part_ts))
             start = part.stop
         bases = append_all_or_nothing(batches)
         offsets = np.empty(count, dtype=np.int64)

@@ -64,6 +64,7 @@ INDEX_EVERY = 64 * 1024  # bytes of log between two sparse index entries
 BATCH_FSYNC_INTERVAL = 1.0  # seconds: fsync=batch's promise
 _NO_INDEX = -(1 << 62)  # `_since_index` that never reaches INDEX_EVERY: stop indexing a segment
 _NEVER = 1 << 64  # beyond any ms timestamp: the roll window of a segment that never rolls by time
+_Buf = bytes | memoryview  # an Arrow column's buffer (`append_columns`)
 
 
 def now_ms() -> int:
@@ -277,7 +278,7 @@ class PartitionWriter:
         keys: Sequence[str],
         values: Sequence[bytes],
         timestamps: Sequence[int] | np.ndarray | None = None,
-    ) -> tuple[list, int, int, int, int, int] | None:
+    ) -> tuple[list[bytes | memoryview], int, int, int, int, int] | None:
         """Check and encode a batch for `write` without touching the disk (None if it is empty):
         its buffers, size, record count and record times (first, oldest, newest). Call both
         under `mutex`, with no other append in between."""
@@ -352,7 +353,9 @@ class PartitionWriter:
             self._since_index += size
             return base
 
-    def append_columns(self, count: int, key_offsets, key_bytes, value_offsets, value_bytes) -> int:
+    def append_columns(
+        self, count: int, key_offsets: _Buf, key_bytes: _Buf, value_offsets: _Buf, value_bytes: _Buf
+    ) -> int:
         """Append one batch given as Arrow-style columns (no per-record Python work)."""
         with self._mutex:
             self._check_open()
@@ -384,7 +387,7 @@ class PartitionWriter:
         if largest > self.max_record_bytes:
             raise RecordTooLargeError(self._too_large(largest))
 
-    def write(self, batch: tuple[list, int, int, int, int, int]) -> int:
+    def write(self, batch: tuple[list[bytes | memoryview], int, int, int, int, int]) -> int:
         """Write a batch made by `encode` (under `mutex`); returns its first offset. On failure
         nothing of it stays in the segment (see the module docstring)."""
         parts, size, count, first_ts, oldest, newest = batch
