@@ -98,6 +98,8 @@ from streamcore.log.registry import DEFAULT_TYPE, backend_type, backend_types
 from streamcore.names import Name
 from streamcore.redact import redact_properties
 
+__all__ = ["ARCHIVER", "TOOLS_GROUP", "BackendConfig", "LogConfig", "MatchRule", "Route"]
+
 DEFAULT_CONFIG = "default"
 ENV_BACKEND = "STREAMCORE_LOG_BACKEND"
 _CONFIG_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_\-]*")

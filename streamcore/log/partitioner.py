@@ -11,6 +11,8 @@ from operator import mul
 
 import numpy as np
 
+__all__ = ["java_string_hash", "partition_for_key", "partitions_for_keys"]
+
 _POW31 = np.ones(1, dtype=np.uint32)
 _ASCII_WEIGHTS: dict[int, tuple[int, ...]] = {}
 

@@ -36,6 +36,8 @@ from streamcore.names import Name
 if TYPE_CHECKING:
     from streamcore.codecs import Codec
 
+__all__ = ["UnifiedLogManager"]
+
 logger = logging.getLogger(__name__)
 
 

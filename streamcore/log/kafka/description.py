@@ -17,6 +17,8 @@ from streamcore.log.kafka.java_client import java_client_properties
 from streamcore.log.values import LogDescription
 from streamcore.redact import redact_properties
 
+__all__ = ["BACKEND", "KafkaLogDescription"]
+
 BACKEND = "kafka"
 
 

@@ -21,6 +21,8 @@ from typing import Any
 
 from streamcore.errors import ConfigError
 
+__all__ = ["java_client_properties"]
+
 SAME = frozenset(
     {
         "security.protocol",

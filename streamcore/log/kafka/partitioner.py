@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from streamcore.errors import InvalidArgumentError
 
+__all__ = ["kafka_partition_for_key", "murmur2"]
+
 _SEED = 0x9747B28C
 _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF

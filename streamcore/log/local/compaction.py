@@ -47,6 +47,13 @@ from streamcore.log.local.segment import (
 )
 from streamcore.record import TOMBSTONE
 
+__all__ = [
+    "DEFAULT_DELETE_RETENTION_MS",
+    "PartitionCompaction",
+    "compact_partition",
+    "tombstone_test",
+]
+
 DEFAULT_DELETE_RETENTION_MS = 24 * 3600 * 1000
 INDEX_EVERY = 64 * 1024  # as the writer's sparse index
 LEFTOVER_SUFFIX = ".compacting"

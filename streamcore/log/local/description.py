@@ -23,6 +23,8 @@ from streamcore.log.values import LogDescription
 if TYPE_CHECKING:
     from streamcore.log.local.manager import LocalLogManager
 
+__all__ = ["LocalLogDescription", "partition_folder"]
+
 BACKEND = "local"
 
 

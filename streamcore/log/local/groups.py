@@ -44,6 +44,8 @@ from typing import Any
 
 from streamcore.names import Name
 
+__all__ = ["FileGroupStore", "group_states", "state_stem"]
+
 logger = logging.getLogger(__name__)
 FOLDER = "_subscriptions"
 FORMAT = 2

@@ -15,6 +15,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+__all__ = ["maintenance_lock"]
+
 LOCK_FILE = ".maintenance"
 
 

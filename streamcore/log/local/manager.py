@@ -63,6 +63,8 @@ from streamcore.names import Name
 if TYPE_CHECKING:
     from streamcore.codecs import Codec
 
+__all__ = ["LocalLogManager"]
+
 logger = logging.getLogger(__name__)
 _METADATA = "metadata.json"
 

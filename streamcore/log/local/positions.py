@@ -25,6 +25,8 @@ from pathlib import Path
 from streamcore.errors import CorruptLogError
 from streamcore.names import Name
 
+__all__ = ["LocalPositionStore"]
+
 _SLOT = struct.Struct("<qqII")
 _FILE_SIZE = 2 * _SLOT.size
 _LEGACY = struct.Struct("<qqI")

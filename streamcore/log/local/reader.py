@@ -37,6 +37,8 @@ from streamcore.log.local.segment import (
     segment_name,
 )
 
+__all__ = ["PartitionCursor"]
+
 logger = logging.getLogger(__name__)
 _CHUNK = 1 << 20
 

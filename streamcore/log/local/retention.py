@@ -37,6 +37,15 @@ from streamcore.log.local.segment import (
     segment_name,
 )
 
+__all__ = [
+    "PartitionPurge",
+    "hold_offset",
+    "newest_timestamp",
+    "plan_partition",
+    "record_loss",
+    "sealed_segments",
+]
+
 PURGES_FILE = "purges.jsonl"
 
 

@@ -41,6 +41,31 @@ from crc32c import crc32c
 from streamcore.errors import CorruptLogError, RecordTooLargeError
 from streamcore.log.append_checks import unencodable_key
 
+__all__ = [
+    "COMPACTED",
+    "HEADER_SIZE",
+    "INDEX_SUFFIX",
+    "MAX_BATCH_BODY",
+    "SEGMENT_SUFFIX",
+    "Batch",
+    "BatchHeader",
+    "check_crc",
+    "encode_batch",
+    "encode_columns",
+    "encode_key",
+    "encode_raw_batch",
+    "encode_single",
+    "find_valid_batch",
+    "index_name",
+    "list_segments",
+    "newest_batch_timestamp",
+    "parse_header",
+    "read_batches",
+    "read_index",
+    "scan_segment",
+    "segment_name",
+]
+
 MAGIC = b"SCLB"
 VERSION = 1
 HAS_TIMESTAMPS = 0x01

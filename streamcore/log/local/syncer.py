@@ -15,6 +15,8 @@ import weakref
 
 from streamcore.log.local.writer import BATCH_FSYNC_INTERVAL, PartitionWriter
 
+__all__ = ["BatchSyncer"]
+
 logger = logging.getLogger(__name__)
 
 
