@@ -9,7 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from streamcore.errors import InvalidArgumentError, InvalidRecordError
+from streamcore.errors import ArgumentTypeError, InvalidArgumentError, InvalidRecordError
+
+__all__ = ["check_keys_encode", "check_timestamps", "check_types", "unencodable_key"]
 
 
 def _is_millis(value: Any) -> bool:
@@ -67,3 +69,16 @@ def check_keys_encode(keys: Sequence[str]) -> None:
                 key.encode()
             except UnicodeEncodeError as exc:
                 raise unencodable_key(index, key, exc) from None
+
+
+def check_types(keys: Sequence[object], values: Sequence[object]) -> None:
+    """TypeError naming the first key that is not a str or value that is not bytes-like."""
+    for k in keys:
+        if not isinstance(k, str):
+            raise ArgumentTypeError(f"log keys must be str, got {type(k).__name__}")
+    for v in values:
+        if not isinstance(v, bytes | bytearray | memoryview):
+            raise ArgumentTypeError(
+                f"log values must be bytes, got {type(v).__name__}; pass a codec to the "
+                "appender to encode messages"
+            )

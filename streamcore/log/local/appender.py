@@ -16,8 +16,8 @@ from streamcore.errors import (
     PartitionNotFoundError,
 )
 from streamcore.log.api import LogAppender
-from streamcore.log.append_checks import check_keys_encode, check_timestamps
-from streamcore.log.local.writer import PartitionWriter, append_all_or_nothing, check_types
+from streamcore.log.append_checks import check_keys_encode, check_timestamps, check_types
+from streamcore.log.local.writer import PartitionWriter, append_all_or_nothing
 from streamcore.log.partitioner import partition_for_key, partitions_for_keys
 from streamcore.log.values import AppendedOffsets, LogOffset, LogPartition
 from streamcore.names import Name

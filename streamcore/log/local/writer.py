@@ -37,7 +37,6 @@ from pathlib import Path
 import numpy as np
 
 from streamcore.errors import (
-    ArgumentTypeError,
     CorruptLogError,
     LogClosedError,
     LogLockedError,
@@ -45,7 +44,7 @@ from streamcore.errors import (
     RecordTooLargeError,
     StreamcoreError,
 )
-from streamcore.log.append_checks import check_timestamps
+from streamcore.log.append_checks import check_timestamps, check_types
 from streamcore.log.local.maintenance import maintenance_lock
 from streamcore.log.local.retention import sealed_segments
 from streamcore.log.local.segment import (
@@ -59,6 +58,8 @@ from streamcore.log.local.segment import (
     segment_name,
 )
 
+__all__ = ["BATCH_FSYNC_INTERVAL", "PartitionWriter", "append_all_or_nothing"]
+
 logger = logging.getLogger(__name__)
 INDEX_EVERY = 64 * 1024  # bytes of log between two sparse index entries
 BATCH_FSYNC_INTERVAL = 1.0  # seconds: fsync=batch's promise
@@ -69,19 +70,6 @@ _Buf = bytes | memoryview  # an Arrow column's buffer (`append_columns`)
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def check_types(keys: Sequence[object], values: Sequence[object]) -> None:
-    """TypeError naming the first key that is not a str or value that is not bytes-like."""
-    for k in keys:
-        if not isinstance(k, str):
-            raise ArgumentTypeError(f"log keys must be str, got {type(k).__name__}")
-    for v in values:
-        if not isinstance(v, bytes | bytearray | memoryview):
-            raise ArgumentTypeError(
-                f"log values must be bytes, got {type(v).__name__}; pass a codec to the "
-                "appender to encode messages"
-            )
 
 
 def fsync_dir(folder: Path) -> None:
