@@ -1,9 +1,6 @@
 """Every public module of streamcore/ says what it offers: it declares `__all__`, and every name in
 it exists. A public module is one whose file name does not start with `_` (package faces, the
-`__init__.py` files, are checked too when they declare one).
-
-PENDING names what does not follow yet, so the lead can empty it: folders whose modules other
-engineers are moving (they add `__all__` to their own modules), and single modules held back."""
+`__init__.py` files, are checked too when they declare one)."""
 
 from __future__ import annotations
 
@@ -15,9 +12,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "streamcore"
-
-PENDING_FOLDERS = ("streamcore/log/",)
-PENDING_MODULES: tuple[str, ...] = ()
 
 
 def _modules() -> list[str]:
@@ -48,12 +42,8 @@ def _public(path: str) -> bool:
     return not Path(path).name.startswith("_")
 
 
-def _pending(path: str) -> bool:
-    return path in PENDING_MODULES or path.startswith(PENDING_FOLDERS)
-
-
 def test_every_public_module_declares_all() -> None:
-    missing = [p for p in _modules() if _public(p) and not _pending(p) and not _declares_all(p)]
+    missing = [p for p in _modules() if _public(p) and not _declares_all(p)]
     assert not missing, (
         f"declare __all__ (the names other modules import, and the documented API) in {missing}"
     )
@@ -66,9 +56,3 @@ def test_every_name_in_all_exists(path: str) -> None:
     assert len(names) == len(set(names)), f"{path}: a name is listed twice in __all__"
     absent = [name for name in names if not hasattr(module, name)]
     assert not absent, f"{path}: __all__ lists {absent}, which the module does not define"
-
-
-def test_the_pending_list_names_real_modules() -> None:
-    modules = set(_modules())
-    assert set(PENDING_MODULES) <= modules
-    assert all((ROOT / folder).is_dir() for folder in PENDING_FOLDERS)

@@ -33,6 +33,17 @@ from streamcore.log.values import LogOffset, LogPartition, LogRecord
 if TYPE_CHECKING:
     from streamcore.codecs import Codec
 
+__all__ = [
+    "NOTHING_TO_SKIP",
+    "ArrowCursor",
+    "BinaryKey",
+    "Cursor",
+    "CursorTailer",
+    "PositionStore",
+    "key_error",
+    "value_error",
+]
+
 logger = logging.getLogger(__name__)
 _FETCH = 4096
 _POLL_MIN, _POLL_MAX = 0.001, 0.005

@@ -40,6 +40,8 @@ from streamcore.errors import (
 )
 from streamcore.names import Name
 
+__all__ = ["KafkaClients"]
+
 logger = logging.getLogger(__name__)
 # librdkafka's own lines, as a child of this module's logger.
 librdkafka_logger = logging.getLogger(f"{__name__}.librdkafka")

@@ -39,6 +39,8 @@ from streamcore.names import Name
 if TYPE_CHECKING:
     from streamcore.codecs import Codec
 
+__all__ = ["KafkaLogManager"]
+
 logger = logging.getLogger(__name__)
 _CREATE_OPTIONS = ("replication_factor", "retention", "topic_config")
 

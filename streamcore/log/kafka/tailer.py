@@ -52,6 +52,8 @@ if TYPE_CHECKING:
     from streamcore.codecs import Codec
     from streamcore.log.kafka.client import KafkaClients
 
+__all__ = ["KafkaTailer"]
+
 logger = logging.getLogger(__name__)
 _BATCH = 1000
 _SLICE = 0.05
