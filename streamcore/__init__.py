@@ -9,8 +9,9 @@ rest of its API in its own `__all__`.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from streamcore.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from streamcore.app import Streamcore
@@ -73,17 +74,4 @@ def _version() -> str:
             return "0+unknown"
 
 
-def __getattr__(name: str) -> Any:
-    if name == "__version__":
-        value: Any = _version()
-    else:
-        module = _EXPORTS.get(name)
-        if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS, "__version__"])
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals(), {"__version__": _version})
