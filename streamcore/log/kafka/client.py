@@ -392,32 +392,6 @@ class KafkaClients:
         return self.retry(f"cannot read the offsets of group {group_id}", call, topic)
 
     @contextlib.contextmanager
-    def _offsets_reader(self, group_id: str) -> Iterator[Any]:
-        """A consumer of `group_id` used only to read its committed offsets. The `_READERS` most
-        recently used stay open (a consumer costs a connection and a coordinator lookup); one
-        pushed out, or left by `close()`, while another thread still reads through it is closed
-        by that thread when it is done."""
-        with self._lock:
-            self.check_open()
-            reader = self._readers.pop(group_id, None)
-            if reader is None:
-                with self.errors("cannot create a consumer"):
-                    reader = _Reader(
-                        Consumer(self.consumer_config(group_id, f"{group_id}-offsets"))
-                    )
-            self._readers[group_id] = reader  # most recently used last
-            while len(self._readers) > _READERS:
-                self._readers.popitem(last=False)[1].retire()
-            reader.users += 1
-        try:
-            yield reader.consumer
-        finally:
-            with self._lock:
-                reader.users -= 1
-                if reader.retired:
-                    reader.retire()
-
-    @contextlib.contextmanager
     def offsets_reader(self, group_id: str) -> Iterator[Any]:
         """A consumer of `group_id` used only to read its committed offsets. The `_READERS` most
         recently used stay open (a consumer costs a connection and a coordinator lookup); one
