@@ -385,7 +385,7 @@ def _merge_entries(spark: Any, path: str, rows: Any) -> Any:
 
 def _inserted(spark: Any, path: str, version: int) -> dict[str, int]:
     """The rows commit `version` of the table at `path` added: {"inserted": n}."""
-    from jobs.spark.batch_positions import commit_metrics
+    from jobs.spark.delta_sink import commit_metrics
 
     metrics = commit_metrics(spark, path, version)
     if "numTargetRowsInserted" in metrics:

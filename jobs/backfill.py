@@ -311,9 +311,9 @@ def _land_table(
 ) -> dict[str, Any]:
     """Land the interval's Documents into the table `--target` through the importer's landing,
     with a MERGE that only inserts missing ids and updates older versions (see the module doc)."""
-    from jobs.spark.batch_positions import commit_metrics
     from jobs.spark.catalog import Catalog
     from jobs.spark.checked import CheckedBatch
+    from jobs.spark.delta_sink import commit_metrics
     from jobs.spark.delta_sql import latest_version
     from jobs.spark.repository import DocumentLanding
     from jobs.spark.validation import preload

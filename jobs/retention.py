@@ -364,7 +364,8 @@ def _finish_unkeyed_batch(
     incarnation. A batch of that id read from this very incarnation may have reached Delta but
     not the positions: commit them (the recovery of that id) before the keyed app's first
     batch, which would read its records again. Returns the positions committed."""
-    from jobs.spark.batch_positions import DeltaBatchSink, recover
+    from jobs.spark.batch_positions import recover
+    from jobs.spark.delta_sink import DeltaBatchSink
 
     if incarnation is None or DeltaBatchSink(ctx.spark, path, keyed).txn_version() is not None:
         return {}
@@ -402,7 +403,7 @@ def archive_rows(records: Any, stream: str, incarnation: str | None) -> Any:
 
 def _written(spark: Any, path: str, version: int) -> dict[str, int]:
     """The bytes and files commit `version` of the table at `path` wrote (Delta's metrics)."""
-    from jobs.spark.batch_positions import commit_metrics
+    from jobs.spark.delta_sink import commit_metrics
 
     metrics = commit_metrics(spark, path, version)
     return {

@@ -28,7 +28,8 @@ from streamcore.names import Name
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from jobs.spark.batch_positions import BatchPlan, DeltaBatchSink
+    from jobs.spark.batch_positions import BatchPlan
+    from jobs.spark.delta_sink import DeltaBatchSink
     from jobs.spark.delta_sql import Append, Merge
     from jobs.spark.job import JobContext
 
@@ -75,7 +76,8 @@ def run_offset_batch(
     `BatchWrite`, which must target `table_path`; this runner performs it as batch `plan.batch`.
     Returns the batch's summary (batch number, ranges, recovered positions, Delta version, and
     the write's summary)."""
-    from jobs.spark.batch_positions import DeltaBatchSink, commit_positions, plan_batch
+    from jobs.spark.batch_positions import commit_positions, plan_batch
+    from jobs.spark.delta_sink import DeltaBatchSink
     from jobs.spark.streams import read_stream
 
     name = Name.of(stream)

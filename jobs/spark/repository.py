@@ -42,10 +42,11 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from jobs.spark import delta_sql
-from jobs.spark.batch_positions import BatchPlan, commit_metrics
+from jobs.spark.batch_positions import BatchPlan
 from jobs.spark.batches import BatchWrite
 from jobs.spark.catalog import Catalog
 from jobs.spark.checked import Checked, CheckedBatch, CheckedLanding
+from jobs.spark.delta_sink import commit_metrics
 from jobs.spark.job import JobContext
 from jobs.spark.keys import keys_unique, read_unique_keys, unique_key_aggregates
 from streamcore.tables import DOCUMENT_SCHEMA

@@ -352,8 +352,9 @@ def test_a_batch_of_the_archiver_before_incarnations_keyed_it_is_finished_once(
     commits them, as the recovery of that app id would have, rather than archive the records
     a second time."""
     from jobs.retention import archive_rows
-    from jobs.spark.batch_positions import DeltaBatchSink, plan_batch
+    from jobs.spark.batch_positions import plan_batch
     from jobs.spark.catalog import Catalog
+    from jobs.spark.delta_sink import DeltaBatchSink
     from jobs.spark.streams import read_stream
     from streamcore.names import Name
 

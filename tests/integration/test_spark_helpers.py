@@ -273,7 +273,8 @@ def test_cap_shares_the_batch_size_across_partitions() -> None:
 
 
 def test_sink_records_batches_and_recover_commits_landed_positions(spark, local, tmp_path) -> None:
-    from jobs.spark.batch_positions import DeltaBatchSink, commit_positions, plan_batch
+    from jobs.spark.batch_positions import commit_positions, plan_batch
+    from jobs.spark.delta_sink import DeltaBatchSink
 
     local.create("test/exact", 2)
     with local.appender("test/exact") as appender:
@@ -315,8 +316,9 @@ def test_upsert_inserts_only_while_the_table_has_none_of_the_ids(
     from delta.tables import DeltaTable
 
     from jobs.spark.avro import decode_payload
-    from jobs.spark.batch_positions import BatchPlan, DeltaBatchSink
+    from jobs.spark.batch_positions import BatchPlan
     from jobs.spark.catalog import Catalog
+    from jobs.spark.delta_sink import DeltaBatchSink
     from jobs.spark.repository import latest_per_id, merge_documents
     from jobs.spark.streams import read_stream
 
