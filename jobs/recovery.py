@@ -351,7 +351,9 @@ def _resolve_pending(
     the claim the caller holds; the letters to mark done with the rest of the run."""
     from dataclasses import replace
 
-    from streamcore.recovery import redrive
+    # From its module: the face cannot hand out a name its own submodule has (importing
+    # streamcore.recovery.redrive binds that name on the package to the module).
+    from streamcore.recovery.redrive import redrive
 
     landed = []
     for dlq, positions in sorted(pending.items()):

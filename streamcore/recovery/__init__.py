@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     )
     from streamcore.recovery.ledger import RedriveLedger
     from streamcore.recovery.positions import PositionMove, PositionPlan, plan_reset, plan_skip
-    from streamcore.recovery.redrive import RedriveResult, redrive
+    from streamcore.recovery.redrive import RedriveResult
     from streamcore.recovery.report import render_report
     from streamcore.recovery.service import Outcome, Recovery
     from streamcore.recovery.targets import (
@@ -83,7 +83,6 @@ _EXPORTS = {
     "plan_skip": "positions",
     "RedriveResult": "redrive",
     "render_report": "report",
-    "redrive": "redrive",
     "Outcome": "service",
     "Recovery": "service",
     "RESET_TO": "targets",
@@ -120,7 +119,6 @@ __all__ = [  # written out for the linters; equal to _EXPORTS (tests/unit/recove
     "parse_reset_target",
     "plan_reset",
     "plan_skip",
-    "redrive",
     "render_report",
     "run_action",
     "scan_dead_letters",
