@@ -303,8 +303,8 @@ def spark_job(spark: Any, count: int, home: Path) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
     from jobs import audit
-    from jobs.spark.avro import encode_payload, encode_record
-    from jobs.spark.log_writer import append_dataframe
+    from jobs.spark.logs.avro import encode_payload, encode_record
+    from jobs.spark.logs.log_writer import append_dataframe
     from streamcore.codecs import SchemaStore
     from streamcore.config import load_config
     from streamcore.log import open_log_manager

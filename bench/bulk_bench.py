@@ -69,8 +69,8 @@ def repository_frame(spark: Any, catalog: Any, count: int, seed: int) -> Any:
     """`count` random documents shaped as the `repository` table (system columns null)."""
     from pyspark.sql import functions as F
 
-    from jobs.spark.catalog import table_schema
-    from jobs.spark.documents import random_documents
+    from jobs.spark.delta.catalog import table_schema
+    from jobs.spark.documents.frames import random_documents
 
     docs = random_documents(spark, count, partitions=4, seed=seed)
     extra = {
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     if min(args.count, args.export_docs, args.repeat, args.file_mb) < 1:
         parser.error("--count, --export-docs, --repeat and --file-mb must be positive")
 
-    from jobs.spark.catalog import Catalog
+    from jobs.spark.delta.catalog import Catalog
     from jobs.spark.session import build_session
     from streamcore.config import load_config
 

@@ -168,7 +168,7 @@ def export_table(env: dict[str, str], docs: int) -> None:
         env,
         f"""
         from bulk_bench import repository_frame
-        from jobs.spark.catalog import Catalog
+        from jobs.spark.delta.catalog import Catalog
         from jobs.spark.session import build_session
         from streamcore.config import load_config
         spark = build_session("dag-latency-bench")

@@ -88,7 +88,7 @@ def run_importer(*args: str) -> dict[str, Any]:
 
 
 def baseline(spark: Any, count: int, partitions: int, path: Path) -> float:
-    from jobs.spark.documents import random_documents
+    from jobs.spark.documents.frames import random_documents
 
     started = time.monotonic()
     docs = random_documents(spark, count, partitions=partitions, seed=1)

@@ -26,7 +26,7 @@ against plain Spark, the backfill replay against reading the archive alone, and 
 Setup, untimed: a fresh STREAMCORE_HOME in a temporary folder and the stream `bench/history` of 4
 partitions holding `--records` Records (default 1,000,000; key, watermark, a ~200-byte payload
 that looks like single-object Avro: `C3 01`, 8 fingerprint bytes, a body), appended from Spark
-with `jobs.spark.log_writer.append_dataframe`. Every step runs once on a warm-up of `--warmup`
+with `jobs.spark.logs.log_writer.append_dataframe`. Every step runs once on a warm-up of `--warmup`
 records (default 50,000) first, so none pays the JVM/JIT and Python-worker start-up alone.
 
 Prints records/s (and MB/s for the archive: the job's Delta commit `numOutputBytes`, the
@@ -142,8 +142,8 @@ def put_history(spark: Any, count: int, home: Path, first: int = 0) -> None:
     producing is not the archiver's work)."""
     from pyspark.sql import functions as F
 
-    from jobs.spark.avro import encode_record
-    from jobs.spark.log_writer import append_dataframe
+    from jobs.spark.logs.avro import encode_record
+    from jobs.spark.logs.log_writer import append_dataframe
     from streamcore.config import load_config
     from streamcore.log import open_log_manager
 
@@ -251,7 +251,7 @@ def archive_read(spark: Any, count: int, home: Path) -> dict[str, Any]:
     `orderBy(partition, offset)`), counted."""
     from pyspark.sql import functions as F
 
-    from jobs.spark.catalog import Catalog
+    from jobs.spark.delta.catalog import Catalog
     from streamcore.config import load_config
 
     os.environ["STREAMCORE_HOME"] = str(home)

@@ -35,7 +35,6 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from jobs.spark.batches import BatchWrite
-from jobs.spark.checked import Checked, CheckedBatch, CheckedLanding
 from jobs.spark.job import (
     JobArgumentError,
     JobContext,
@@ -47,6 +46,7 @@ from jobs.spark.job import (
     job_parser,
     run_job,
 )
+from jobs.spark.quality.checked import Checked, CheckedBatch, CheckedLanding
 from streamcore.audit.rules import MAX_FUTURE_SKEW, EntryRules, configured_rules
 from streamcore.errors import InvalidNameError
 from streamcore.names import Name
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
     from jobs.spark.batch_positions import BatchPlan
-    from jobs.spark.intervals import IntervalRanges
+    from jobs.spark.logs.intervals import IntervalRanges
 
 SCHEMA = "org.streamcore.audit.AuditEntry"
 STREAM, GROUP, TABLE = "audit/entries", "audit/delta", "audit"
@@ -143,8 +143,8 @@ def empty_summary(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any] |
 
 
 def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
-    from jobs.spark.catalog import Catalog
-    from jobs.spark.validation import preload
+    from jobs.spark.delta.catalog import Catalog
+    from jobs.spark.quality.validation import preload
 
     _check_stream(args, ctx)
     catalog = Catalog(ctx.spark, ctx.config)
@@ -200,7 +200,7 @@ def nothing_landed() -> dict[str, Any]:
 def _appended_since(args: argparse.Namespace, ctx: JobContext) -> IntervalRanges:
     """The offsets of everything appended since `--start` minus the skew (where the interval's
     entries can be, whatever their lateness); JobError if the log purged part of that."""
-    from jobs.spark.intervals import interval_ranges
+    from jobs.spark.logs.intervals import interval_ranges
 
     start_ms, _end_ms = interval_ms(args)
     since_ms = start_ms - int(args.max_future_skew * 1000)
@@ -228,8 +228,8 @@ def _interval(
 ) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
-    from jobs.spark.delta_sql import latest_version
-    from jobs.spark.streams import read_stream
+    from jobs.spark.delta.sql import latest_version
+    from jobs.spark.logs.streams import read_stream
 
     start_ms, end_ms = interval_ms(args)
     found = _appended_since(args, ctx)
@@ -261,8 +261,8 @@ def _interval(
 
 
 class AuditLanding(CheckedLanding):
-    """Checked landing of audit entries (`jobs.spark.checked`) with the audit table's write: the
-    insert-only MERGE on the event id, as the batch mode's `land` or for an interval."""
+    """Checked landing of audit entries (`jobs.spark.quality.checked`) with the audit table's write:
+    the insert-only MERGE on the event id, as the batch mode's `land` or for an interval."""
 
     job = "audit"
 
@@ -306,7 +306,7 @@ class AuditLanding(CheckedLanding):
     def aggregates(self, keep: Column, batch: CheckedBatch) -> list[Column]:
         from pyspark.sql import functions as F
 
-        from jobs.spark.keys import unique_key_aggregates
+        from jobs.spark.delta.keys import unique_key_aggregates
 
         counted = [
             F.count(F.when(keep & (F.col("event_type") == t), 1)).alias(f"_type {t}")
@@ -317,7 +317,7 @@ class AuditLanding(CheckedLanding):
     def write(self, checked: Checked, batch: CheckedBatch) -> BatchWrite:
         from pyspark.sql import functions as F
 
-        from jobs.spark.keys import read_unique_keys
+        from jobs.spark.delta.keys import read_unique_keys
 
         fields = [f["name"] for f in self.schema.raw["fields"]]
         rows = checked.good.select(
@@ -331,8 +331,8 @@ class AuditLanding(CheckedLanding):
         by_type = dict(sorted(found.items(), key=lambda kv: -kv[1]))
         if not read_unique_keys(row, "event_id"):
             rows = rows.dropDuplicates(["event_id"])  # the relay's at-least-once repeats
-        # Created outside the batch's transaction (see jobs.spark.repository), and only once a
-        # batch lands.
+        # Created outside the batch's transaction (see jobs.spark.documents.repository), and only
+        # once a batch lands.
         path = self.catalog.ensure(TABLE)
         merge = _merge_entries(self.ctx.spark, path, rows)
         return BatchWrite(merge, summary={"by_event_type": by_type})
@@ -355,7 +355,7 @@ def audit_suite(schema: Any, rules: EntryRules) -> Any:
     the rules on whole entries of `streamcore.audit.rules`, judged at the job's start (so both
     passes over a batch judge an entry the same way). `publish` checks both kinds, so
     expectations kept only here, in include/expectations/AuditEntry.json, are refused."""
-    from jobs.spark.expectations import EXPECTATIONS_DIR, Expectation, load_suite
+    from jobs.spark.quality.expectations import EXPECTATIONS_DIR, Expectation, load_suite
 
     suite = load_suite(schema)
     if any(e.origin != "schema" for e in suite.expectations):
@@ -375,7 +375,7 @@ def audit_suite(schema: Any, rules: EntryRules) -> Any:
 def _merge_entries(spark: Any, path: str, rows: Any) -> Any:
     """The insert-only MERGE of entry rows into the audit table at `path` (not executed): an
     event id the table has is a repeat of the same entry, left as it is."""
-    from jobs.spark.delta_sql import Merge
+    from jobs.spark.delta.sql import Merge
 
     # Same event id, same entry, same day: the day prunes the partitions the MERGE joins.
     condition = "t.event_day = s.event_day AND t.event_id = s.event_id"
@@ -385,7 +385,7 @@ def _merge_entries(spark: Any, path: str, rows: Any) -> Any:
 
 def _inserted(spark: Any, path: str, version: int) -> dict[str, int]:
     """The rows commit `version` of the table at `path` added: {"inserted": n}."""
-    from jobs.spark.delta_sink import commit_metrics
+    from jobs.spark.delta.sink import commit_metrics
 
     metrics = commit_metrics(spark, path, version)
     if "numTargetRowsInserted" in metrics:

@@ -11,7 +11,7 @@ Records are those appended (their append time) in the interval. Per source parti
 offsets the hot log no longer holds come from `archive` (which the retention job fills before it
 purges), the rest from the log through `offset_for_timestamp`. Before anything is read, the
 archive's part is proven to have no hole, from both ends of each partition's run of offsets
-(`jobs.spark.coverage`); records purged before they were archived (a stream LogConfig does not
+(`jobs.spark.logs.coverage`); records purged before they were archived (a stream LogConfig does not
 archive, a forced purge) refuse the run with nothing written. On a log LogConfig compacts
 (`compact = true`), `archive` serves every offset below the archiver's position, since
 compaction removed older versions there that the archive keeps: a replay gives back every
@@ -42,7 +42,7 @@ commit what they processed, so a rerun of a done interval appends nothing and it
 nothing left; a run whose drain timed out or failed is finished by running it again.
 
 `--target-kind table --target repository`: the records are Documents landed into `repository`
-by the importer's own landing (`jobs.spark.repository.DocumentLanding`: decode, checks,
+by the importer's own landing (`jobs.spark.documents.repository.DocumentLanding`: decode, checks,
 quarantine, `--failure-threshold`, and the repository MERGE). Idempotent per interval
 without a replay record: the MERGE on the document id inserts the ids the table lacks and
 updates a row only with a newer version (watermark, partition, offset), so a rerun changes
@@ -65,7 +65,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from jobs.spark.history import HistoryPlan, history_records, locate_history, prove_archive
 from jobs.spark.job import (
     JobArgumentError,
     JobContext,
@@ -77,6 +76,7 @@ from jobs.spark.job import (
     job_parser,
     run_job,
 )
+from jobs.spark.logs.history import HistoryPlan, history_records, locate_history, prove_archive
 from streamcore.errors import InvalidNameError, StreamcoreError
 from streamcore.names import Name
 from streamcore.record import Flag
@@ -311,12 +311,12 @@ def _land_table(
 ) -> dict[str, Any]:
     """Land the interval's Documents into the table `--target` through the importer's landing,
     with a MERGE that only inserts missing ids and updates older versions (see the module doc)."""
-    from jobs.spark.catalog import Catalog
-    from jobs.spark.checked import CheckedBatch
-    from jobs.spark.delta_sink import commit_metrics
-    from jobs.spark.delta_sql import latest_version
-    from jobs.spark.repository import DocumentLanding
-    from jobs.spark.validation import preload
+    from jobs.spark.delta.catalog import Catalog
+    from jobs.spark.delta.sink import commit_metrics
+    from jobs.spark.delta.sql import latest_version
+    from jobs.spark.documents.repository import DocumentLanding
+    from jobs.spark.quality.checked import CheckedBatch
+    from jobs.spark.quality.validation import preload
 
     start_ms, end_ms = interval_ms(args)
     source = plan.stream

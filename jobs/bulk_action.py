@@ -97,7 +97,7 @@ class _Run:
         return BulkStatus(command_id=self.command.id, delta=True, **changes)
 
     def run(self) -> dict[str, Any]:
-        from jobs.spark.catalog import Catalog
+        from jobs.spark.delta.catalog import Catalog
 
         status = self.service.status(self.command.id)
         self.catalog = Catalog(self.ctx.spark, self.ctx.config)

@@ -108,7 +108,7 @@ def check_args(args: argparse.Namespace) -> None:
                 raise JobArgumentError(
                     f"--path {args.path} does not exist; give an existing file or folder"
                 )
-            from jobs.spark.import_roots import check_import_path
+            from jobs.spark.documents.import_roots import check_import_path
             from streamcore.config import load_config
 
             try:
@@ -118,7 +118,7 @@ def check_args(args: argparse.Namespace) -> None:
             except StreamcoreError as exc:
                 raise JobArgumentError(f"--path: {exc}") from None
             if args.format is None:
-                from jobs.spark.formats import detect_format
+                from jobs.spark.documents.formats import detect_format
 
                 try:
                     args.format = detect_format(args.path)
@@ -152,9 +152,9 @@ def produce(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     """Append the documents to the stream from the executors; returns the summary."""
     from pyspark.sql import functions as F
 
-    from jobs.spark.avro import encode_payload, encode_record, spark_schema
-    from jobs.spark.documents import check_encodable, random_documents, read_documents
-    from jobs.spark.log_writer import append_dataframe
+    from jobs.spark.documents.frames import check_encodable, random_documents, read_documents
+    from jobs.spark.logs.avro import encode_payload, encode_record, spark_schema
+    from jobs.spark.logs.log_writer import append_dataframe
 
     manager, phases = ctx.logs, ctx.phases
     schema = ctx.schemas.by_name(DOCUMENT_SCHEMA)
@@ -205,9 +205,9 @@ def produce(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
 def consume(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
     """Import the group's unconsumed range into the Delta table, exactly once."""
     from jobs.spark.batches import run_offset_batch
-    from jobs.spark.catalog import Catalog
-    from jobs.spark.repository import DocumentLanding
-    from jobs.spark.validation import preload
+    from jobs.spark.delta.catalog import Catalog
+    from jobs.spark.documents.repository import DocumentLanding
+    from jobs.spark.quality.validation import preload
 
     catalog = Catalog(ctx.spark, ctx.config)
     table_path, quarantine_path = catalog.path(args.table), catalog.path("quarantine")

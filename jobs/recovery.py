@@ -182,7 +182,7 @@ def _write_listing(rows: list[dict[str, Any]], output: str) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from jobs.spark.dead_letters import LISTING_COLUMNS
+    from jobs.spark.logs.dead_letters import LISTING_COLUMNS
 
     folder = Path(output)
     folder.mkdir(parents=True, exist_ok=True)
@@ -195,7 +195,7 @@ def _with_spark(args: argparse.Namespace, ctx: JobContext, recovery: Any) -> dic
 
     chosen = selection(args)
     bounds = selection_bounds(ctx.logs, chosen)
-    from jobs.spark.dead_letters import read_dead_letters
+    from jobs.spark.logs.dead_letters import read_dead_letters
 
     with ctx.phases("read"):
         letters = read_dead_letters(ctx.spark, ctx.logs, bounds, chosen)
@@ -207,7 +207,7 @@ def _with_spark(args: argparse.Namespace, ctx: JobContext, recovery: Any) -> dic
 def _list_spark(args: argparse.Namespace, ctx: JobContext, letters: Any) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
-    from jobs.spark.dead_letters import LISTING_COLUMNS
+    from jobs.spark.logs.dead_letters import LISTING_COLUMNS
 
     if letters is None:
         return _listing([], {}, [], args.output)
@@ -413,7 +413,7 @@ def _append(
 ) -> None:
     from pyspark.sql import functions as F
 
-    from jobs.spark.log_writer import append_dataframe
+    from jobs.spark.logs.log_writer import append_dataframe
 
     rows = letters.where(F.col("foreign").isNull()).withColumn("_target", target)
     if known:

@@ -245,8 +245,8 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
 def _archive(
     args: argparse.Namespace, ctx: JobContext, names: list[Name], routing: Any
 ) -> dict[str, Any]:
-    from jobs.spark.catalog import Catalog
-    from jobs.spark.intervals import offsets_at
+    from jobs.spark.delta.catalog import Catalog
+    from jobs.spark.logs.intervals import offsets_at
 
     # Created once, when a real run first needs it, outside any batch's transaction (a creation
     # commit carrying a txn id would make Delta skip that batch as landed).
@@ -330,7 +330,7 @@ def _archive_stream(
     recovered = _finish_unkeyed_batch(ctx, name, incarnation, path, f"{app}/{ARCHIVER}")
 
     def land(records: Any, plan: Any) -> BatchWrite:
-        from jobs.spark.delta_sql import Append
+        from jobs.spark.delta.sql import Append
 
         rows = archive_rows(records, name.urn, plan.incarnation)
         ctx.fault_point("retention.before_delta_commit")
@@ -365,7 +365,7 @@ def _finish_unkeyed_batch(
     not the positions: commit them (the recovery of that id) before the keyed app's first
     batch, which would read its records again. Returns the positions committed."""
     from jobs.spark.batch_positions import recover
-    from jobs.spark.delta_sink import DeltaBatchSink
+    from jobs.spark.delta.sink import DeltaBatchSink
 
     if incarnation is None or DeltaBatchSink(ctx.spark, path, keyed).txn_version() is not None:
         return {}
@@ -403,7 +403,7 @@ def archive_rows(records: Any, stream: str, incarnation: str | None) -> Any:
 
 def _written(spark: Any, path: str, version: int) -> dict[str, int]:
     """The bytes and files commit `version` of the table at `path` wrote (Delta's metrics)."""
-    from jobs.spark.delta_sink import commit_metrics
+    from jobs.spark.delta.sink import commit_metrics
 
     metrics = commit_metrics(spark, path, version)
     return {
@@ -522,7 +522,7 @@ def _by_group(plans: list[Any]) -> dict[str, int]:
 
 
 def _maintain(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
-    from jobs.spark.catalog import Catalog
+    from jobs.spark.delta.catalog import Catalog
 
     catalog = Catalog(ctx.spark, ctx.config)
     chosen = table_names(args.tables) or list(TABLES)

@@ -25,7 +25,7 @@ from streamcore.errors import InvalidNameError
 from streamcore.names import Name
 
 if TYPE_CHECKING:
-    from jobs.spark.intervals import IntervalRanges
+    from jobs.spark.logs.intervals import IntervalRanges
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
 
 
 def _interval(args: argparse.Namespace, ctx: JobContext) -> IntervalRanges:
-    from jobs.spark.intervals import interval_ranges
+    from jobs.spark.logs.intervals import interval_ranges
 
     if not ctx.logs.exists(args.stream):
         raise JobError(f"stream {args.stream} does not exist; check --stream (streamcore logs)")
@@ -85,7 +85,7 @@ def _count(ctx: JobContext, stream: str, ranges: dict[int, tuple[int, int]]) -> 
     """{partition: {records, keys, bytes}} of the records in `ranges`, counted by Spark."""
     from pyspark.sql import functions as F
 
-    from jobs.spark.streams import read_stream
+    from jobs.spark.logs.streams import read_stream
 
     rows = (
         read_stream(ctx.spark, ctx.logs, stream, ranges)

@@ -2,7 +2,7 @@
 
 Each table is a `TableSpec`: its columns (in a small portable type vocabulary), partition columns,
 natural key, Delta properties, OPTIMIZE z-order columns and VACUUM retention. Spark jobs create
-and maintain the tables from these facts (`jobs.spark.catalog.Catalog`); the CLI lists them
+and maintain the tables from these facts (`jobs.spark.delta.catalog.Catalog`); the CLI lists them
 (`streamcore tables`) without Spark. Where an Avro schema describes the rows (`repository` holds
 Documents), the columns come from the schema, mapped as spark-avro maps them.
 

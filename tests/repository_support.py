@@ -43,7 +43,7 @@ def document_row(i: int, **changes: Any) -> dict[str, Any]:
 
 def write_repository(spark: Any, catalog: Any, rows: list[dict[str, Any]]) -> str:
     """Append `rows` to `repository` (created by `catalog` if needed); returns its path."""
-    from jobs.spark.catalog import table_schema
+    from jobs.spark.delta.catalog import table_schema
 
     path = catalog.ensure("repository")
     schema = table_schema(catalog.spec("repository"))

@@ -2,7 +2,7 @@
 exactly-once and intervals"): which range a batch reads (`plan_batch`), finishing a batch that
 reached Delta but not the log (`recover`), and moving the group past a landed batch
 (`commit_positions`). The Delta side of the batch, its commit and the record of the last one, is
-`jobs.spark.delta_sink`; `jobs.spark.batches.run_offset_batch` runs the sequence.
+`jobs.spark.delta.sink`; `jobs.spark.batches.run_offset_batch` runs the sequence.
 
 The group's positions are committed to the log only after the batch's Delta commit. So:
 
@@ -46,7 +46,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from jobs.spark.delta_sink import DeltaBatchSink, LandedBatch
+from jobs.spark.delta.sink import DeltaBatchSink, LandedBatch
 from streamcore.errors import StreamcoreError
 from streamcore.log import LogManager, LogPartition
 from streamcore.names import Name

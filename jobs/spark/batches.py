@@ -11,7 +11,7 @@ duplicate and no loss; an operator's rewind of the group, even to exactly the la
 starts, is read from, not taken for a crash. A job supplies only `land`, which never sees the
 sink: it cannot write the batch outside this sequence.
 
-Batches over a time interval instead of a group's positions: `jobs.spark.intervals`.
+Batches over a time interval instead of a group's positions: `jobs.spark.logs.intervals`.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from jobs.spark.batch_positions import BatchPlan
-    from jobs.spark.delta_sink import DeltaBatchSink
-    from jobs.spark.delta_sql import Append, Merge
+    from jobs.spark.delta.sink import DeltaBatchSink
+    from jobs.spark.delta.sql import Append, Merge
     from jobs.spark.job import JobContext
 
 __all__ = ["BatchWrite", "Land", "run_offset_batch"]
@@ -77,8 +77,8 @@ def run_offset_batch(
     Returns the batch's summary (batch number, ranges, recovered positions, Delta version, and
     the write's summary)."""
     from jobs.spark.batch_positions import commit_positions, plan_batch
-    from jobs.spark.delta_sink import DeltaBatchSink
-    from jobs.spark.streams import read_stream
+    from jobs.spark.delta.sink import DeltaBatchSink
+    from jobs.spark.logs.streams import read_stream
 
     name = Name.of(stream)
     if not ctx.logs.exists(name):

@@ -186,8 +186,8 @@ def add_check_options(
     parser: argparse.ArgumentParser, *, default_threshold: float, threshold_help: str
 ) -> None:
     """`--failure-threshold` and `--gx-result-format`: the options of a job whose landing checks
-    its rows (`jobs.spark.checked`); `check_failure_threshold` checks the first (call it from
-    `check_args`)."""
+    its rows (`jobs.spark.quality.checked`); `check_failure_threshold` checks the first (call it
+    from `check_args`)."""
     parser.add_argument(
         "--failure-threshold", type=float, default=default_threshold, help=threshold_help
     )

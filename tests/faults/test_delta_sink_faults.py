@@ -65,7 +65,7 @@ def test_a_rewound_group_rereads_instead_of_recovering(spark, tmp_path: Path, re
     starts puts the positions where a crash between the Delta commit and the positions leaves
     them: the sink's record of its own commit of the positions tells them apart."""
     from jobs.spark.batch_positions import plan_batch
-    from jobs.spark.delta_sink import DeltaBatchSink
+    from jobs.spark.delta.sink import DeltaBatchSink
 
     with LocalLogManager(tmp_path / "log") as manager:
         manager.create(STREAM, 2)
@@ -95,7 +95,7 @@ def test_a_crash_between_the_two_commits_is_still_recovered(spark, tmp_path: Pat
     """The recovery case itself: positions at the landed batch's start (partition 1) or already
     at its end (partition 0, the commit stopped half way) get the landed ends, and only those."""
     from jobs.spark.batch_positions import plan_batch
-    from jobs.spark.delta_sink import DeltaBatchSink
+    from jobs.spark.delta.sink import DeltaBatchSink
 
     with LocalLogManager(tmp_path / "log") as manager:
         manager.create(STREAM, 2)
@@ -121,7 +121,7 @@ def test_a_crash_after_a_rewind_is_still_recovered(spark, tmp_path: Path) -> Non
     must still read as one), then a batch over the rewound records whose job dies between its
     Delta commit and its positions: those positions are a crash's, and are recovered."""
     from jobs.spark.batch_positions import plan_batch
-    from jobs.spark.delta_sink import DeltaBatchSink
+    from jobs.spark.delta.sink import DeltaBatchSink
 
     with LocalLogManager(tmp_path / "log") as manager:
         manager.create(STREAM, 2)
@@ -177,7 +177,7 @@ def test_a_recreated_log_is_refused_not_recovered(spark, tmp_path: Path) -> None
     beyond the new log's end (3). Committing them would make ranges (10, 3) and skip every new
     record; the run must refuse with what happened and how to go on, and commit nothing."""
     from jobs.spark.batch_positions import plan_batch
-    from jobs.spark.delta_sink import DeltaBatchSink
+    from jobs.spark.delta.sink import DeltaBatchSink
 
     path = str(tmp_path / "delta" / "t")
     with LocalLogManager(tmp_path / "log") as manager:
@@ -213,7 +213,7 @@ def test_a_recreated_log_that_grew_past_the_landed_end_is_refused(
     skipped its first records. Planning must refuse, whatever the positions, and commit nothing;
     a new group imports every new record."""
     from jobs.spark.batch_positions import LogMismatchError, plan_batch
-    from jobs.spark.delta_sink import DeltaBatchSink
+    from jobs.spark.delta.sink import DeltaBatchSink
 
     path = str(tmp_path / "delta" / "t")
     with LocalLogManager(tmp_path / "log") as manager:
@@ -253,7 +253,7 @@ def test_a_position_beyond_the_log_end_is_refused(spark, tmp_path: Path) -> None
     """A group whose committed position (50) is beyond the log's end (5), as after a topic was
     recreated while its group kept its offsets: the plan must not hold a range (50, 5)."""
     from jobs.spark.batch_positions import BatchPlan, plan_batch
-    from jobs.spark.delta_sink import DeltaBatchSink
+    from jobs.spark.delta.sink import DeltaBatchSink
 
     manager = MemoryLogManager()
     manager.create(STREAM, 1)

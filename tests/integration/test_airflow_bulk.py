@@ -35,7 +35,7 @@ pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 
 def _repository(spark: Any, home: Path, count: int) -> list[str]:
     """`repository` under `home` with `count` documents, every third a Note; the Notes' ids."""
-    from jobs.spark.catalog import Catalog
+    from jobs.spark.delta.catalog import Catalog
 
     rows = [document_row(i, type="Note" if i % 3 == 0 else "File") for i in range(count)]
     write_repository(spark, Catalog(spark, load_config(home=home)), rows)

@@ -150,7 +150,7 @@ def _committed() -> list:
 
 
 def _importer_txn(spark: Any, table: Path) -> int | None:
-    from jobs.spark.delta_sink import DeltaBatchSink
+    from jobs.spark.delta.sink import DeltaBatchSink
 
     return DeltaBatchSink(spark, str(table), f"importer/{GROUP}").txn_version()
 

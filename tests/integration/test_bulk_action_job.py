@@ -46,7 +46,7 @@ DOCS = 20  # ids 0..19 in id order; odd ones are Notes
 
 @pytest.fixture
 def repository(spark: Any) -> Path:
-    from jobs.spark.catalog import Catalog
+    from jobs.spark.delta.catalog import Catalog
 
     rows = [_row(i) for i in range(DOCS)]
     rows[1]["title"] = 'doc 1, "quoted"'  # CSV quoting

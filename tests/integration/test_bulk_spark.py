@@ -30,7 +30,7 @@ pytestmark = pytest.mark.spark
 
 @pytest.fixture
 def catalog(spark, clean_env: pytest.MonkeyPatch, tmp_path: Path):
-    from jobs.spark.catalog import Catalog
+    from jobs.spark.delta.catalog import Catalog
 
     return Catalog(spark, load_config(home=tmp_path))
 
@@ -318,7 +318,7 @@ def test_importer_merge_keeps_the_system_columns(spark, catalog, repository) -> 
     from pyspark.sql.types import IntegerType, LongType
 
     from jobs.spark.bulk.apply import apply_update
-    from jobs.spark.repository import merge_documents
+    from jobs.spark.documents.repository import merge_documents
 
     trash = spark.createDataFrame([(_id(1),), (_id(2),)], "id string").select(
         "id", F.lit(True).alias("isTrashed"), F.lit("deleted").alias("lifecycleState")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from spark_session import delta_version
 
-from jobs.spark.catalog import Catalog, spark_type, table_schema
+from jobs.spark.delta.catalog import Catalog, spark_type, table_schema
 from streamcore.config import load_config
 from streamcore.errors import IncompatibleTableError, TableError
 from streamcore.table_status import table_status
@@ -78,7 +78,7 @@ def test_ensure_adds_the_declared_nullable_columns_a_table_lacks(spark, catalog,
     assert spec.column_names[-2:] == ("isTrashed", "lifecycleState")
     path = _old_repository(spark, catalog, spec.columns[:-2])
     before = delta_version(path)
-    with caplog.at_level(logging.WARNING, logger="jobs.spark.catalog"):
+    with caplog.at_level(logging.WARNING, logger="jobs.spark.delta.catalog"):
         assert catalog.ensure("repository") == path
     assert "added the nullable columns ['isTrashed', 'lifecycleState']" in caplog.text
     assert delta_version(path) == before + 1  # one metadata commit

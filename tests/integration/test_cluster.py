@@ -248,7 +248,7 @@ def test_every_other_dag_runs_on_the_cluster_over_spark_connect(
     assert files["state"] == "COMPLETED" and files["processed"] == sum(marked) > 0, files
     for row, is_file in zip(rows, marked, strict=True):
         assert (("site", "cluster") in (row["properties"] or [])) == is_file, row
-    # The importer's documents were modified in 2024 (jobs/spark/documents.py): every Note is
+    # The importer's documents were modified in 2024 (jobs/spark/documents/frames.py): every Note is
     # older than 7 days, so the scheduled example trashes exactly the Notes.
     trash = summaries[("streamcore_bulk_trash_old_notes", "run")]
     notes = [r for r in rows if r["type"] == "Note"]

@@ -55,7 +55,7 @@ def _hot(stream: str) -> dict[int, list[tuple[int, str, bytes]]]:
 
 
 def test_compact_keeps_the_latest_per_key_and_spark_reads_across_the_gaps(spark: Any) -> None:
-    from jobs.spark.streams import read_stream
+    from jobs.spark.logs.streams import read_stream
 
     written = _write_history(STREAM, segment_bytes=2048)  # keys k0..k12, 140 records
     code, archived = _run("archive", "--streams", STREAM, "--horizon", "1d")

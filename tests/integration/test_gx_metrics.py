@@ -1,4 +1,4 @@
-"""Great Expectations given the metrics of the row-check pass (jobs/spark/gx_metrics.py,
+"""Great Expectations given the metrics of the row-check pass (jobs/spark/quality/gx_metrics.py,
 gx_engine.py) gives the same results as GX computing every metric itself: every expectation type
 of the Document suite and more, with bad rows of each, nulls, a row condition, and expectations
 GX still computes alone."""
@@ -98,7 +98,7 @@ def _docs() -> list[dict[str, Any]]:
 
 
 def _suite(store: SchemaStore) -> Any:
-    from jobs.spark.expectations import Expectation, Suite, load_suite
+    from jobs.spark.quality.expectations import Expectation, Suite, load_suite
 
     suite = load_suite(store.by_name(DOCUMENT))
     return Suite(suite.name, suite.expectations + [Expectation(t, k, "test") for t, k in EXTRA])
@@ -108,7 +108,7 @@ def _frame(spark: Any, store: SchemaStore, docs: list[dict[str, Any]]) -> Any:
     """The documents as decoded payloads, nullable columns (bad rows have nulls anywhere)."""
     from pyspark.sql.types import StructField, StructType
 
-    from jobs.spark.avro import spark_schema
+    from jobs.spark.logs.avro import spark_schema
 
     schema = spark_schema(spark, store.by_name(DOCUMENT))
     nullable = StructType([StructField(f.name, f.dataType, True) for f in schema.fields])
@@ -158,7 +158,7 @@ def _unasked(answers: Any) -> set[str]:
 @pytest.fixture
 def answers(monkeypatch) -> list[Any]:
     """The `Answers` of each validation, to check that GX asked for every prepared metric."""
-    from jobs.spark import gx_engine
+    from jobs.spark.quality import gx_engine
 
     seen: list[Any] = []
     real = gx_engine.answering
@@ -175,8 +175,8 @@ def answers(monkeypatch) -> list[Any]:
 def test_precomputed_metrics_give_gx_results(
     spark, tmp_path: Path, answers: list[Any], result_format: str
 ) -> None:
-    from jobs.spark.gx_metrics import compute_metrics, modelled
-    from jobs.spark.validation import validate
+    from jobs.spark.quality.gx_metrics import compute_metrics, modelled
+    from jobs.spark.quality.validation import validate
 
     store = SchemaStore(load_config().schemas_dir)
     suite = _suite(store)
@@ -213,9 +213,9 @@ def test_metrics_of_the_row_check_pass_skip_undecodable_rows(
     """The importer's pass: the metrics of the rows that decoded, with the row counts."""
     from pyspark.sql import functions as F
 
-    from jobs.spark.expectations import failure_counts
-    from jobs.spark.gx_metrics import check_aggregates
-    from jobs.spark.validation import validate
+    from jobs.spark.quality.expectations import failure_counts
+    from jobs.spark.quality.gx_metrics import check_aggregates
+    from jobs.spark.quality.validation import validate
 
     store = SchemaStore(load_config().schemas_dir)
     suite = _suite(store)
@@ -238,8 +238,8 @@ def test_metrics_of_the_row_check_pass_skip_undecodable_rows(
 def test_too_many_failing_rows_leave_the_value_lists_to_gx(
     spark, tmp_path: Path, monkeypatch, answers: list[Any]
 ) -> None:
-    from jobs.spark import gx_metrics
-    from jobs.spark.validation import validate
+    from jobs.spark.quality import gx_metrics
+    from jobs.spark.quality.validation import validate
 
     store = SchemaStore(load_config().schemas_dir)
     suite = _suite(store)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from spark_session import delta_version, read_delta
 
-from jobs.spark.intervals import IntervalMismatchError, replace_interval
+from jobs.spark.logs.intervals import IntervalMismatchError, replace_interval
 from streamcore.errors import StreamcoreError
 
 pytestmark = pytest.mark.spark

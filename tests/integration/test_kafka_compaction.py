@@ -62,7 +62,7 @@ def _read_all(manager: UnifiedLogManager, group: str) -> list[tuple[int, str, by
 def test_the_broker_compacts_a_log_the_configuration_compacts(
     kafka_bootstrap: str, tmp_path: Path, spark
 ) -> None:
-    from jobs.spark.streams import read_stream
+    from jobs.spark.logs.streams import read_stream
 
     manager = _manager(tmp_path, kafka_bootstrap)
     try:

@@ -353,9 +353,9 @@ def test_a_batch_of_the_archiver_before_incarnations_keyed_it_is_finished_once(
     a second time."""
     from jobs.retention import archive_rows
     from jobs.spark.batch_positions import plan_batch
-    from jobs.spark.catalog import Catalog
-    from jobs.spark.delta_sink import DeltaBatchSink
-    from jobs.spark.streams import read_stream
+    from jobs.spark.delta.catalog import Catalog
+    from jobs.spark.delta.sink import DeltaBatchSink
+    from jobs.spark.logs.streams import read_stream
     from streamcore.names import Name
 
     stream = "hist/unkeyed"

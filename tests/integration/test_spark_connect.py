@@ -98,7 +98,7 @@ def test_the_audit_job_lands_each_entry_once_on_connect(af: AirflowEnv) -> None:
         import os
         os.environ["STREAMCORE_SPARK_REMOTE"] = {url(af)!r}
         from jobs import audit
-        from jobs.spark.delta_sql import is_connect
+        from jobs.spark.delta.sql import is_connect
         from jobs.spark.job import JobContext, execute_job
         assert is_connect(JobContext("audit").spark)
         print(json.dumps(execute_job(audit, ["batch"]), default=str))

@@ -90,7 +90,7 @@ def test_submit_config_imports_no_pyspark() -> None:
 def test_local_source_reads_exact_ranges_one_spark_partition_per_log_partition(
     spark, local, store
 ) -> None:
-    from jobs.spark.streams import read_raw, read_stream
+    from jobs.spark.logs.streams import read_raw, read_stream
 
     local.create("test/docs", 3)
     for p in range(3):
@@ -124,7 +124,7 @@ def first_ts(ms: int):
 
 
 def test_local_source_refuses_a_range_past_the_end(spark, local, store) -> None:
-    from jobs.spark.streams import read_raw
+    from jobs.spark.logs.streams import read_raw
 
     local.create("test/short", 1)
     _append_docs(local, "test/short", [_doc(i) for i in range(3)], store)
@@ -133,7 +133,7 @@ def test_local_source_refuses_a_range_past_the_end(spark, local, store) -> None:
 
 
 def test_read_range_reports_records_purged_by_retention(local, store) -> None:
-    from jobs.spark.local_source import LogRange, read_range
+    from jobs.spark.logs.local_source import LogRange, read_range
 
     local.create("test/purged", 1)
     _append_docs(local, "test/purged", [_doc(i) for i in range(3)], store)
@@ -144,7 +144,7 @@ def test_read_range_reports_records_purged_by_retention(local, store) -> None:
 
 
 def test_values_that_are_not_records_are_kept_with_an_error(spark, local) -> None:
-    from jobs.spark.streams import read_stream
+    from jobs.spark.logs.streams import read_stream
 
     local.create("test/raw", 1)
     with local.appender("test/raw") as appender:
@@ -161,8 +161,8 @@ def test_values_that_are_not_records_are_kept_with_an_error(spark, local) -> Non
 def test_decode_payload_resolves_older_writer_schemas_and_flags_unknown_ones(
     spark, local, tmp_path: Path
 ) -> None:
-    from jobs.spark.avro import decode_payload
-    from jobs.spark.streams import read_stream
+    from jobs.spark.logs.avro import decode_payload
+    from jobs.spark.logs.streams import read_stream
 
     current = json.loads((ROOT / "include" / "schemas" / "Document.avsc").read_text())
     older = dict(current, fields=[f for f in current["fields"] if f["name"] != "description"])
@@ -193,7 +193,7 @@ def test_decode_payload_resolves_older_writer_schemas_and_flags_unknown_ones(
 def test_log_writer_by_key_follows_the_partitioner(spark, local) -> None:
     from pyspark.sql import functions as F
 
-    from jobs.spark.log_writer import append_dataframe
+    from jobs.spark.logs.log_writer import append_dataframe
 
     local.create("test/keyed", 3)
     keys = [f"key-{i}" for i in range(60)]
@@ -212,7 +212,7 @@ def test_log_writer_by_key_follows_the_partitioner(spark, local) -> None:
 def test_log_writer_by_task_writes_one_partition_per_task(spark, local) -> None:
     from pyspark.sql import functions as F
 
-    from jobs.spark.log_writer import append_dataframe
+    from jobs.spark.logs.log_writer import append_dataframe
 
     local.create("test/tasks", 2)
     df = spark.range(0, 100, 1, 2).select(
@@ -224,9 +224,9 @@ def test_log_writer_by_task_writes_one_partition_per_task(spark, local) -> None:
 
 
 def test_row_predicates_agree_with_great_expectations(spark, store, tmp_path: Path) -> None:
-    from jobs.spark.avro import spark_schema
-    from jobs.spark.expectations import failure_counts, load_suite
-    from jobs.spark.validation import validate
+    from jobs.spark.logs.avro import spark_schema
+    from jobs.spark.quality.expectations import failure_counts, load_suite
+    from jobs.spark.quality.validation import validate
 
     schema = store.by_name(DOCUMENT)
     suite = load_suite(schema)
@@ -274,7 +274,7 @@ def test_cap_shares_the_batch_size_across_partitions() -> None:
 
 def test_sink_records_batches_and_recover_commits_landed_positions(spark, local, tmp_path) -> None:
     from jobs.spark.batch_positions import commit_positions, plan_batch
-    from jobs.spark.delta_sink import DeltaBatchSink
+    from jobs.spark.delta.sink import DeltaBatchSink
 
     local.create("test/exact", 2)
     with local.appender("test/exact") as appender:
@@ -315,12 +315,12 @@ def test_upsert_inserts_only_while_the_table_has_none_of_the_ids(
     full upsert; the table ends as the upsert alone leaves it (the newest version of each id)."""
     from delta.tables import DeltaTable
 
-    from jobs.spark.avro import decode_payload
     from jobs.spark.batch_positions import BatchPlan
-    from jobs.spark.catalog import Catalog
-    from jobs.spark.delta_sink import DeltaBatchSink
-    from jobs.spark.repository import latest_per_id, merge_documents
-    from jobs.spark.streams import read_stream
+    from jobs.spark.delta.catalog import Catalog
+    from jobs.spark.delta.sink import DeltaBatchSink
+    from jobs.spark.documents.repository import latest_per_id, merge_documents
+    from jobs.spark.logs.avro import decode_payload
+    from jobs.spark.logs.streams import read_stream
 
     schema = store.by_name(DOCUMENT)
     fields = [f["name"] for f in schema.raw["fields"]]
@@ -377,7 +377,7 @@ def test_unique_key_aggregates_see_repeated_and_missing_keys(spark, rows) -> Non
     the pass reads few enough rows) give the same answers, over the kept rows only."""
     from pyspark.sql import functions as F
 
-    from jobs.spark.keys import keys_unique, read_unique_keys, unique_key_aggregates
+    from jobs.spark.delta.keys import keys_unique, read_unique_keys, unique_key_aggregates
 
     frame = spark.createDataFrame(
         [("a", True, True), ("b", True, True), ("a", False, True), (None, False, False)],
@@ -400,7 +400,7 @@ def test_a_spread_merge_writes_a_one_day_batch_from_every_task(spark, tmp_path: 
     """Delta gathers a partitioned table's new rows by partition before writing: a batch of one
     day is written by one task (one file). `spread=True` writes it from the four tasks that hold
     it, and leaves the session's setting as it was."""
-    from jobs.spark import delta_sql
+    from jobs.spark.delta import sql as delta_sql
 
     path = str(tmp_path / "days")
     spark.sql(f"CREATE TABLE delta.`{path}` (id long, day date) USING delta PARTITIONED BY (day)")

@@ -6,7 +6,7 @@
 the ids to delete (`apply_delete`). The MERGE only touches rows the table has (never an insert:
 a document deleted since the scroll stays deleted) and its commit carries Delta's
 `txnAppId = app_id` / `txnVersion = version`, the mechanism of the exactly-once sink
-(`jobs.spark.delta_sink`). Delta skips a write whose version is not above the newest one it
+(`jobs.spark.delta.sink`). Delta skips a write whose version is not above the newest one it
 recorded for the app id, so the versions of one app id must increase from batch to batch (the
 job numbers its batches across buckets): a rerun of a batch that landed is then skipped, and
 returns None, whatever happened to the job in between.
@@ -27,8 +27,8 @@ from collections.abc import Callable
 
 from pyspark.sql import DataFrame, SparkSession
 
-from jobs.spark import delta_sql
-from jobs.spark.delta_sink import DeltaBatchSink
+from jobs.spark.delta import sql as delta_sql
+from jobs.spark.delta.sink import DeltaBatchSink
 from streamcore.errors import TableError
 
 __all__ = ["apply_delete", "apply_update"]

@@ -16,8 +16,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from jobs.spark import delta_sql
-from jobs.spark.catalog import Catalog, table_schema
+from jobs.spark.delta import sql as delta_sql
+from jobs.spark.delta.catalog import Catalog, table_schema
 
 __all__ = ["record_status"]
 

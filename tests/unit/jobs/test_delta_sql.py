@@ -1,11 +1,11 @@
-"""The SQL text of jobs.spark.delta_sql and the session choice of jobs.spark.session: values
+"""The SQL text of jobs.spark.delta.sql and the session choice of jobs.spark.session: values
 reach Delta's SQL escaped, and an `sc://` URL selects a Spark Connect session."""
 
 from __future__ import annotations
 
 import pytest
 
-from jobs.spark.delta_sql import insert_columns, quoted, set_columns, sql_string, table_ref
+from jobs.spark.delta.sql import insert_columns, quoted, set_columns, sql_string, table_ref
 from jobs.spark.session import remote_url
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from jobs.spark.intervals import INTERVAL_PROBE_GROUP, interval_ranges
+from jobs.spark.logs.intervals import INTERVAL_PROBE_GROUP, interval_ranges
 from streamcore.errors import StreamcoreError
 from streamcore.log import LogManager
 

@@ -157,7 +157,7 @@ def replace_interval(
     from pyspark.sql import functions as F
     from pyspark.sql.types import TimestampType
 
-    from jobs.spark.delta_sql import is_delta_table, latest_version
+    from jobs.spark.delta.sql import is_delta_table, latest_version
 
     _check_interval(start_ms, end_ms)
     field = next((f for f in df.schema.fields if f.name == column), None)

@@ -1,6 +1,6 @@
 """The `quarantine` Delta table: rows that failed their expectations (or could not be decoded),
 with the failed expectations, the decoding error, and where they came from. Its shape is declared
-in streamcore.tables; the catalog (jobs.spark.catalog) creates it.
+in streamcore.tables; the catalog (jobs.spark.delta.catalog) creates it.
 
 Writes are MERGEs that insert a row only if no row of the same (stream, partition, offset) is
 there yet: a batch replayed after a crash quarantines each record once, whatever range the rerun
@@ -12,8 +12,8 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from jobs.spark import delta_sql
-from jobs.spark.catalog import Catalog
+from jobs.spark.delta import sql as delta_sql
+from jobs.spark.delta.catalog import Catalog
 
 __all__ = ["quarantine_rows", "write_quarantine"]
 

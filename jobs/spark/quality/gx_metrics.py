@@ -8,7 +8,7 @@ data metric GX asks is one of: the rows of the domain (`table.row_count`, after 
 row_condition), the nulls of the column, the rows failing (`unexpected_count`), the rows where
 either column of a pair is set (`filtered_row_count`), and the unexpected values (none when
 nothing fails, else read from the few failing rows). `FrameMetrics` holds those counts;
-`jobs.spark.gx_engine` hands them to GX, which still computes every other metric itself.
+`jobs.spark.quality.gx_engine` hands them to GX, which still computes every other metric itself.
 """
 
 from __future__ import annotations
@@ -21,7 +21,12 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from jobs.spark.expectations import Expectation, Suite, failure_aggregates, read_failure_counts
+from jobs.spark.quality.expectations import (
+    Expectation,
+    Suite,
+    failure_aggregates,
+    read_failure_counts,
+)
 
 __all__ = [
     "CheckAggregates",

@@ -10,7 +10,7 @@ Per partition, the offsets below `below[p]` come from `archive` (which the reten
 before it purges): the hot log's first offset where retention purged part of the interval, and
 on a log LogConfig compacts, at least the archiver's position, because compaction removed older
 versions there that the archive keeps. `prove_archive` proves that the archive holds every record
-of the interval below those offsets (`jobs.spark.coverage`: from both ends of each partition's
+of the interval below those offsets (`jobs.spark.logs.coverage`: from both ends of each partition's
 run, `ArchiveHoleError` otherwise) and counts them: with delta-rs, before any Spark session, where
 the warehouse is local; on Spark (`spark=True`) where it is not. `frame` has `read_stream`'s
 columns plus `_archived`; `counts` are `records` and `from_archive`. Used by `jobs/backfill.py`.
@@ -57,7 +57,7 @@ class HistoryPlan:
 def locate_history(ctx: JobContext, source: Name, start_ms: int, end_ms: int) -> HistoryPlan:
     """The hot log's offset ranges of `[start_ms, end_ms)` and where `archive` must serve the
     rest (the module doc); the archive's part is not proven yet, unless none is needed."""
-    from jobs.spark.intervals import interval_ranges
+    from jobs.spark.logs.intervals import interval_ranges
     from streamcore.log.config import ARCHIVER, LogConfig
 
     found = interval_ranges(ctx.logs, source, start_ms, end_ms)
@@ -76,7 +76,7 @@ def locate_history(ctx: JobContext, source: Name, start_ms: int, end_ms: int) ->
 def prove_archive(ctx: JobContext, plan: HistoryPlan, *, spark: bool = False) -> HistoryPlan:
     """`plan` with the archive's records counted once proven (`ArchiveHoleError`, a JobError,
     on a hole): read with delta-rs when it can, else on Spark if `spark`, else left unproven."""
-    from jobs.spark.coverage import ArrowArchive, SparkArchive, prove_coverage
+    from jobs.spark.logs.coverage import ArrowArchive, SparkArchive, prove_coverage
     from streamcore.tables import table_spec
 
     if plan.archived is not None:
@@ -97,8 +97,8 @@ def history_records(ctx: JobContext, plan: HistoryPlan) -> tuple[Any, dict[str, 
     (which come from `archive`), and their counts (`records`, `from_archive`)."""
     from pyspark.sql import functions as F
 
-    from jobs.spark.coverage import archive_rows
-    from jobs.spark.streams import read_stream
+    from jobs.spark.logs.coverage import archive_rows
+    from jobs.spark.logs.streams import read_stream
     from streamcore.tables import table_spec
 
     if plan.archived is None:

@@ -41,8 +41,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from jobs.spark import delta_sql
-from jobs.spark.delta_sql import quoted, sql_string
+from jobs.spark.delta import sql as delta_sql
+from jobs.spark.delta.sql import quoted, sql_string
 from streamcore.config import StreamcoreConfig
 from streamcore.errors import IncompatibleTableError, TableError
 from streamcore.tables import (

@@ -11,7 +11,7 @@ Generated from each field of the schema:
 
 Row-level expectations also have a Spark predicate (`Expectation.failure()`), so one pass over the
 data finds each row's failed expectations for the quarantine, while Great Expectations validates
-the same DataFrame for the report (`jobs.spark.validation`).
+the same DataFrame for the report (`jobs.spark.quality.validation`).
 """
 
 from __future__ import annotations

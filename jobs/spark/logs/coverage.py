@@ -244,7 +244,7 @@ def archive_rows(
     None when there is no archive table."""
     from pyspark.sql import functions as F
 
-    from jobs.spark.delta_sql import is_delta_table
+    from jobs.spark.delta.sql import is_delta_table
 
     if not is_delta_table(spark, location):
         return None

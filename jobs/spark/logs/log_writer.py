@@ -35,7 +35,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType
 
-from jobs.spark.delta_sql import is_connect
+from jobs.spark.delta.sql import is_connect
 from streamcore.errors import ConfigError
 from streamcore.log import LogManager
 from streamcore.log.capabilities import ArrowAppender, ManagerDescription, TopicDescription

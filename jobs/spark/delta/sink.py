@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from jobs.spark import delta_sql
+from jobs.spark.delta import sql as delta_sql
 
 if TYPE_CHECKING:
     from jobs.spark.batch_positions import BatchPlan

@@ -1,9 +1,8 @@
 """Offset ranges of a Kafka-backed log through Spark's Kafka source (batch, not streaming).
 
-The columns match `jobs.spark.local_source.RAW_SCHEMA`, so everything downstream of a read is the
-same for both backends. The topic and the client settings come from the log's description, a
-`streamcore.log.capabilities.TopicDescription` (`KafkaLogManager.describe`).
-"""
+The columns match `jobs.spark.logs.local_source.RAW_SCHEMA`, so everything downstream of a read is
+the same for both backends. The topic and the client settings come from the log's description, a
+`streamcore.log.capabilities.TopicDescription` (`KafkaLogManager.describe`)."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ import json
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.spark.local_source import SPLIT_RECORDS
+from jobs.spark.logs.local_source import SPLIT_RECORDS
 from streamcore.log.capabilities import TopicDescription
 
 __all__ = ["read_kafka_ranges"]
@@ -30,7 +29,7 @@ def read_kafka_ranges(
     `failOnDataLoss` stays on: a range retention already deleted fails the read instead of
     silently returning less. On a compacted topic it is off, because Spark's source takes every
     offset the broker's log cleaner removed for a loss (SPARK-17147, SPARK-23685); the caller
-    checks the topic's start offsets instead (`jobs.spark.streams.read_raw`)."""
+    checks the topic's start offsets instead (`jobs.spark.logs.streams.read_raw`)."""
     topic = log.topic
     wanted = {p: r for p, r in ranges.items() if r[1] > r[0]}
     if not wanted:
@@ -58,6 +57,6 @@ def read_kafka_ranges(
 
 
 def _empty_schema() -> str:
-    from jobs.spark.local_source import RAW_SCHEMA
+    from jobs.spark.logs.local_source import RAW_SCHEMA
 
     return RAW_SCHEMA

@@ -3,11 +3,10 @@ log config routes it) and unwraps the Record envelope into these columns.
 
     stream, partition, offset, timestamp, key, watermark, flags, data, record_error
 
-`data` is the payload (usually Avro single-object bytes, see `jobs.spark.avro`). A value that is
-not a Record envelope is kept, not dropped: its `data` is the raw value and `record_error` says
-why, so jobs can quarantine it. `with_trace=True` adds the Record's `trace_context` (bytes),
-which dead-letter streams use for their failure metadata.
-"""
+`data` is the payload (usually Avro single-object bytes, see `jobs.spark.logs.avro`). A value that
+is not a Record envelope is kept, not dropped: its `data` is the raw value and `record_error` says
+why, so jobs can quarantine it. `with_trace=True` adds the Record's `trace_context` (bytes), which
+dead-letter streams use for their failure metadata."""
 
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 
-from jobs.spark.local_source import SPLIT_RECORDS, LocalLogDataSource, encode_description
+from jobs.spark.logs.local_source import SPLIT_RECORDS, LocalLogDataSource, encode_description
 from streamcore.codecs.framing import single_object_header
 from streamcore.codecs.record_binary import RECORD_FINGERPRINT, RECORD_SCHEMA
 from streamcore.errors import ConfigError, LogError
@@ -57,7 +56,7 @@ def read_raw(
             .load()
         )
     if isinstance(description, TopicDescription):  # a Kafka topic
-        from jobs.spark.kafka_source import read_kafka_ranges
+        from jobs.spark.logs.kafka_source import read_kafka_ranges
 
         if description.compacted:
             _check_retained(manager, description, clean)

@@ -14,7 +14,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import MapType, StringType, StructField, StructType
 
-from jobs.spark.formats import FILE_FORMATS, DocumentInputError, detect_format
+from jobs.spark.documents.formats import FILE_FORMATS, DocumentInputError, detect_format
 from streamcore.codecs import ParsedSchema
 
 __all__ = ["check_encodable", "random_documents", "read_documents"]

@@ -15,8 +15,8 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.spark.avro import encode_record
-from jobs.spark.streams import read_stream
+from jobs.spark.logs.avro import encode_record
+from jobs.spark.logs.streams import read_stream
 from streamcore.log import LogManager
 from streamcore.recovery.deadletters import Bounds, DeadLetterFilter
 

@@ -41,14 +41,14 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from jobs.spark import delta_sql
 from jobs.spark.batch_positions import BatchPlan
 from jobs.spark.batches import BatchWrite
-from jobs.spark.catalog import Catalog
-from jobs.spark.checked import Checked, CheckedBatch, CheckedLanding
-from jobs.spark.delta_sink import commit_metrics
+from jobs.spark.delta import sql as delta_sql
+from jobs.spark.delta.catalog import Catalog
+from jobs.spark.delta.keys import keys_unique, read_unique_keys, unique_key_aggregates
+from jobs.spark.delta.sink import commit_metrics
 from jobs.spark.job import JobContext
-from jobs.spark.keys import keys_unique, read_unique_keys, unique_key_aggregates
+from jobs.spark.quality.checked import Checked, CheckedBatch, CheckedLanding
 from streamcore.tables import DOCUMENT_SCHEMA
 
 __all__ = ["DocumentLanding", "latest_per_id", "meets_table", "merge_documents"]
@@ -69,7 +69,7 @@ def latest_per_id(
     """One row per `id`: the newest version in `df` (stream columns + decoded `fields`).
 
     A batch usually holds each id once; then the rows go as they are. `unique`: what
-    `jobs.spark.keys` said of `df`'s ids, if a pass over the batch asked already, else it is
+    `jobs.spark.delta.keys` said of `df`'s ids, if a pass over the batch asked already, else it is
     asked here: one job on the ids, where picking the newest version shuffles whole documents."""
     stamp = (
         F.lit(batch).cast("long").alias("import_batch"),
@@ -158,7 +158,7 @@ class DocumentLanding(CheckedLanding):
         result_format: str,
         newer_only: bool = False,
     ) -> None:
-        from jobs.spark.expectations import load_suite
+        from jobs.spark.quality.expectations import load_suite
 
         super().__init__(
             ctx, catalog, failure_threshold=failure_threshold, result_format=result_format

@@ -11,10 +11,10 @@ the write itself.
 Two passes over the batch and no cache: filling a cache of the decoded batch cost more than
 reading and decoding it again (1M documents: 3.6-4.1 s against 2.2 s). The first pass is one
 aggregate: the failure counts, the metrics GX would run its own Spark jobs for
-(`jobs.spark.gx_metrics`) and the job's own aggregates (the importer's id uniqueness). Whether the
-batch lands is decided from those counts, so GX validates on the driver while the second pass,
-the job's write, runs; the write's summary waits for GX's report. When no row failed, the write
-gets the decoded rows without the checks.
+(`jobs.spark.quality.gx_metrics`) and the job's own aggregates (the importer's id uniqueness).
+Whether the batch lands is decided from those counts, so GX validates on the driver while the second
+pass, the job's write, runs; the write's summary waits for GX's report. When no row failed, the
+write gets the decoded rows without the checks.
 
 No pyspark at module level: a job module defines its landing here and stays importable without
 Spark (its DAG's summary task imports it).
@@ -37,8 +37,8 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
     from jobs.spark.batch_positions import BatchPlan
-    from jobs.spark.catalog import Catalog
-    from jobs.spark.expectations import Suite
+    from jobs.spark.delta.catalog import Catalog
+    from jobs.spark.quality.expectations import Suite
     from streamcore.codecs import ParsedSchema
 
 __all__ = [
@@ -102,11 +102,11 @@ def land_checked(
     when the failing rows are more than `failure_threshold` of the batch."""
     from pyspark.sql import functions as F
 
-    from jobs.spark.avro import decode_payload
-    from jobs.spark.expectations import any_failure, failed_expectations
-    from jobs.spark.gx_metrics import check_aggregates
-    from jobs.spark.quarantine import quarantine_rows, write_quarantine
-    from jobs.spark.validation import validate
+    from jobs.spark.logs.avro import decode_payload
+    from jobs.spark.quality.expectations import any_failure, failed_expectations
+    from jobs.spark.quality.gx_metrics import check_aggregates
+    from jobs.spark.quality.quarantine import quarantine_rows, write_quarantine
+    from jobs.spark.quality.validation import validate
 
     # The driver idles while the executors write: GX validates meanwhile, until the write's
     # summary asks for its report (`then`), which ends the thread.

@@ -1,5 +1,5 @@
-"""GX's Spark execution engine, answering the metrics of `jobs.spark.gx_metrics` from the row-check
-pass instead of running Spark jobs for them; GX computes every other metric as usual.
+"""GX's Spark execution engine, answering the metrics of `jobs.spark.quality.gx_metrics` from the
+row-check pass instead of running Spark jobs for them; GX computes every other metric as usual.
 
 GX builds the engine of a Spark data source itself (`SparkDatasource.get_execution_engine`), so
 the subclass is installed as the data sources' engine class; without answers set in the current

@@ -3,10 +3,10 @@
 The GX project lives under `STREAMCORE_HOME/gx` (file mode), so every run's results accumulate
 and the Data Docs site (`.../data_docs/local_site/index.html`) shows the history. GX computes
 its metrics with Spark on the DataFrame it is given, except the ones of the row-level
-expectations: those come from one aggregate (`jobs.spark.gx_metrics`, ideally computed in the
-row-check pass) and GX's engine is handed them (`jobs.spark.gx_engine`); GX still evaluates the
-expectations, stores the results and renders the Data Docs. With the Document suite, GX then
-runs no Spark job at all: what it computes itself comes from the frame's schema.
+expectations: those come from one aggregate (`jobs.spark.quality.gx_metrics`, ideally computed in
+the row-check pass) and GX's engine is handed them (`jobs.spark.quality.gx_engine`); GX still
+evaluates the expectations, stores the results and renders the Data Docs. With the Document suite,
+GX then runs no Spark job at all: what it computes itself comes from the frame's schema.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 
-from jobs.spark.expectations import Suite
-from jobs.spark.gx_metrics import FrameMetrics
+from jobs.spark.quality.expectations import Suite
+from jobs.spark.quality.gx_metrics import FrameMetrics
 
 __all__ = ["RESULT_FORMATS", "ValidationReport", "preload", "validate"]
 
@@ -113,7 +113,7 @@ def validate(
         if answers is None:
             result = checkpoint.run(batch_parameters={"dataframe": df}, run_id=_run_id(run_name))
         else:
-            from jobs.spark.gx_engine import answering
+            from jobs.spark.quality.gx_engine import answering
 
             with answering(answers):
                 result = checkpoint.run(
@@ -226,8 +226,8 @@ def _bound_docs_index(ctx: Any) -> None:
 
 def _answers(gx_suite: Any, suite: Suite, df: DataFrame, metrics: FrameMetrics | None) -> Any:
     """What the engine answers: each modelled expectation's metrics, by GX configuration."""
-    from jobs.spark.gx_engine import Answers, metric_values
-    from jobs.spark.gx_metrics import compute_metrics, unexpected_values
+    from jobs.spark.quality.gx_engine import Answers, metric_values
+    from jobs.spark.quality.gx_metrics import compute_metrics, unexpected_values
 
     if metrics is None:
         metrics = compute_metrics(df, suite)

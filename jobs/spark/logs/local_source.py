@@ -8,7 +8,7 @@ each executor opens its partition itself from the log's description, e.g.
 stays in `streamcore.log.local`) and yields Arrow record batches
 built straight from the segment buffers, so records never become Python objects. Columns:
 `stream, partition, offset, timestamp, key, value` (`value` = the raw log bytes, a Record envelope
-for streamcore logs; `jobs.spark.streams` unwraps it).
+for streamcore logs; `jobs.spark.logs.streams` unwraps it).
 
     spark.dataSource.register(LocalLogDataSource)
     spark.read.format("streamcore_log")
