@@ -12,6 +12,7 @@ from kafka_broker import scratch_prefix
 
 from streamcore.log import LogOffset, LogPartition, LogRecord, LogTailer, RebalanceListener
 from streamcore.log.kafka import KafkaLogManager
+from streamcore.names import Name
 
 pytestmark = pytest.mark.kafka
 GROUP_CONFIG = {"session.timeout.ms": 3000, "heartbeat.interval.ms": 250, "fetch.wait.max.ms": 50}
@@ -164,3 +165,34 @@ def test_group_members_lists_the_subscribed_consumers_only_while_they_live(
     static.close()
     tailer.close()  # leaves the group at once, without waiting for the session to end
     assert kafka.group_members("members") == []
+
+
+def test_a_subscription_to_several_topics_is_co_partitioned_whatever_the_strategy(
+    kafka_bootstrap: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # cooperative-sticky (or roundrobin) spreads each topic on its own; several topics get range.
+    config = {**GROUP_CONFIG, "partition.assignment.strategy": "cooperative-sticky"}
+    manager = KafkaLogManager(
+        kafka_bootstrap, topic_prefix=scratch_prefix(), config=config, timeout=10.0
+    )
+    try:
+        names = [Name.of("test/left"), Name.of("test/right")]
+        for name in names:
+            manager.create(name, 4)
+        members = {m: manager.subscribe("joined", names) for m in ("a", "b")}
+        assert "partition.assignment.strategy=range instead of 'cooperative-sticky'" in caplog.text
+
+        def co_partitioned() -> bool:
+            held = [set(t.assignments) for t in members.values()]
+            numbers = [{p.partition for p in h} for h in held]
+            return [len(n) for n in numbers] == [2, 2] and all(
+                h == {LogPartition(name, p) for name in names for p in n}
+                for h, n in zip(held, numbers, strict=True)
+            )
+
+        pump(members, [], co_partitioned)
+        caplog.clear()
+        manager.subscribe("alone", names[:1]).close()  # one topic: the configured strategy
+        assert "instead of" not in caplog.text
+    finally:
+        manager.close()

@@ -34,7 +34,7 @@ from streamcore.log import (
     RebalanceListener,
 )
 from streamcore.log.config import LogConfig
-from streamcore.log.cursor.membership import GroupMember, targets
+from streamcore.log.cursor.membership import GroupMember, held_tasks, surplus, targets
 from streamcore.log.local.groups import FileGroupStore, state_stem
 from streamcore.log.local.manager import LocalLogManager
 from streamcore.log.memory import MemoryLogManager
@@ -110,6 +110,26 @@ def fill(manager: LogManager, name: str, partitions: int, per_partition: int, st
 
 def processed(members: list[Member]) -> Counter:
     return Counter((r.partition, r.offset) for m in members for r in m.records)
+
+
+def tasks_of(member: Member) -> set[int]:
+    """The task numbers (partition numbers) `member` reads."""
+    return {p.partition for p in member.tailer.assignments}
+
+
+def whole_tasks(member: Member, names: list[str]) -> bool:
+    """Whether `member` reads partition p of every log in `names` for each task p it has."""
+    expected = {LogPartition.of(n, p) for n in names for p in tasks_of(member)}
+    return set(member.tailer.assignments) == expected
+
+
+def events_are_whole_tasks(member: Member, names: list[str]) -> bool:
+    """Whether every partition set `member` was assigned or had revoked holds whole tasks."""
+    for _, parts in member.listener.events:
+        numbers = {p.partition for p in parts}
+        if set(parts) != {LogPartition.of(n, p) for n in names for p in numbers}:
+            return False
+    return True
 
 
 # -- every backend ------------------------------------------------------------------------------
@@ -217,6 +237,57 @@ def test_members_beyond_the_partition_count_stay_idle(manager: LogManager, new_l
     poll_until([idle, busy[1]], lambda: idle.sizes() == 1 and busy[1].sizes() == 1)
     idle.tailer.close()
     busy[1].tailer.close()
+
+
+def test_members_of_several_logs_get_whole_tasks_and_keep_them(
+    manager: LogManager, new_log: NewLog, backend: str
+) -> None:
+    a, b = new_log(4), new_log(4)
+    names = [a, b]
+    fill(manager, a, 4, 5)
+    fill(manager, b, 4, 5)
+    first, second = Member(manager, names), Member(manager, names)
+    members = [first, second]
+
+    def shared(members: list[Member], sizes: list[int]) -> bool:
+        """Every task to one member, whole, with these task counts."""
+        held = [tasks_of(m) for m in members]
+        return (
+            sorted(map(len, held)) == sizes
+            and set().union(*held) == {0, 1, 2, 3}
+            and sum(map(len, held)) == 4
+            and all(whole_tasks(m, names) for m in members)
+        )
+
+    poll_until(members, lambda: shared(members, [2, 2]))
+    before = {id(m): tasks_of(m) for m in members}
+
+    third = Member(manager, names)
+    members.append(third)
+    poll_until(members, lambda: shared(members, [1, 1, 2]))
+    if backend != "kafka":  # Kafka's range assignor is eager: it may move any task
+        # Sticky: the two first members kept tasks they had, and only the moved one was revoked.
+        assert tasks_of(first) <= before[id(first)] and tasks_of(second) <= before[id(second)]
+        moved = tasks_of(third)
+        for m in (first, second):
+            revoked = {p.partition for k, ps in m.listener.events if k == "revoked" for p in ps}
+            assert revoked == moved & before[id(m)]
+
+    gone = tasks_of(first)
+    first.tailer.close()
+    remaining = [second, third]
+    kept = {id(m): tasks_of(m) for m in remaining}
+    poll_until(remaining, lambda: shared(remaining, [2, 2]))
+    if backend != "kafka":
+        for m in remaining:
+            assert kept[id(m)] <= tasks_of(m)  # the others kept theirs and took those that left
+        assert set().union(*(tasks_of(m) - kept[id(m)] for m in remaining)) == gone
+    for m in members:
+        assert events_are_whole_tasks(m, names), m.listener.events
+    poll_until(remaining, lambda: len(processed(members)) == 40)
+    assert set(processed(members).values()) == {1}, "a record was processed twice"
+    for m in remaining:
+        m.tailer.close()
 
 
 # -- the cursor backends (memory, local) ----------------------------------------------------------
@@ -353,23 +424,42 @@ def test_fair_share_targets() -> None:
     assert sum(targets(state(7), 30).values()) == 30
 
 
-def test_assignments_are_spread_over_logs_in_order(cursor_manager: LogManager) -> None:
+def test_members_of_names_in_any_order_join_one_group_by_task(cursor_manager: LogManager) -> None:
     manager = cursor_manager
-    manager.create("test/x", 2)
-    manager.create("test/y", 2)
+    manager.create("test/x", 4)
+    manager.create("test/y", 4)
     members = [Member(manager, ["test/x", "test/y"]) for _ in range(2)]
-    poll_until(members, lambda: [m.sizes() for m in members] == [2, 2])
+    poll_until(members, lambda: [m.sizes() for m in members] == [4, 4])
     # Names in any order make the same group state: a member of ["y", "x"] joins the same group.
     third = Member(manager, ["test/y", "test/x"])
     members.append(third)
-    poll_until(members, lambda: sorted(m.sizes() for m in members) == [1, 1, 2])
+    poll_until(members, lambda: sorted(m.sizes() for m in members) == [2, 2, 4])
     owners: dict[LogPartition, int] = defaultdict(int)
     for m in members:
+        assert whole_tasks(m, ["test/x", "test/y"])
         for p in m.tailer.assignments:
             owners[p] += 1
-    assert len(owners) == 4 and set(owners.values()) == {1}
+    assert len(owners) == 8 and set(owners.values()) == {1}
     for m in members:
         m.tailer.close()
+
+
+def test_surplus_gives_up_whole_tasks_unread_ones_first() -> None:
+    tasks = [(f"x-0{p}", f"y-0{p}") for p in range(4)]
+    state = {"owners": {key: "m" for task in tasks for key in task}}
+    # Two tasks too many: the one not read yet (2), then the highest read one (3).
+    read = {"x-00", "y-00", "x-01", "y-01", "x-03", "y-03"}
+    assert surplus(state, "m", tasks, 2, read) == ["x-02", "y-02", "x-03", "y-03"]
+    assert surplus(state, "m", tasks, 4, read) == []
+    assert held_tasks(state, "m", tasks) == tasks
+
+
+def test_a_task_split_between_members_is_completed_by_the_owner_of_its_first_partition() -> None:
+    # A member of a version that assigned single partitions holds y-00 of task 0.
+    tasks = [("x-00", "y-00"), ("x-01", "y-01")]
+    state = {"owners": {"x-00": "a", "y-00": "b", "x-01": "b", "y-01": "b"}}
+    assert surplus(state, "b", tasks, 1, set()) == ["y-00"]  # b gives its part of task 0 up
+    assert surplus(state, "a", tasks, 1, set()) == []  # a keeps it, and claims y-00 once free
 
 
 def test_a_writer_resuming_after_its_version_was_collected_loses_the_swap(tmp_path: Path) -> None:

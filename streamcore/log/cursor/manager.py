@@ -158,7 +158,9 @@ class CursorLogManager(LogManager):
     ) -> SubscribedTailer:
         """Join `group` as a member sharing the partitions of `names` with the other members
         (of this manager's logs, in this process and, for the local log, in others: see
-        `streamcore.log.cursor.membership`). Partitions are assigned by the first `read()`.
+        `streamcore.log.cursor.membership`). Partitions are assigned by the first `read()`, by
+        task: partition p of every log in `names` goes to the same member, and moves with the
+        others of its task.
         The heartbeat interval, session timeout and max poll interval default to the
         manager's `heartbeat_interval` (3 s), `session_timeout` (10 s) and `max_poll_interval`
         (300 s: a member that does not call `read()` for that long leaves the group)."""
@@ -166,6 +168,9 @@ class CursorLogManager(LogManager):
         if not logs:
             raise InvalidArgumentError("subscribe needs at least one log name")
         partitions = [LogPartition(n, p) for n in logs for p in range(self.size(n))]
+        tasks: dict[int, list[str]] = {}  # task p: partition p of every log (membership's doc)
+        for partition in partitions:
+            tasks.setdefault(partition.partition, []).append(str(partition))
         with self._lock:
             self._check_open()
             stores = {name: self._positions(name) for name in logs}
@@ -178,6 +183,7 @@ class CursorLogManager(LogManager):
             member = GroupMember(
                 self._group_store(group, logs, history),
                 [str(p) for p in partitions],
+                tasks=[tasks[p] for p in sorted(tasks)],
                 heartbeat_interval=heartbeat_interval or self.heartbeat_interval,
                 session_timeout=session_timeout or self.session_timeout,
                 max_poll_interval=max_poll_interval or self.max_poll_interval,

@@ -18,16 +18,27 @@ exponential backoff when another member changed the state first.
   called `read()` for `max_poll_interval` (default 300 s, Kafka's `max.poll.interval.ms`) leaves
   the group, so the others take its partitions; its next `read()` drops them (`on_revoked`, no
   commit) and joins again.
-- **Fair share.** With P partitions and N members (in join order), the P mod N longest-standing
-  members target ceil(P / N) partitions and the others floor(P / N), so targets add up to P and
-  every member has work while N <= P. A member claims free partitions up to its target; a member
-  holding more than its target gives the extra ones up.
-- **Handover.** A member that gives a partition up stops reading it, calls
-  `listener.on_revoked`, commits the marked positions of that partition (and nothing else
-  implicitly: delivery stays at-least-once), and only then removes itself as the owner in the
-  state. Another member claims a partition only once it has no owner, and reads it from its
-  committed position, after which `listener.on_assigned` runs. So no two live members read one
-  partition at once. `close()` revokes everything the same way and deregisters.
+- **Tasks.** The unit of assignment is a *task*: task p is partition p of every subscribed log
+  (Kafka Streams' partition grouping), so a member reading several logs gets the same partition
+  numbers of each, as a join or any co-partitioned computation needs. A member of a single log
+  has one task per partition. The state still records an owner per partition; a claim takes every
+  partition of a task in one swap, and a release gives them all up in one swap.
+- **Fair share.** With T tasks and N members (in join order), the T mod N longest-standing
+  members target ceil(T / N) tasks and the others floor(T / N), so targets add up to T and
+  every member has work while N <= T. A member claims free tasks (every partition without an
+  owner) up to its target; a member holding more than its target gives the extra ones up, those
+  it does not read yet first, then the highest task numbers. Nothing else moves: when a member
+  joins or leaves, every task stays with its owner unless the fair share needs it elsewhere
+  (sticky, as Kafka's cooperative-sticky assignor). A task split between members (only while a
+  member of a version that assigned single partitions is in the group) is given up by the
+  members that do not own its first partition, so that one member can complete it.
+- **Handover.** A member that gives a task up stops reading its partitions, calls
+  `listener.on_revoked`, commits the marked positions of those partitions (and nothing else
+  implicitly: delivery stays at-least-once), and only then removes itself as their owner in the
+  state. Another member claims a task only once none of its partitions has an owner, and reads
+  them from their committed positions, after which `listener.on_assigned` runs. So no two live
+  members read one partition at once, and a task's partitions move together. `close()` revokes
+  everything the same way and deregisters.
 - **Expiry.** A member that missed its session (killed, or paused) loses its partitions to the
   others without committing. If it comes back, it notices on its next heartbeat or read: it drops
   the lost partitions *without* committing them (after `on_revoked`, where a `commit()` no longer
@@ -50,7 +61,7 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Set
 from typing import Any, Protocol
 
 from streamcore.errors import ConfigError, LogError
@@ -62,10 +73,13 @@ __all__ = [
     "DEFAULT_SESSION_TIMEOUT",
     "GroupMember",
     "GroupStore",
+    "Task",
     "expired",
+    "held_tasks",
     "live_members",
     "new_member_id",
     "owned_by",
+    "surplus",
     "targets",
 ]
 
@@ -99,13 +113,13 @@ def new_member_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{os.urandom(3).hex()}"
 
 
-def targets(state: dict[str, Any], partitions: int) -> dict[str, int]:
-    """How many partitions each member should hold: ceil(P/N) for the P mod N oldest members,
-    floor(P/N) for the others."""
+def targets(state: dict[str, Any], tasks: int) -> dict[str, int]:
+    """How many tasks each member should hold: ceil(T/N) for the T mod N oldest members,
+    floor(T/N) for the others."""
     members = sorted(state["members"].items(), key=lambda kv: (kv[1]["seq"], kv[0]))
     if not members:
         return {}
-    base, extra = divmod(partitions, len(members))
+    base, extra = divmod(tasks, len(members))
     return {mid: base + (1 if i < extra else 0) for i, (mid, _) in enumerate(members)}
 
 
@@ -134,6 +148,39 @@ def owned_by(state: dict[str, Any], member: str) -> set[str]:
     return {key for key, owner in state["owners"].items() if owner == member}
 
 
+Task = tuple[str, ...]  # the partition keys of one task, one per subscribed log that has it
+
+
+def held_tasks(state: dict[str, Any], member: str, tasks: Sequence[Task]) -> list[Task]:
+    """The tasks of which `member` owns at least one partition (all of them, unless a member
+    of an older version split one), in task order."""
+    owners = state["owners"]
+    return [task for task in tasks if any(owners.get(key) == member for key in task)]
+
+
+def surplus(
+    state: dict[str, Any], member: str, tasks: Sequence[Task], target: int, read: Set[str]
+) -> list[str]:
+    """The partition keys `member` should give up, whole tasks only: tasks split with another
+    member whose first partition it does not own, then tasks beyond `target`, those it does not
+    read yet (`read`: the keys its tailer reads) first, then the highest task numbers."""
+    owners = state["owners"]
+    held = held_tasks(state, member, tasks)
+    split = [
+        task
+        for task in held
+        if owners.get(task[0]) != member and any(owners.get(k) not in (None, member) for k in task)
+    ]
+    kept = [task for task in held if task not in split]
+    extra = len(kept) - target
+    if extra > 0:
+        order = sorted(
+            range(len(kept)), key=lambda i: (any(k in read for k in kept[i]), -i)
+        )  # unread first, then the last tasks
+        split += [kept[i] for i in order[:extra]]
+    return [key for task in split for key in task if owners.get(key) == member]
+
+
 class GroupMember:
     """One member of a group: its registration, heartbeat thread and state changes. The tailer's
     thread calls `refresh`, `release`, `claim`, `leave` and sets `polled`; the heartbeat thread
@@ -145,6 +192,7 @@ class GroupMember:
         store: GroupStore,
         partitions: Sequence[str],
         *,
+        tasks: Sequence[Sequence[str]] | None = None,
         member_id: str | None = None,
         heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL,
         session_timeout: float = DEFAULT_SESSION_TIMEOUT,
@@ -163,6 +211,14 @@ class GroupMember:
             )
         self.store = store
         self.partitions = list(partitions)  # every partition key of the subscribed logs, in order
+        # The units of assignment (see the module doc); one per partition unless told.
+        self.tasks: list[Task] = (
+            [tuple(task) for task in tasks] if tasks is not None else [(k,) for k in partitions]
+        )
+        if sorted(k for task in self.tasks for k in task) != sorted(self.partitions):
+            raise ConfigError(
+                f"the tasks {self.tasks} must hold every partition of {self.partitions} once"
+            )
         self.id = member_id or new_member_id()
         self.heartbeat_interval = heartbeat_interval
         self.session_timeout = session_timeout
@@ -280,20 +336,26 @@ class GroupMember:
             self._tidy(state, now)
             if self.id not in state["members"] or now < state.get("claims_after", 0.0):
                 return True
-            want = targets(state, len(self.partitions))[self.id] - len(owned_by(state, self.id))
             owners = state["owners"]
-            for key in self.partitions:
+            held = held_tasks(state, self.id, self.tasks)
+            for task in held:  # complete a task split with a member that let its part go
+                for key in task:
+                    owners.setdefault(key, self.id)
+            want = self.target(state) - len(held)
+            for task in self.tasks:
                 if want <= 0:
                     break
-                if key not in owners:
-                    owners[key] = self.id
+                if not any(key in owners for key in task):
+                    for key in task:
+                        owners[key] = self.id
                     want -= 1
             return True
 
         return self._write(change)
 
     def release(self, keys: Sequence[str]) -> dict[str, Any]:
-        """Give partitions up (the caller stopped reading them and committed)."""
+        """Give partitions up (the caller stopped reading them and committed): whole tasks, in
+        one swap, so that another member claims them together."""
 
         def change(state: dict[str, Any]) -> bool:
             self._tidy(state, time.time())
@@ -342,7 +404,12 @@ class GroupMember:
 
     # -- what this member should do -------------------------------------------------------------
     def target(self, state: dict[str, Any]) -> int:
-        return targets(state, len(self.partitions)).get(self.id, 0)
+        """How many tasks this member should hold in `state`."""
+        return targets(state, len(self.tasks)).get(self.id, 0)
+
+    def surplus(self, state: dict[str, Any]) -> list[str]:
+        """The partition keys this member should give up in `state` (whole tasks)."""
+        return surplus(state, self.id, self.tasks, self.target(state), self.local)
 
     def observe(self, state: dict[str, Any]) -> None:
         """Take note of a state: what this member owns in it, and whether the tailer should
@@ -374,14 +441,17 @@ class GroupMember:
             if self.id not in state["members"] or owned != self.local:
                 self.due = True
                 return
-            target = self.target(state)
+            giving = bool(self.surplus(state))
             claims_after = state.get("claims_after", 0.0)
             if time.time() < claims_after:
                 self._claims_after = claims_after  # the heartbeat thread sets `due` then
-                self.due = len(owned) > target
+                self.due = giving
                 return
-            free = any(k not in state["owners"] for k in self.partitions)
-            self.due = len(owned) > target or (len(owned) < target and free)
+            owners = state["owners"]
+            held = held_tasks(state, self.id, self.tasks)
+            free = any(all(k not in owners for k in task) for task in self.tasks)
+            incomplete = any(k not in owners for task in held for k in task)
+            self.due = giving or incomplete or (len(held) < self.target(state) and free)
 
     def stale(self) -> bool:
         """True when the heartbeat has not been written for long enough that others may soon

@@ -143,15 +143,12 @@ class SubscribedTailer(CursorTailer):
         member.rejoin()
         state = member.refresh()
         self._lose(state)
-        mine = owned_by(state, member.id)
-        extra = len(mine) - member.target(state)
-        if extra > 0:
-            unread = [k for k in mine if k not in member.local]
-            give = unread[:extra]
-            read = [p for p in reversed(self._partitions) if str(p) in mine]
-            revoked = sorted(read[: extra - len(give)], key=lambda p: self._order[str(p)])
-            self._revoke(revoked)
-            state = member.release(give + self._keys(revoked))
+        give = member.surplus(state)  # whole tasks: their partitions are revoked together
+        if give:
+            given = set(give)
+            revoked = [p for p in self._partitions if str(p) in given]
+            self._revoke(sorted(revoked, key=lambda p: self._order[str(p)]))
+            state = member.release(give)
         state = member.claim()
         self._lose(state)
         new = [self._by_key[k] for k in member.partitions if k in owned_by(state, member.id)]

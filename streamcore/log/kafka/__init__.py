@@ -9,7 +9,9 @@ Mapping
   `list_groups` only see topics and groups of the manager's prefix.
 - `tailer(group, source)` is a consumer with a static `assign`; `subscribe(group, names,
   listener)` is a member of the Kafka consumer group (classic protocol, eager assignment unless
-  `partition.assignment.strategy` / `group.protocol` say otherwise); librdkafka's on_assign /
+  `partition.assignment.strategy` / `group.protocol` say otherwise; a member of several topics
+  always gets the `range` assignor, so that partition p of every topic goes to the same member,
+  the local log's tasks); librdkafka's on_assign /
   on_revoke / on_lost call the `RebalanceListener` inside `read()`. On revoke: listener, then the
   marked positions of the revoked partitions are committed; on loss (session expired): listener,
   marks dropped without commit.
@@ -56,7 +58,9 @@ Differences from the local log (documented, and asserted in the tests)
     tailer uses min(session timeout, `timeout`)).
 11. Subscribed groups rebalance on heartbeats (`heartbeat.interval.ms`, default 3 s here; a
     member's partitions move after `session.timeout.ms`, default 10 s, when it dies), with the
-    eager protocol revoking all partitions of every member at each change.
+    eager protocol revoking all partitions of every member at each change. A subscription to
+    several topics uses the `range` assignor (co-partitioned tasks), which is eager and not
+    sticky: a rebalance may move a task that the local log's protocol would leave in place.
 12. `read_arrow` copies fetched messages into the batch (the local log maps its segments), and a
     batch may hold several partitions (the `partition` column tells).
 """

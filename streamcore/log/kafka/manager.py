@@ -501,7 +501,9 @@ class KafkaLogManager(LogManager):
     ) -> LogTailer[Any]:
         """A member of the Kafka consumer group (`subscribe` with the classic protocol's eager
         assignment by default; set `partition.assignment.strategy` or `group.protocol` in
-        `config` for another). Partitions are assigned during `read()`; `listener` runs there."""
+        `config` for another, except with several `names`: those always get the `range`
+        assignor, which co-partitions them, see `kafka.tailer.copartitioned`). Partitions are
+        assigned during `read()`; `listener` runs there."""
         from streamcore.log.kafka.tailer import KafkaTailer
 
         self._check_open()

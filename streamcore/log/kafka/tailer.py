@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from streamcore.codecs import Codec
     from streamcore.log.kafka.client import KafkaClients
 
-__all__ = ["KafkaTailer"]
+__all__ = ["KafkaTailer", "copartitioned"]
 
 logger = logging.getLogger(__name__)
 _BATCH = 1000
@@ -64,6 +64,28 @@ _IGNORED = {
     KafkaError._RESOLVE,
     KafkaError._TIMED_OUT,
 }
+
+
+def copartitioned(conf: dict[str, Any], group: str) -> dict[str, Any]:
+    """The consumer settings of a member subscribed to several topics: the `range` assignor,
+    which gives partition p of every topic to the same member when the topics have as many
+    partitions and every member subscribes to all of them (a task, as the local and memory
+    logs assign them: `streamcore.log.cursor.membership`). Quix Streams does the same for its
+    joins. `roundrobin` and `cooperative-sticky` spread each topic on its own, so a configured
+    one is replaced, with a warning. Range is eager: every rebalance revokes all partitions and
+    may move tasks that stayed put on the cursor backends (not sticky)."""
+    protocol = str(conf.get("group.protocol", "classic")).lower()
+    key = "group.remote.assignor" if protocol == "consumer" else "partition.assignment.strategy"
+    configured = str(conf.get(key, "range")).replace(" ", "").lower()
+    if configured.split(",")[0] != "range":
+        logger.warning(
+            "group %s subscribes to several logs: %s=range instead of %r, so that partition p "
+            "of every log goes to the same member (co-partitioned tasks)",
+            group,
+            key,
+            conf[key],
+        )
+    return {**conf, key: "range"}
 
 
 class KafkaTailer(LogTailer[Any]):
@@ -98,6 +120,8 @@ class KafkaTailer(LogTailer[Any]):
         conf = self._clients.consumer_config(
             self.group_id, clients.client_id(group), static=names is None
         )
+        if names is not None and len(set(names)) > 1:
+            conf = copartitioned(conf, group)
         strategy = str(conf.get("partition.assignment.strategy", "")).lower()
         protocol = str(conf.get("group.protocol", "classic")).lower()
         self._incremental = "cooperative" in strategy or protocol == "consumer"
