@@ -8,10 +8,12 @@ __all__ = [
     "ArgumentTypeError",
     "BrokerAuthenticationError",
     "BrokerUnavailableError",
+    "ChangelogTruncatedError",
     "CheckpointError",
     "CodecError",
     "ComputationError",
     "ConfigError",
+    "CorruptCheckpointError",
     "CorruptLogError",
     "IncompatibleTableError",
     "InvalidArgumentError",
@@ -26,7 +28,10 @@ __all__ = [
     "PartitionNotFoundError",
     "RecordFieldError",
     "RecordTooLargeError",
+    "RestoreAbandonedError",
+    "RestoreStalledError",
     "SchemaNotFoundError",
+    "StateError",
     "StreamcoreError",
     "TableError",
     "TailerConflictError",
@@ -198,6 +203,41 @@ class ComputationError(StreamcoreError):
 class CheckpointError(ComputationError):
     """Appending the produced records or committing the input positions failed (after the
     configured retries, the computation's unit terminates; nothing committed is lost)."""
+
+    retryable = True
+
+
+class StateError(StreamcoreError):
+    """A state store cannot be made consistent with its changelog as asked (streamcore.state):
+    the changelog has another partition count than the computation has tasks, or it lost records
+    the store needs and the settings say to fail."""
+
+    retryable = False
+
+
+class CorruptCheckpointError(StateError):
+    """A store's checkpoint cannot be read (not the changelog checkpoint format). The restore
+    catches it and rebuilds the store from the changelog's start."""
+
+
+class ChangelogTruncatedError(StateError):
+    """A changelog no longer holds records a restore needs (purged or truncated below the store's
+    checkpoint, or during the restore) and the restore's `on_truncated` setting is "fail". Use
+    "rebuild" to restore what the changelog still holds, or reset the computation's state."""
+
+
+class RestoreStalledError(StateError):
+    """A restore read no further for its `stall_timeout`: the changelog partition's position did
+    not move towards the end offset captured at the start. The message names the changelog, the
+    partition, the position and the end; check that the log is reachable and readable."""
+
+    retryable = True
+
+
+class RestoreAbandonedError(StateError):
+    """A restore stopped because its caller asked it to (`keep_going()` answered False, e.g. the
+    task was revoked by a rebalance). The store is at a consistent checkpoint; the next owner of
+    the task restores from it."""
 
     retryable = True
 
