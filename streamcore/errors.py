@@ -32,6 +32,7 @@ __all__ = [
     "RestoreStalledError",
     "SchemaNotFoundError",
     "StateError",
+    "StoreLockedError",
     "StreamcoreError",
     "TableError",
     "TailerConflictError",
@@ -240,6 +241,31 @@ class RestoreAbandonedError(StateError):
     the task restores from it."""
 
     retryable = True
+
+
+class StoreLockedError(StateError):
+    """Another process still holds a persistent state store's directory lock after the bounded
+    wait (`[state] lock_timeout`): a store has one owner at a time. Stop the other processor, or
+    wait for it: its lock is released when its process ends, even on SIGKILL. `path` is the store's
+    directory, `pid` the holder's (None when it could not be read)."""
+
+    retryable = True
+
+    def __init__(self, path: Any, holder: str, timeout: float) -> None:
+        # `holder`: what the holder wrote in the lock file ("<pid> <host> <since>"), or a
+        # description when there is none.
+        fields = holder.split()
+        self.path = path
+        self.pid = int(fields[0]) if len(fields) == 3 and fields[0].isdigit() else None
+        who = holder
+        if self.pid is not None:
+            who = f"pid {fields[0]} on {fields[1]}, holding it since {fields[2]}"
+        super().__init__(
+            f"state store {str(path)!r} is locked by {who}; waited "
+            f"{timeout:g} s. A store has one owner at a time: stop the other processor, or wait "
+            "for it (its lock is released when its process ends, even on SIGKILL; [state] "
+            "lock_timeout sets the wait)"
+        )
 
 
 class TableError(StreamcoreError):
