@@ -31,10 +31,9 @@ class MemoryEngine(StoreEngine):
         lo = 0 if start is None else bisect.bisect_left(keys, start)
         hi = len(keys) if end is None else bisect.bisect_left(keys, end)
         data = self._data
-        for key in keys[lo:hi]:  # a copy: a write during the iteration does not disturb it
-            value = data.get(key)
-            if value is not None:
-                yield key, value
+        # A copy of the entries, as RocksDB's iterator reads a snapshot: a write during the
+        # iteration (a checkpoint's flush) neither disturbs it nor shows in it.
+        yield from [(key, data[key]) for key in keys[lo:hi]]
 
     def write(self, changes: Mapping[bytes, bytes | None], checkpoint: bytes | None) -> None:
         data = self._data
