@@ -256,6 +256,36 @@ class StreamcoreConfig:
         return _module_prefixes(value, "backfill.topologies")
 
     @property
+    def state_engine(self) -> str:
+        """`[state] engine` (STREAMCORE_STATE_ENGINE): the engine of the state stores that do not
+        name one, "rocksdb" (on disk under `home/state`, the default) or "memory" (lost at every
+        restart, rebuilt from the changelog). Checked when asked, as `audit_schedule`."""
+        from streamcore.state.engines import ENGINES  # only the names: no engine is loaded
+
+        value = _lookup(self.table, "state", "engine", "rocksdb")
+        if value not in ENGINES:
+            raise ConfigError(
+                f"state.engine is {value!r}; use one of {', '.join(map(repr, ENGINES))}"
+            )
+        return str(value)
+
+    @property
+    def state_lock_timeout(self) -> float:
+        """`[state] lock_timeout` (STREAMCORE_STATE_LOCK_TIMEOUT), in seconds, default 30: how
+        long opening a persistent store waits for another process to release it (a previous
+        owner still closing it) before failing with `StoreLockedError`."""
+        value = _lookup(self.table, "state", "lock_timeout", 30)
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            seconds = -1.0
+        if isinstance(value, bool) or not 0 <= seconds < float("inf"):
+            raise ConfigError(
+                f"state.lock_timeout is {value!r}; give a number of seconds >= 0, e.g. 30"
+            )
+        return seconds
+
+    @property
     def log_dir(self) -> Path:
         return self.home / "log"
 
