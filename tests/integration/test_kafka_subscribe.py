@@ -170,7 +170,9 @@ def test_group_members_lists_the_subscribed_consumers_only_while_they_live(
 def test_a_subscription_to_several_topics_is_co_partitioned_whatever_the_strategy(
     kafka_bootstrap: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # cooperative-sticky (or roundrobin) spreads each topic on its own; several topics get range.
+    # cooperative-sticky spreads each topic on its own: with three members of two 4-partition
+    # topics it gave partition 1 of the two topics to different members (checked on this
+    # broker; with two members it happened to pair them). Several topics get range instead.
     config = {**GROUP_CONFIG, "partition.assignment.strategy": "cooperative-sticky"}
     manager = KafkaLogManager(
         kafka_bootstrap, topic_prefix=scratch_prefix(), config=config, timeout=10.0
@@ -179,13 +181,13 @@ def test_a_subscription_to_several_topics_is_co_partitioned_whatever_the_strateg
         names = [Name.of("test/left"), Name.of("test/right")]
         for name in names:
             manager.create(name, 4)
-        members = {m: manager.subscribe("joined", names) for m in ("a", "b")}
+        members = {m: manager.subscribe("joined", names) for m in ("a", "b", "c")}
         assert "partition.assignment.strategy=range instead of 'cooperative-sticky'" in caplog.text
 
         def co_partitioned() -> bool:
             held = [set(t.assignments) for t in members.values()]
             numbers = [{p.partition for p in h} for h in held]
-            return [len(n) for n in numbers] == [2, 2] and all(
+            return sorted(len(n) for n in numbers) == [1, 1, 2] and all(
                 h == {LogPartition(name, p) for name in names for p in n}
                 for h, n in zip(held, numbers, strict=True)
             )
