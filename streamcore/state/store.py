@@ -25,6 +25,23 @@ __all__ = ["KeyValueStore"]
 V = TypeVar("V")
 
 _DELETED = object()
+_MISSING = object()
+
+
+class _Undo:
+    """One buffered write, undone by `pop()`: an entry of the runner's journal of what a record
+    did, which drops a failed attempt's effects before its retry (`UnitContext._rollback`)."""
+
+    __slots__ = ("key", "old", "pending")
+
+    def __init__(self, pending: dict[bytes, Any], key: bytes, old: Any) -> None:
+        self.pending, self.key, self.old = pending, key, old
+
+    def pop(self) -> None:
+        if self.old is _MISSING:
+            self.pending.pop(self.key, None)
+        else:
+            self.pending[self.key] = self.old
 
 
 def _key(key: Any) -> bytes:
@@ -43,16 +60,19 @@ class KeyValueStore(Generic[V]):
         self.name = name
         self.engine = engine
         self.codec = codec
-        self._pending: dict[bytes, Any] = {}  # key -> value, or _DELETED
+        self._pending: dict[bytes, Any] = {}  # key -> encoded value, or _DELETED
+        # Where each write records how to undo it (the runner's journal), when set.
+        self.journal: list[Any] | None = None
 
     # -- reads ----------------------------------------------------------------------------------
     def get(self, key: str) -> V | None:
         """The value of `key`, None when absent."""
         raw = _key(key)
-        value = self._pending.get(raw)
-        if value is not None:
-            return None if value is _DELETED else value
-        stored = self.engine.get(raw)
+        stored = self._pending.get(raw)
+        if stored is None:
+            stored = self.engine.get(raw)
+        elif stored is _DELETED:
+            return None
         return None if stored is None else self.codec.decode(stored)
 
     def range(self, start: str | None = None, end: str | None = None) -> Iterator[tuple[str, V]]:
@@ -70,14 +90,11 @@ class KeyValueStore(Generic[V]):
         stored = ((k, v, 1) for k, v in self.engine.items(lo, hi))
         buffered = ((k, v, 0) for k, v in pending)
         last = None
-        for k, v, source in heapq.merge(buffered, stored, key=lambda item: (item[0], item[2])):
+        for k, v, _source in heapq.merge(buffered, stored, key=lambda item: (item[0], item[2])):
             if k == last:
                 continue  # the engine's older value of a key the buffer wrote
             last = k
-            if source == 0:
-                if v is not _DELETED:
-                    yield k.decode("utf-8"), v
-            else:
+            if v is not _DELETED:
                 yield k.decode("utf-8"), decode(v)
 
     def all(self) -> Iterator[tuple[str, V]]:
@@ -99,11 +116,15 @@ class KeyValueStore(Generic[V]):
     # -- writes ---------------------------------------------------------------------------------
     def put(self, key: str, value: V) -> None:
         """Set `key` to `value` (None deletes it, as in Kafka Streams)."""
-        if value is None:
-            self._pending[_key(key)] = _DELETED
-        else:
-            self.codec.encode(value)  # fail here, on the record that wrote it, not at checkpoint
-            self._pending[_key(key)] = value
+        # Encoded now: a failure belongs to the record that wrote it, and a value the caller
+        # changes afterwards does not change what is stored.
+        self._write(_key(key), _DELETED if value is None else self.codec.encode(value))
+
+    def _write(self, key: bytes, value: Any) -> None:
+        pending = self._pending
+        if self.journal is not None:
+            self.journal.append(_Undo(pending, key, pending.get(key, _MISSING)))
+        pending[key] = value
 
     def put_all(self, items: Iterable[tuple[str, V]]) -> None:
         """`put` each (key, value)."""
@@ -113,7 +134,7 @@ class KeyValueStore(Generic[V]):
     def delete(self, key: str) -> V | None:
         """Remove `key`; returns the value it had (None when absent)."""
         old = self.get(key)
-        self._pending[_key(key)] = _DELETED
+        self._write(_key(key), _DELETED)
         return old
 
     # -- the checkpoint (the processor's side) ------------------------------------------------
@@ -124,11 +145,7 @@ class KeyValueStore(Generic[V]):
 
     def changes(self) -> dict[bytes, bytes | None]:
         """The buffered writes as engine changes: encoded key -> encoded value, None deletes."""
-        encode = self.codec.encode
-        return {
-            key: None if value is _DELETED else encode(value)
-            for key, value in self._pending.items()
-        }
+        return {key: None if value is _DELETED else value for key, value in self._pending.items()}
 
     def flush(self, changes: Mapping[bytes, bytes | None], checkpoint: bytes) -> None:
         """Write `changes` (from `changes()`) and the checkpoint to the engine in one atomic write,
