@@ -73,9 +73,10 @@ def copartitioned(conf: dict[str, Any], group: str) -> dict[str, Any]:
     logs assign them: `streamcore.log.cursor.membership`). Quix Streams does the same for its
     joins. `roundrobin` and `cooperative-sticky` spread each topic on its own, so a configured
     one is replaced, with a warning. Range is eager: every rebalance revokes all partitions and
-    may move tasks that stayed put on the cursor backends (not sticky)."""
-    protocol = str(conf.get("group.protocol", "classic")).lower()
-    key = "group.remote.assignor" if protocol == "consumer" else "partition.assignment.strategy"
+    may move tasks that stayed put on the cursor backends (not sticky). The consumer protocol
+    (`group.protocol = consumer`) would need `group.remote.assignor`, but its consumers cannot
+    be made today: the session settings this backend always sets are refused with it."""
+    key = "partition.assignment.strategy"
     configured = str(conf.get(key, "range")).replace(" ", "").lower()
     if configured.split(",")[0] != "range":
         logger.warning(
