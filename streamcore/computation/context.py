@@ -5,12 +5,15 @@ implementation (`streamcore.computation.runner`)."""
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from streamcore.errors import TopologyError
 
 if TYPE_CHECKING:
     from streamcore.computation.policy import ComputationPolicy
     from streamcore.log import LogOffset
     from streamcore.record import Record
+    from streamcore.state.store import KeyValueStore
 
 __all__ = ["ComputationContext"]
 
@@ -60,6 +63,21 @@ class ComputationContext(abc.ABC):
     @abc.abstractmethod
     def last_offset(self) -> LogOffset | None:
         """Where the record being processed was read; None in timers before any record."""
+
+    def get_state_store(self, name: str, task: int | None = None) -> KeyValueStore[Any]:
+        """The state store `name` of the task of the record being processed (docs/state.md);
+        in a timer or `init`, name the `task` (one of `tasks`) unless the unit has exactly one.
+        The store must be declared on the topology (`stores=` of `add_computation` /
+        `add_processor`)."""
+        raise TopologyError(
+            f"computation {self.computation_name!r} has no state store {name!r}: declare it on "
+            "the topology with stores=[...] in add_computation or add_processor"
+        )
+
+    @property
+    def tasks(self) -> tuple[int, ...]:
+        """The tasks (input partition numbers) this unit owns now, in order."""
+        return ()
 
     @property
     @abc.abstractmethod

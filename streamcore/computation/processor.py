@@ -63,6 +63,7 @@ from streamcore.record import Flag, Record
 if TYPE_CHECKING:
     from streamcore.codecs import Codec
     from streamcore.log import LogOffset
+    from streamcore.state.store import KeyValueStore
 
 __all__ = ["Processor", "ProcessorComputation", "ProcessorContext", "wire_processor"]
 
@@ -172,6 +173,17 @@ class ProcessorContext:
         """Ask for a checkpoint after this record: sent records are appended and the input
         position is committed."""
         self._context.ask_for_checkpoint()
+
+    def get_state_store(self, name: str, task: int | None = None) -> KeyValueStore[Any]:
+        """The state store `name` of the current record's task (KIP-28's `getStateStore`); in
+        `punctuate`, name the `task` (one of `tasks`) unless the processor owns exactly one.
+        Declare it with `stores=` in `add_processor` (docs/state.md)."""
+        return self._context.get_state_store(name, task)
+
+    @property
+    def tasks(self) -> tuple[int, ...]:
+        """The tasks (input partition numbers) this processor instance owns now."""
+        return self._context.tasks
 
 
 class ProcessorComputation(Computation):

@@ -31,7 +31,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streamcore.computation.computation import Computation
 from streamcore.computation.context import ComputationContext
@@ -49,6 +49,10 @@ from streamcore.errors import (
 from streamcore.log import LogAppender, LogOffset, LogRecord, LogTailer, RebalanceListener
 from streamcore.names import Name
 from streamcore.record import Flag, Record
+
+if TYPE_CHECKING:
+    from streamcore.computation.task_stores import TaskStores
+    from streamcore.state.store import KeyValueStore
 
 __all__ = ["ComputationRunner", "InputStream", "OutputStream"]
 
@@ -97,6 +101,7 @@ class UnitContext(ComputationContext):
         self._journal: list[list[tuple[str, Record]]] = []  # which buffer each record went to
         self._signal = 0
         self._record: LogRecord[Any] | None = None
+        self._in_timer = False
 
     def produce_record(
         self, output_stream: str, record_or_key: Record | str, data: bytes | None = None
@@ -140,6 +145,19 @@ class UnitContext(ComputationContext):
 
     def now_ms(self) -> int:
         return self._runner.clock_ms()
+
+    def get_state_store(self, name: str, task: int | None = None) -> KeyValueStore[Any]:
+        stores = self._runner.stores
+        if stores is None:
+            return super().get_state_store(name, task)
+        if task is None and self._record is not None and not self._in_timer:
+            task = self._record.partition.partition
+        return stores.store(name, task)
+
+    @property
+    def tasks(self) -> tuple[int, ...]:
+        stores = self._runner.stores
+        return () if stores is None else tuple(sorted(stores.tasks))
 
     @property
     def last_offset(self) -> LogOffset | None:
@@ -186,8 +204,10 @@ class ComputationRunner(RebalanceListener):
         read_batch: int = 500,
         checkpoint_retries: int = 3,
         checkpoint_pause: float = 10.0,
+        stores: TaskStores | None = None,
     ) -> None:
         self.computation = computation
+        self.stores = stores
         self.name = computation.metadata.name
         self.unit = unit
         self.policy = policy
@@ -209,6 +229,8 @@ class ComputationRunner(RebalanceListener):
         for logical, out in outputs.items():
             names[logical] = names[out.urn] = out
         self.context = UnitContext(self, names)
+        if stores is not None:
+            stores.journal = self.context._journal  # store writes are undone with the outputs
         self._window: list[list[LogRecord[Any]]] = []  # read batches not committed yet
         self._window_positions: dict[Any, int] = {}
         self._window_oldest: LogRecord[Any] | None = None  # first record of the folded batches
@@ -225,6 +247,8 @@ class ComputationRunner(RebalanceListener):
 
     def open(self, tailer: LogTailer[Any] | None) -> None:
         self.tailer = tailer
+        if self.stores is not None and tailer is not None:
+            self.stores.sync(tailer.assignments)  # a static assignment: no callback comes
         self.computation.init(self.context)
 
     def request_stop(self) -> None:
@@ -239,12 +263,23 @@ class ComputationRunner(RebalanceListener):
             self.computation.destroy()
         except Exception:
             logger.exception("destroy() of computation %s failed", self.name)
+        if self.stores is not None:
+            self.stores.close()
         if self.tailer is not None:
             self.tailer.close()
 
     # -- rebalance --------------------------------------------------------------------------------
     def on_revoked(self, tailer: LogTailer[Any], partitions: list[Any]) -> None:
         self._rewind = True
+        stores = self.stores
+        if stores is not None:
+            # Close the stores of the tasks that leave now, so their new owner can open them.
+            stores.discard()
+            stores.sync([p for p in tailer.assignments if p not in partitions])
+
+    def on_assigned(self, tailer: LogTailer[Any], partitions: list[Any]) -> None:
+        if self.stores is not None:
+            self.stores.sync(tailer.assignments)  # restored before a record of them is read
 
     def _do_rewind(self) -> None:
         """Back to the last checkpoint after partitions were taken away (see the module doc)."""
@@ -258,6 +293,8 @@ class ComputationRunner(RebalanceListener):
             ", ".join(map(str, self.tailer.assignments)) or "no partition",
         )
         self.context._clear()
+        if self.stores is not None:
+            self.stores.discard()
         self._window.clear()
         self._window_positions.clear()
         self._window_oldest = None
@@ -373,11 +410,14 @@ class ComputationRunner(RebalanceListener):
             del self.timers[key]
             mark = len(context._journal)
             fired += 1
+            context._in_timer = True
             try:
                 self.computation.process_timer(context, key, ts)
             except Exception as exc:
                 if not self._recover(exc, mark, None, None, None, timer=(key, ts)):
                     break
+            finally:
+                context._in_timer = False
             if context._signal & _HALT:
                 break
         self.next_timer = min(self.timers.values(), default=math.inf)
@@ -589,6 +629,8 @@ class ComputationRunner(RebalanceListener):
         for attempt in range(self._checkpoint_retries + 1):
             try:
                 self._append_outputs(low)
+                if self.stores is not None and tailer is not None:
+                    self.stores.checkpoint(self._commit_positions(tailer, positions))
                 if tailer is not None:
                     if positions is None:
                         self._commit_touched(tailer)
@@ -633,6 +675,16 @@ class ComputationRunner(RebalanceListener):
             self._window.append(rest)
             self._touched.update(_partitions_of(rest))
         return True
+
+    def _commit_positions(
+        self, tailer: LogTailer[Any], positions: dict[Any, int] | None
+    ) -> dict[Any, int]:
+        """The positions the checkpoint is about to commit (those of `positions`, else of the
+        partitions read since the last checkpoint)."""
+        assigned = set(tailer.assignments)
+        if positions is None:
+            return {p: tailer.position(p) for p in self._touched if p in assigned}
+        return {p: offset for p, offset in positions.items() if p in assigned}
 
     def _commit_touched(self, tailer: LogTailer[Any]) -> None:
         """Commit the read position of the partitions read since the last checkpoint (all of

@@ -5,12 +5,14 @@ every stream or computation without its own."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Self
 
 from streamcore.computation.filters import FilterChain, RecordFilter
 from streamcore.computation.policy import ComputationPolicy
 from streamcore.errors import TopologyError
 from streamcore.names import Name
+from streamcore.state.restore import RestoreSettings
 
 __all__ = ["DEFAULT", "Settings"]
 
@@ -33,6 +35,12 @@ class Settings:
     checkpoint is retried before the unit terminates (Nuxeo: 3 and 45 s). `read_batch`: records
     a unit reads at once; a requested checkpoint is taken at the latest after that many records.
     `drain_quiet`: seconds without activity before `drain_and_stop` considers a topology done.
+
+    State stores (docs/state.md): `state_dir` holds the persistent stores (None: `state/` under
+    the configured home); `state_engine` is the engine of stores that do not name one (None: the
+    configuration's `[state] engine`); `state_lock_timeout` (seconds, None: `[state]
+    lock_timeout`) bounds the wait for a store another process still holds; `restore` bounds and
+    sizes restores (`streamcore.state.restore.RestoreSettings`).
     """
 
     default_concurrency: int = 1
@@ -43,6 +51,10 @@ class Settings:
     checkpoint_pause: float = 10.0
     read_batch: int = 500
     drain_quiet: float = 0.5
+    state_dir: str | Path | None = None
+    state_engine: str | None = None
+    state_lock_timeout: float | None = None
+    restore: RestoreSettings = field(default_factory=RestoreSettings)
     _partitions: dict[str, int] = field(default_factory=dict, repr=False)
     _codecs: dict[str, str] = field(default_factory=dict, repr=False)
     _concurrency: dict[str, int] = field(default_factory=dict, repr=False)

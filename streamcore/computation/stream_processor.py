@@ -30,10 +30,12 @@ from streamcore.computation.health import HealthStatus, check_health
 from streamcore.computation.runner import ComputationRunner, InputStream, OutputStream
 from streamcore.computation.settings import Settings
 from streamcore.computation.stats import RUNNING, TERMINATED, SkipBudget, UnitStats
+from streamcore.computation.task_stores import task_stores
 from streamcore.computation.topology import Topology
 from streamcore.errors import ComputationError
 from streamcore.log import Latency, LogAppender, LogLag, LogManager
 from streamcore.names import Name
+from streamcore.state.changelog import changelog_name, ensure_changelog
 
 __all__ = ["StreamProcessor"]
 
@@ -116,6 +118,11 @@ class StreamProcessor:
                     )
             else:
                 self.manager.create(stream, partitions)
+        for name in self.topology.computation_names():
+            if self.topology.stores(name):
+                tasks = max(self.manager.size(s) for s in self.topology.input_streams(name))
+                for spec in self.topology.stores(name):
+                    ensure_changelog(self.manager, changelog_name(name, spec.name), tasks)
 
     def _make_unit(self, name: str, index: int, budget: SkipBudget) -> _Unit:
         topology, settings = self.topology, self.settings
@@ -137,6 +144,16 @@ class StreamProcessor:
         def sleep(seconds: float) -> bool:
             return not stop_event.wait(seconds)
 
+        stores = None
+        if topology.stores(name):
+            stores = task_stores(
+                name,
+                topology,
+                self.manager,
+                settings,
+                keep_going=lambda: not stop_event.is_set(),
+            )
+
         runner = ComputationRunner(
             topology.supplier(name)(),
             unit=index,
@@ -150,6 +167,7 @@ class StreamProcessor:
             read_batch=settings.read_batch,
             checkpoint_retries=settings.checkpoint_retries,
             checkpoint_pause=settings.checkpoint_pause,
+            stores=stores,
         )
         return _Unit(runner, list(inputs), stop_event)
 

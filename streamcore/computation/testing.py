@@ -25,12 +25,15 @@ from streamcore.computation.dlq import DeadLetter
 from streamcore.computation.runner import ComputationRunner, InputStream, OutputStream
 from streamcore.computation.settings import Settings
 from streamcore.computation.stats import TERMINATED, SkipBudget, UnitStats
+from streamcore.computation.task_stores import TaskStores
 from streamcore.computation.topology import Topology
 from streamcore.errors import ComputationError, InvalidArgumentError, TopologyError
 from streamcore.log import LogLag, LogPartition
 from streamcore.log.memory import MemoryLogManager
 from streamcore.names import Name
 from streamcore.record import Flag, Record
+from streamcore.state.changelog import changelog_name, ensure_changelog
+from streamcore.state.store import KeyValueStore
 from streamcore.watermark import Watermark
 
 __all__ = ["TopologyTestDriver"]
@@ -61,6 +64,10 @@ class TopologyTestDriver:
             dlq = self.settings.policy(name).dlq
             if dlq is not None and not self.manager.exists(dlq):
                 self.manager.create(dlq, 1)
+        for name in topology.computation_names():
+            tasks = max((self.manager.size(s) for s in topology.input_streams(name)), default=0)
+            for spec in topology.stores(name):
+                ensure_changelog(self.manager, changelog_name(name, spec.name), tasks)
         for name in topology.computation_names():
             self._runners.append(self._runner(name))
         for runner in self._runners:
@@ -111,6 +118,26 @@ class TopologyTestDriver:
             read_batch=settings.read_batch,
             checkpoint_retries=settings.checkpoint_retries,
             checkpoint_pause=settings.checkpoint_pause,
+            stores=self._stores(name),
+        )
+
+    def _stores(self, name: str) -> TaskStores | None:
+        """The computation's stores, all on the memory engine, their changelogs in the driver's
+        memory log."""
+        specs = self.topology.stores(name)
+        if not specs:
+            return None
+        return TaskStores(
+            name,
+            specs,
+            self.topology.input_streams(name),
+            self.manager,
+            name,
+            state_dir=None,
+            default_engine="memory",
+            lock_timeout=0.0,
+            restore_settings=self.settings.restore,
+            engine="memory",
         )
 
     def _sleep(self, seconds: float) -> bool:
@@ -198,11 +225,26 @@ class TopologyTestDriver:
         return [DeadLetter.of(r) for r in self.read_dlq(stream)]
 
     # -- state --------------------------------------------------------------------------------
-    def stats(self, computation: str) -> UnitStats:
+    def _runner_of(self, computation: str) -> ComputationRunner:
         for runner in self._runners:
             if runner.name == computation:
-                return runner.stats
+                return runner
         raise TopologyError(f"no computation {computation!r} in this topology")
+
+    def stats(self, computation: str) -> UnitStats:
+        return self._runner_of(computation).stats
+
+    def get_key_value_store(
+        self, computation: str, store: str, task: int = 0
+    ) -> KeyValueStore[Any]:
+        """The state store `store` of `computation`'s task `task` (Kafka Streams' driver
+        `getKeyValueStore`), with the writes of records not checkpointed yet."""
+        stores = self._runner_of(computation).stores
+        if stores is None:
+            raise TopologyError(
+                f"computation {computation!r} declares no state store; add stores=[...] to it"
+            )
+        return stores.store(store, task)
 
     def is_terminated(self, computation: str) -> bool:
         """True once the computation was terminated by a failure."""
@@ -211,10 +253,7 @@ class TopologyTestDriver:
     def low_watermark(self, computation: str) -> int:
         """The watermark of the oldest record `computation` read and did not commit yet, else of
         the last one it committed (as `StreamProcessor.low_watermark`)."""
-        for runner in self._runners:
-            if runner.name == computation:
-                return runner.low_watermark()
-        raise TopologyError(f"no computation {computation!r} in this topology")
+        return self._runner_of(computation).low_watermark()
 
     def lag(self, computation: str) -> LogLag:
         """What the computation has not committed yet, over its input streams."""

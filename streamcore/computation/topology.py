@@ -22,6 +22,7 @@ computations and streams has no cycle. Each problem is a `TopologyError` naming 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
@@ -32,6 +33,7 @@ from streamcore.computation.dsl_compile import DslComputation
 from streamcore.computation.processor import Processor, wire_processor
 from streamcore.errors import TopologyError
 from streamcore.names import Name
+from streamcore.state.spec import StoreSpec
 
 if TYPE_CHECKING:
     from streamcore.computation.dsl_values import ValueCodecSpec
@@ -50,6 +52,7 @@ class _WiredComputation:
     metadata: ComputationMetadata
     inputs: dict[str, str]  # logical -> stream URN, in logical order
     outputs: dict[str, str]
+    stores: tuple[StoreSpec, ...] = ()
 
 
 class TopologyBuilder:
@@ -61,11 +64,20 @@ class TopologyBuilder:
         self._streams: list[Stream] = []  # DSL sources, compiled by build()
         self._dsl_at: int | None = None  # where the DSL's computations go among the others
 
-    def add_computation(self, supplier: Supplier, mapping: Sequence[str]) -> Self:
+    def add_computation(
+        self,
+        supplier: Supplier,
+        mapping: Sequence[str],
+        *,
+        stores: Sequence[str | StoreSpec] = (),
+    ) -> Self:
         """Add the computation `supplier()` makes, its logical streams mapped by `mapping`
         (e.g. `["i1:app/in", "o1:app/out"]`). The supplier is called once here to read the
-        metadata and again for each concurrency unit."""
-        _add(self._nodes, _wire(supplier, mapping, self._nodes))
+        metadata and again for each concurrency unit. `stores`: the state stores it uses (names
+        of JSON stores, or `StoreSpec`s), one per task, reached with
+        `context.get_state_store(name)` (docs/state.md)."""
+        node = _wire(supplier, mapping, self._nodes)
+        _add(self._nodes, _with_stores(node, stores))
         return self
 
     def add_processor(
@@ -79,6 +91,7 @@ class TopologyBuilder:
         schema: Any = None,
         codecs: Mapping[str, ValueCodecSpec] | None = None,
         auto_commit: bool = True,
+        stores: Sequence[str | StoreSpec] = (),
     ) -> Self:
         """Add the processor made by `processor()` (a `Processor` subclass or factory; one
         instance per thread) as computation `name` reading `inputs` and sending to `outputs`.
@@ -89,7 +102,8 @@ class TopologyBuilder:
         handled, once per read batch. A processor that keeps state in memory across records (and
         emits it later, e.g. in `punctuate`) passes `auto_commit=False` and calls
         `context.commit()` once what it holds has been sent, so a crash re-delivers what it had
-        not emitted yet."""
+        not emitted yet. `stores`: its state stores (see `add_computation`), reached with
+        `context.get_state_store(name)`."""
         supplier, mapping = wire_processor(
             name,
             processor,
@@ -100,7 +114,7 @@ class TopologyBuilder:
             codecs=codecs,
             auto_commit=auto_commit,
         )
-        return self.add_computation(supplier, mapping)
+        return self.add_computation(supplier, mapping, stores=stores)
 
     def stream(
         self,
@@ -213,6 +227,31 @@ def _wire(
     )
 
 
+def _with_stores(node: _WiredComputation, stores: Sequence[str | StoreSpec]) -> _WiredComputation:
+    """`node` with its state stores, checked: unique names, and inputs to form tasks from."""
+    if isinstance(stores, str | StoreSpec):
+        stores = [stores]
+    specs = tuple(StoreSpec.of(s) for s in stores)
+    if not specs:
+        return node
+    name = node.metadata.name
+    seen: set[str] = set()
+    for spec in specs:
+        if spec.name in seen:
+            raise TopologyError(
+                f"computation {name!r} declares the state store {spec.name!r} twice; give each "
+                "store its own name"
+            )
+        seen.add(spec.name)
+    if not node.inputs:
+        raise TopologyError(
+            f"computation {name!r} has state stores but no input stream: a store belongs to a "
+            "task, and tasks are formed from the input partitions (docs/state.md); keep state "
+            "of a source elsewhere"
+        )
+    return dataclasses.replace(node, stores=specs)
+
+
 def _add(nodes: dict[str, _WiredComputation], node: _WiredComputation) -> None:
     name = node.metadata.name
     if name in nodes:
@@ -305,6 +344,10 @@ class Topology:
     def output_mapping(self, name: str) -> dict[str, str]:
         """Logical output name -> stream URN."""
         return dict(self._node(name).outputs)
+
+    def stores(self, name: str) -> tuple[StoreSpec, ...]:
+        """The state stores computation `name` declared (docs/state.md)."""
+        return self._node(name).stores
 
     def is_source(self, name: str) -> bool:
         return not self._node(name).inputs

@@ -1,0 +1,250 @@
+"""State stores reached from computations and processors: declared on the topology, one per task,
+writes undone with a failed attempt's outputs, checkpointed with the changelog, and restored by
+the next processor (docs/state.md). Driver tests run the runner's code with memory stores; the
+processor tests run on the memory, local and Kafka logs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from streamcore.codecs import get_codec
+from streamcore.computation import (
+    Computation,
+    ComputationPolicy,
+    Processor,
+    Settings,
+    StreamProcessor,
+    Topology,
+    TopologyTestDriver,
+)
+from streamcore.errors import TopologyError
+from streamcore.log import LogManager
+from streamcore.record import Record
+from streamcore.state.changelog import changelog_name
+from streamcore.state.spec import StoreSpec
+
+IN, OUT = "app/in", "app/counts"
+
+
+class Count(Processor):
+    """Counts records per key in the store `counts` and forwards the new count."""
+
+    def init(self, context) -> None:
+        self.context = context
+
+    def process(self, key, value) -> None:
+        store = self.context.get_state_store("counts")
+        count = (store.get(key) or 0) + 1
+        store.put(key, count)
+        self.context.forward(key, count)
+
+
+def count_topology() -> Topology:
+    return (
+        Topology.builder()
+        .add_processor(
+            "app/count", Count, inputs=[IN], outputs=[OUT], codec="json", stores=["counts"]
+        )
+        .build()
+    )
+
+
+def test_a_processor_counts_per_key_in_its_task_store() -> None:
+    settings = Settings().set_partitions(IN, 2)
+    with TopologyTestDriver(count_topology(), settings, start_ms=1_000_000) as driver:
+        for key in ["a", "b", "a", "c", "a", "b"]:
+            driver.pipe(IN, key, b"1")
+        counts = {r.key: int(r.data) for r in driver.read_output(OUT)}
+        assert counts == {"a": 3, "b": 2, "c": 1}
+        stored = {}
+        for task in (0, 1):
+            stored.update(driver.get_key_value_store("app/count", "counts", task).all())
+        assert stored == {"a": 3, "b": 2, "c": 1}
+        # Each key lives in the store of the task its partition maps to, and only there.
+        in_both = set(dict(driver.get_key_value_store("app/count", "counts", 0).all())) & set(
+            dict(driver.get_key_value_store("app/count", "counts", 1).all())
+        )
+        assert not in_both
+
+
+def test_every_checkpointed_write_is_in_the_changelog_with_a_tombstone_for_a_delete() -> None:
+    class CountThenForget(Count):
+        def process(self, key, value) -> None:
+            if value == "forget":
+                self.context.get_state_store("counts").delete(key)
+                return
+            super().process(key, value)
+
+    topology = (
+        Topology.builder()
+        .add_processor(
+            "app/count",
+            CountThenForget,
+            inputs=[IN],
+            outputs=[OUT],
+            codec="json",
+            stores=["counts"],
+        )
+        .build()
+    )
+    with TopologyTestDriver(topology, Settings(), start_ms=1_000_000) as driver:
+        driver.pipe(IN, "a", b"1")
+        driver.pipe(IN, "a", b"1")
+        driver.pipe(IN, "b", b"1")
+        driver.pipe(IN, "a", b'"forget"')
+        assert dict(driver.get_key_value_store("app/count", "counts").all()) == {"b": 1}
+        changelog = changelog_name("app/count", "counts")
+        assert driver.manager.exists(changelog)
+        assert driver.manager.end_offsets(changelog) == [4]
+
+
+class FailOnce(Computation):
+    """Increments the key's count, then fails the first attempt of every record whose data is
+    b"fail" (always for b"always")."""
+
+    def __init__(self) -> None:
+        super().__init__("app/count", 1, 0)
+        self.failed: set[str] = set()
+
+    def process_record(self, context, input_stream, record) -> None:
+        store = context.get_state_store("counts")
+        store.put(record.key, (store.get(record.key) or 0) + 1)
+        if record.data == b"always" or (record.data == b"fail" and record.key not in self.failed):
+            self.failed.add(record.key)
+            raise ValueError("try again")
+        context.ask_for_checkpoint()
+
+
+def fail_once_driver(policy: ComputationPolicy) -> TopologyTestDriver:
+    topology = Topology.builder().add_computation(FailOnce, [f"i1:{IN}"], stores=["counts"]).build()
+    return TopologyTestDriver(
+        topology, Settings().set_policy("app/count", policy), start_ms=1_000_000
+    )
+
+
+def test_a_retried_record_does_not_count_twice() -> None:
+    with fail_once_driver(ComputationPolicy(max_retries=2, delay=0.001, max_delay=0.001)) as driver:
+        driver.pipe(IN, "a", b"ok")
+        driver.pipe(IN, "a", b"fail")
+        assert driver.get_key_value_store("app/count", "counts").get("a") == 2
+
+
+def test_a_skipped_record_leaves_no_state_behind() -> None:
+    policy = ComputationPolicy(
+        max_retries=1, delay=0.001, max_delay=0.001, continue_on_failure=True
+    )
+    with fail_once_driver(policy) as driver:
+        driver.pipe(IN, "a", b"ok")
+        driver.pipe(IN, "a", b"always")
+        driver.pipe(IN, "a", b"ok")
+        assert driver.get_key_value_store("app/count", "counts").get("a") == 2
+
+
+class Punctuating(Processor):
+    """Counts, and on punctuation reads every task's store (naming the task)."""
+
+    def init(self, context) -> None:
+        self.context = context
+        self.seen: dict[int, dict[str, int]] = {}
+        context.schedule(1000)
+
+    def process(self, key, value) -> None:
+        store = self.context.get_state_store("counts")
+        store.put(key, (store.get(key) or 0) + 1)
+
+    def punctuate(self, timestamp) -> None:
+        for task in self.context.tasks:
+            self.seen[task] = dict(self.context.get_state_store("counts", task=task).all())
+        with pytest.raises(TopologyError, match="needs task="):
+            self.context.get_state_store("counts")
+
+
+def test_punctuation_names_the_task_of_the_store_it_reads() -> None:
+    made: list[Punctuating] = []
+
+    def make() -> Punctuating:
+        made.append(Punctuating())
+        return made[-1]
+
+    topology = (
+        Topology.builder()
+        .add_processor("app/count", make, inputs=[IN], codec="json", stores=["counts"])
+        .build()
+    )
+    settings = Settings().set_partitions(IN, 2)
+    with TopologyTestDriver(topology, settings, start_ms=1_000_000) as driver:
+        for key in ["a", "b", "c", "d"]:
+            driver.pipe(IN, key, b"1")
+        driver.advance_time(1000)
+        seen = made[-1].seen
+        assert sorted(seen) == [0, 1]
+        assert {k for task in seen.values() for k in task} == {"a", "b", "c", "d"}
+
+
+def test_store_declarations_are_checked_when_the_topology_is_built() -> None:
+    builder = Topology.builder()
+    with pytest.raises(TopologyError, match="declares the state store 'counts' twice"):
+        builder.add_processor("app/c", Count, inputs=[IN], stores=["counts", StoreSpec("counts")])
+    with pytest.raises(TopologyError, match="is not valid"):
+        builder.add_processor("app/c", Count, inputs=[IN], stores=["no/slash"])
+
+    class Source(Computation):
+        def __init__(self) -> None:
+            super().__init__("app/source", 0, 1)
+
+        def process_record(self, context, input_stream, record) -> None:
+            return None
+
+    with pytest.raises(TopologyError, match="no input stream"):
+        builder.add_computation(Source, ["o1:app/out"], stores=["counts"])
+
+
+def test_an_undeclared_store_names_the_declared_ones() -> None:
+    class Other(Count):
+        def process(self, key, value) -> None:
+            self.context.get_state_store("other")
+
+    topology = (
+        Topology.builder()
+        .add_processor("app/count", Other, inputs=[IN], codec="json", stores=["counts"])
+        .build()
+    )
+    policy = ComputationPolicy(max_retries=0)
+    settings = Settings().set_policy("app/count", policy)
+    with TopologyTestDriver(topology, settings, start_ms=1_000_000) as driver:
+        driver.pipe(IN, "a", b"1")
+        assert driver.is_terminated("app/count")
+        assert "has no state store 'other' (it declares counts)" in (
+            driver.stats("app/count").failure or ""
+        )
+
+
+# -- the threaded processor on every backend ------------------------------------------------------
+CODEC = get_codec("avro")
+
+
+def run_counts(manager: LogManager, settings: Settings, keys: list[str]) -> None:
+    manager.create(IN, 2)
+    appender = manager.appender(IN, CODEC)
+    appender.append_batch([(key, Record(key, b"1")) for key in keys])
+    with StreamProcessor(manager, count_topology(), settings) as processor:
+        assert processor.drain_and_stop(60.0)
+
+
+def test_a_new_processor_restores_the_counts_from_the_changelog(
+    manager: LogManager, tmp_path: Path
+) -> None:
+    # Run 1 keeps its stores in memory, so run 2 (on disk) restores every key from the
+    # changelog; run 3 starts from the checkpoint run 2 left in its stores on disk.
+    for run, engine in enumerate(["memory", None, None]):
+        settings = Settings(state_dir=tmp_path / "state", state_engine=engine)
+        settings.set_partitions(IN, 2)
+        run_counts(manager, settings, [f"k{i % 7}" for i in range(100 * run, 100 * (run + 1))])
+    reader = manager.tailer("test/reader", OUT, CODEC)
+    last: dict[str, int] = {}
+    while (record := reader.read(timeout=0.5)) is not None:
+        last[record.key] = int(record.message.data)
+    reader.close()
+    assert last == {f"k{i}": len(range(i, 300, 7)) for i in range(7)}
