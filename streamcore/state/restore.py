@@ -109,7 +109,7 @@ class StateRestoreListener:
 
 @dataclass(frozen=True)
 class RestoreSettings:
-    """`batch_size`: records per read and per engine write. `stall_timeout`: seconds without
+    """`batch_size`: records per engine write (read in one or several reads). `stall_timeout`: seconds without
     position progress before `RestoreStalledError`. `on_truncated`: what to do when the
     changelog lost records the store needs ("rebuild" from its start with a warning, or
     "fail" with `ChangelogTruncatedError`)."""
@@ -348,25 +348,39 @@ class _Restore:
                         f"restore of {self.label} abandoned at offset {position} of {end} (the "
                         "task was given up); the store is at a consistent checkpoint"
                     )
-                batch = tailer.read_arrow(settings.batch_size, wait)
-                rows = 0 if batch is None else batch.num_rows
-                first = int(batch.column("offset")[0].as_py()) if rows else position
-                if rows == 0 or first > position:  # a gap: compaction's, or a purge's?
-                    log_start = self._bounds()[0]
-                    if log_start > position:
-                        self._truncated(
-                            f"the changelog was purged during the restore: its start moved to "
-                            f"{log_start}, past the restore's position {position}"
-                        )
-                        self._rebuild()
-                        rebuilt = True
-                        tailer.seek(LogOffset(changelog, log_start))
-                        position = progress.position = log_start
-                        last_move = time.monotonic()
-                        continue
-                new_position = tailer.position(changelog)
+                # Reads until a batch is full: the local log returns one stored batch (one
+                # checkpoint's append) per read, and an engine write per append would be slow.
+                changes: dict[bytes, bytes | None] = {}
+                rows, new_position, timeout, purged = 0, position, wait, 0
+                while rows < settings.batch_size and new_position < end:
+                    batch = tailer.read_arrow(settings.batch_size - rows, timeout)
+                    timeout = 0.0
+                    count = 0 if batch is None else batch.num_rows
+                    first = int(batch.column("offset")[0].as_py()) if count else new_position
+                    if count == 0 or first > new_position:  # a gap: compaction's or a purge's?
+                        log_start = self._bounds()[0]
+                        if log_start > new_position:
+                            purged = log_start
+                            break
+                    if count:
+                        self._collect(batch, changes)
+                        rows += count
+                    new_position = tailer.position(changelog)
+                    if not count:
+                        break
+                if purged:
+                    self._truncated(
+                        f"the changelog was purged during the restore: its start moved to "
+                        f"{purged}, past the restore's position {new_position}"
+                    )
+                    self._rebuild()
+                    rebuilt = True
+                    tailer.seek(LogOffset(changelog, purged))
+                    position = progress.position = purged
+                    last_move = time.monotonic()
+                    continue
                 if rows:
-                    self._apply(batch, new_position)
+                    self.engine.write(changes, self._checkpoint(new_position))
                 now = time.monotonic()
                 if new_position > position:
                     position = progress.position = new_position
@@ -400,30 +414,26 @@ class _Restore:
         self.void_keys.clear()
         self.first_void = None
 
-    def _apply(self, batch: Any, position: int) -> None:
-        """Write one batch's non-void changes and the checkpoint in one engine write.
+    def _collect(self, batch: Any, changes: dict[bytes, bytes | None]) -> None:
+        """Add one read's non-void changes to `changes` (the next engine write).
 
-        The puts of one append share their header (`streamcore.state.changelog`): a run of them
-        is found with one Arrow prefix match over the batch and applied with one dict update, so
-        the Python work per record is a slice and a dict entry. Other records (deletes, a
-        change of header) take the record-by-record path."""
-        import numpy as np
+        The puts of one append share their header (`streamcore.state.changelog`): its positions
+        are decoded once per append, and the run of records behind it is found with a prefix
+        comparison each and applied with one dict update, so the Python work per record is a
+        comparison, a slice and a dict entry. (A run found by Arrow's `starts_with` was as fast
+        for large appends and three times slower for small ones, its cost being per call.)
+        Deletes take the record-by-record path."""
         import pyarrow as pa
-        import pyarrow.compute as pc
 
-        column = batch.column("value")
         keys = batch.column("key").cast(pa.binary()).to_pylist()
+        values = batch.column("value").to_pylist()
         count = len(keys)
-        values: list[bytes] | None = None  # made for the record-by-record path only
-        longest = 0
-        changes: dict[bytes, bytes | None] = {}
         void_keys = self.void_keys
-        runs: dict[bytes, Any] = {}  # put header -> which records of the batch start with it
         skipped = 0
         first_void = -1
         i = 0
         while i < count:
-            value = column[i].as_py() if values is None else values[i]
+            value = values[i]
             if value.startswith(PUT_MAGIC):
                 size = 4 + int.from_bytes(value[2:4], "big")
                 header = value[:size]
@@ -432,28 +442,18 @@ class _Restore:
                     void = self.headers[header] = _void(
                         self._positions(header[4:], batch, i), self.committed
                     )
-                mask = runs.get(header)
-                if mask is None:
-                    mask = runs[header] = np.asarray(
-                        pc.starts_with(column, pattern=header), dtype=bool
-                    )
-                rest = mask[i:]
-                stop = int(rest.argmin())  # the first record of another header, if any
-                end = count if rest[stop] else i + stop
+                end = i + 1
+                while end < count and values[end].startswith(header):
+                    end += 1
                 if void:
                     void_keys.update(keys[i:end])
                     skipped += end - i
                     if first_void < 0:
                         first_void = i
                 else:
-                    if not longest:
-                        longest = pc.max(pc.binary_length(column)).as_py()
-                    run = pc.binary_slice(column.slice(i, end - i), size, longest)
-                    changes.update(zip(keys[i:end], run.to_pylist(), strict=True))
+                    changes.update(zip(keys[i:end], [v[size:] for v in values[i:end]], strict=True))
                 i = end
                 continue
-            if values is None:
-                values = column.to_pylist()
             if value.startswith(DELETE_PREFIX):
                 blob = self._delete_positions(value, batch, i)
                 void = self.deletes.get(blob)
@@ -478,7 +478,6 @@ class _Restore:
             i += 1
         if first_void >= 0 and self.first_void is None:
             self.first_void = self._offset(batch, first_void)
-        self.engine.write(changes, self._checkpoint(position))
         self.progress.restored += count - skipped
         self.progress.skipped += skipped
 
