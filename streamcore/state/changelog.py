@@ -188,6 +188,9 @@ class ChangelogWriter:
     def __init__(self, manager: LogManager, name: str) -> None:
         self.manager = manager
         self.name = Name.of(name).urn
+        # Read once: the checkpoint of every flush names it (`checkpoint`), and on Kafka it
+        # costs a metadata request.
+        self.incarnation = manager.incarnation(self.name)
         self._appender: LogAppender[Any] = manager.appender(self.name)
 
     def append(self, task: int, changes: Mapping[bytes, bytes | None], positions: Positions) -> int:
@@ -205,6 +208,11 @@ class ChangelogWriter:
             items.append((key, encode_delete(key, blob) if value is None else header + value))
         offsets = self._appender.append_batch(items, partition=task)
         return offsets[-1].offset + 1
+
+    def checkpoint(self, offset: int, positions: Positions) -> bytes:
+        """The store checkpoint to flush with the changes `append` returned `offset` for: this
+        changelog's incarnation, `offset`, and the input positions the checkpoint commits."""
+        return StoreCheckpoint(self.incarnation, offset, dict(positions)).encode()
 
     def close(self) -> None:
         """Close the appender; idempotent."""

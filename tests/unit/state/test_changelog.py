@@ -70,6 +70,8 @@ def test_puts_and_deletes_carry_their_input_positions(manager: LogManager) -> No
         end = writer.append(1, {b"a": b"1", "é".encode(): b"", b"gone": None}, positions)
         assert end == 3 == manager.end_offsets(name)[1]
         assert writer.append(1, {}, positions) == 3  # nothing to append: the end as it is
+        flushed = StoreCheckpoint.decode(writer.checkpoint(end, positions))
+        assert flushed == StoreCheckpoint(manager.incarnation(name), 3, positions)
     blob = encode_positions(positions)
     assert decode_positions(blob) == positions
     records = {}
