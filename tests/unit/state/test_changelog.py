@@ -5,16 +5,20 @@ tombstones) and the store checkpoint."""
 from __future__ import annotations
 
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
 from log_fixtures import make_config
 
+from streamcore.config import LogDefaults, StreamcoreConfig
 from streamcore.errors import CorruptCheckpointError, InvalidNameError, StateError
 from streamcore.log import LogManager, LogPartition
 from streamcore.log.capabilities import Segmented, TopicConfigurable
-from streamcore.log.config import ARCHIVER
+from streamcore.log.config import ARCHIVER, LogConfig
 from streamcore.log.local.manager import LocalLogManager
+from streamcore.log.memory import MemoryLogManager
+from streamcore.log.unified import UnifiedLogManager
 from streamcore.names import Name
 from streamcore.state.changelog import (
     DELETE_PREFIX,
@@ -60,6 +64,20 @@ def test_ensure_creates_one_partition_per_task_compacted_and_kept(manager: LogMa
     ensure_changelog(manager, name, 3)  # there already: nothing to do
     with pytest.raises(StateError, match=r"has 3 partitions but the computation has 4 tasks"):
         ensure_changelog(manager, name, 4)
+
+
+def test_through_the_routing_manager_each_backend_gets_its_own_options(tmp_path: Path) -> None:
+    text = '[log.configs.mem]\ntype = "memory"\n[[log.match]]\nnamespace = "fast"\nconfig = "mem"\n'
+    config = StreamcoreConfig(home=tmp_path, log=LogDefaults(), table=tomllib.loads(text))
+    manager = UnifiedLogManager(config, LogConfig.from_settings(config, environ={}))
+    on_disk, in_memory = changelog_name("slow/count", "c"), changelog_name("fast/count", "c")
+    ensure_changelog(manager, on_disk, 2)  # the local log: kept without time retention
+    ensure_changelog(manager, in_memory, 2)  # the memory log takes no option
+    local = manager.backend_for(on_disk)
+    assert isinstance(local, LocalLogManager) and local.retention_ms(on_disk) == 0
+    assert isinstance(manager.backend_for(in_memory), MemoryLogManager)
+    assert manager.size(in_memory) == 2
+    manager.close()
 
 
 def test_puts_and_deletes_carry_their_input_positions(manager: LogManager) -> None:
