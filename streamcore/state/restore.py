@@ -109,10 +109,10 @@ class StateRestoreListener:
 
 @dataclass(frozen=True)
 class RestoreSettings:
-    """`batch_size`: records per engine write (read in one or several reads). `stall_timeout`: seconds without
-    position progress before `RestoreStalledError`. `on_truncated`: what to do when the
-    changelog lost records the store needs ("rebuild" from its start with a warning, or
-    "fail" with `ChangelogTruncatedError`)."""
+    """`batch_size`: records per engine write (read in one or several reads).
+    `stall_timeout`: seconds without position progress before `RestoreStalledError`.
+    `on_truncated`: what to do when the changelog lost records the store needs ("rebuild" from
+    its start with a warning, or "fail" with `ChangelogTruncatedError`)."""
 
     batch_size: int = 10_000
     stall_timeout: float = 60.0
@@ -269,6 +269,9 @@ class _Restore:
         name, p = self.changelog.name, self.changelog.partition
         return self.manager.start_offsets(name)[p], self.manager.end_offsets(name)[p]
 
+    def _log_start(self) -> int:
+        return self.manager.start_offsets(self.changelog.name)[self.changelog.partition]
+
     def _truncated(self, why: str) -> None:
         """Records the restore needs are gone: fail, or rebuild (by the setting)."""
         if self.settings.on_truncated == "fail":
@@ -298,6 +301,7 @@ class _Restore:
             start = log_start
         progress = self.progress
         progress.start, progress.end, progress.position = start, end, start
+        progress.started = time.monotonic()
         self.listener.on_restore_start(self.changelog, self.store, start, end)
         if start < end:
             full = self._read(start, end) or full
@@ -358,7 +362,7 @@ class _Restore:
                     count = 0 if batch is None else batch.num_rows
                     first = int(batch.column("offset")[0].as_py()) if count else new_position
                     if count == 0 or first > new_position:  # a gap: compaction's or a purge's?
-                        log_start = self._bounds()[0]
+                        log_start = self._log_start()
                         if log_start > new_position:
                             purged = log_start
                             break
