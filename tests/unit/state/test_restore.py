@@ -433,6 +433,55 @@ def test_a_restore_without_progress_fails_within_its_stall_timeout() -> None:
     assert manager.stuck.reads >= 2 and manager.stuck.closed
 
 
+class _MarkerTailer:
+    """A real memory tailer whose position, once past the last record, also moves past a
+    trailing offset that holds no record, as a Kafka consumer's does past a transaction marker
+    (a fake for this one test: our logs write no markers)."""
+
+    def __init__(self, tailer: Any, manager: MemoryLogManager) -> None:
+        self.tailer, self.manager = tailer, manager
+
+    def seek(self, offset: Any) -> None:
+        self.tailer.seek(offset)
+
+    def read_arrow(self, max_records: int, timeout: float) -> Any:
+        return self.tailer.read_arrow(max_records, timeout)
+
+    def position(self, partition: LogPartition) -> int:
+        position = self.tailer.position(partition)
+        last = MemoryLogManager.end_offsets(self.manager, partition.name)[partition.partition]
+        return position + 1 if position == last else position
+
+    def close(self) -> None:
+        self.tailer.close()
+
+
+class _MarkerManager(MemoryLogManager):
+    """Every partition ends with one offset that has no record (a trailing marker)."""
+
+    def end_offsets(self, name: Any) -> list[int]:
+        return [end + 1 for end in super().end_offsets(name)]
+
+    def tailer(self, group: str, source: Any, codec: Any = None) -> Any:
+        return _MarkerTailer(super().tailer(group, source, codec), self)
+
+
+def test_a_restore_ends_on_the_position_past_a_trailing_offset_without_record() -> None:
+    manager = _MarkerManager()
+    ensure_changelog(manager, NAME, 2)
+    with ChangelogWriter(manager, NAME) as writer:
+        appends = counts(0, 4)
+        for i, changes in enumerate(appends):
+            writer.append(TASK, changes, at(i + 1))
+        engine = MemoryEngine()
+        began = time.monotonic()
+        result = run(manager, engine, at(4), writer)
+    # "last record's offset + 1" never reaches this end: the position does, at once.
+    assert time.monotonic() - began < SETTINGS.stall_timeout
+    assert result.end == result.restored + 1
+    assert state(engine) == replay(*appends) and checkpoint(engine).offset == result.end
+
+
 def test_an_abandoned_restore_leaves_the_store_at_a_consistent_checkpoint(
     manager: LogManager, writer: ChangelogWriter
 ) -> None:
