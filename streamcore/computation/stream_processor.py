@@ -31,6 +31,7 @@ from streamcore.computation.runner import ComputationRunner, InputStream, Output
 from streamcore.computation.settings import Settings
 from streamcore.computation.stats import RUNNING, TERMINATED, SkipBudget, UnitStats
 from streamcore.computation.task_stores import task_stores
+from streamcore.computation.tasks import check_copartitioned, planned_partitions
 from streamcore.computation.topology import Topology
 from streamcore.errors import ComputationError
 from streamcore.log import Latency, LogAppender, LogLag, LogManager
@@ -177,6 +178,8 @@ class StreamProcessor:
             if self._started:
                 raise ComputationError("this StreamProcessor was started already; make a new one")
             self._started = True
+            # Before anything is created: a refused topology leaves no stream behind.
+            check_copartitioned(self.topology, planned_partitions(self.manager, self.settings))
             self._create_streams()
             for name in self.topology.computation_names():
                 budget = SkipBudget(self.settings.policy(name).skip_first_failures)

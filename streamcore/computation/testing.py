@@ -26,6 +26,7 @@ from streamcore.computation.runner import ComputationRunner, InputStream, Output
 from streamcore.computation.settings import Settings
 from streamcore.computation.stats import TERMINATED, SkipBudget, UnitStats
 from streamcore.computation.task_stores import TaskStores
+from streamcore.computation.tasks import check_copartitioned
 from streamcore.computation.topology import Topology
 from streamcore.errors import ComputationError, InvalidArgumentError, TopologyError
 from streamcore.log import LogLag, LogPartition
@@ -58,6 +59,7 @@ class TopologyTestDriver:
         self._readers: dict[str, Any] = {}
         self._runners: list[ComputationRunner] = []
         self._closed = False
+        check_copartitioned(topology, self.settings.partitions)
         for stream in topology.streams():
             self.manager.create(stream, self.settings.partitions(stream))
         for name in topology.computation_names():

@@ -31,8 +31,9 @@ from streamcore.computation.computation import Computation, ComputationMetadata
 from streamcore.computation.dsl import Stream, compile_streams, source
 from streamcore.computation.dsl_compile import DslComputation
 from streamcore.computation.processor import Processor, wire_processor
-from streamcore.errors import TopologyError
+from streamcore.errors import StreamcoreError, TopologyError
 from streamcore.names import Name
+from streamcore.state.changelog import changelog_name
 from streamcore.state.spec import StoreSpec
 
 if TYPE_CHECKING:
@@ -249,6 +250,11 @@ def _with_stores(node: _WiredComputation, stores: Sequence[str | StoreSpec]) -> 
             "task, and tasks are formed from the input partitions (docs/state.md); keep state "
             "of a source elsewhere"
         )
+    for spec in specs:
+        try:
+            changelog_name(name, spec.name)
+        except StreamcoreError as exc:
+            raise TopologyError(f"computation {name!r}, state store {spec.name!r}: {exc}") from None
     return dataclasses.replace(node, stores=specs)
 
 

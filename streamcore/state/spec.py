@@ -11,7 +11,7 @@ from streamcore.errors import TopologyError
 
 __all__ = ["StoreSpec"]
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}\Z")
 
 
 @dataclass(frozen=True)
@@ -31,9 +31,9 @@ class StoreSpec:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
             raise TopologyError(
-                f"state store name {self.name!r} is not valid: use 1-64 letters, digits, '_' and "
-                "'-', starting with a letter or digit (it is part of the changelog "
-                "stream's name)"
+                f"state store name {self.name!r} is not valid: use 1-64 letters, digits and '_', "
+                "starting with a letter (no '-': the name is part of the changelog stream's "
+                "name, whose parts '-' separates)"
             )
 
     @classmethod

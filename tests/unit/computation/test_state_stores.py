@@ -248,3 +248,25 @@ def test_a_new_processor_restores_the_counts_from_the_changelog(
         last[record.key] = int(record.message.data)
     reader.close()
     assert last == {f"k{i}": len(range(i, 300, 7)) for i in range(7)}
+
+
+def test_a_computation_reading_streams_of_different_partition_counts_is_refused(
+    manager: LogManager,
+) -> None:
+    """Task p reads partition p of every input: inputs of 4 and 2 partitions cannot form tasks."""
+    topology = (
+        Topology.builder()
+        .add_processor("app/join", Count, inputs=["app/left", "app/right"], stores=["counts"])
+        .build()
+    )
+    settings = Settings().set_partitions("app/left", 4).set_partitions("app/right", 2)
+    with pytest.raises(TopologyError, match=r"app/left.*4.*app/right.*2"):
+        TopologyTestDriver(topology, settings)
+    with pytest.raises(TopologyError, match=r"app/left.*4.*app/right.*2"):
+        StreamProcessor(manager, topology, settings).start()
+    assert not manager.exists("app/left")  # refused before anything was created
+
+
+def test_a_store_of_a_computation_without_namespace_is_refused_at_build() -> None:
+    with pytest.raises(TopologyError, match="has no namespace"):
+        Topology.builder().add_processor("count", Count, inputs=[IN], stores=["counts"])

@@ -1,0 +1,155 @@
+"""State faults: a keyed count in a processor SIGKILLed at random points, 30 times, on the local
+log with the persistent store, some restarts without the local stores (full restores from the
+changelog), then drained: every key's stored count equals the number of its input records
+(state exactly-once, docs/state.md "The promise")."""
+
+from __future__ import annotations
+
+import os
+import random
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from streamcore.codecs import get_codec
+from streamcore.computation import Processor, Settings, StreamProcessor, Topology
+from streamcore.computation.dsl_values import resolve_value_codec
+from streamcore.config import LogDefaults, StreamcoreConfig
+from streamcore.log.local.manager import LocalLogManager
+from streamcore.names import Name
+from streamcore.record import Record
+from streamcore.state.engines import open_engine
+from streamcore.state.store import KeyValueStore
+
+IN, COMPUTATION, STORE = "app/in", "app/count", "counts"
+PARTITIONS, READ_BATCH = 2, 20
+CODEC = get_codec("avro")
+
+CHILD = """
+import sys, threading
+from streamcore.computation.task_stores import TaskStores
+from streamcore.config import LogDefaults, StreamcoreConfig
+from streamcore.log.local.manager import LocalLogManager
+sys.path.insert(0, sys.argv[3])
+from test_state_faults import count_processor
+
+root, state = sys.argv[1], sys.argv[2]
+checkpoint = TaskStores.checkpoint
+
+def announced(self, positions):
+    checkpoint(self, positions)
+    print("ckpt", flush=True)  # the stores are flushed; the inputs are not committed yet
+
+TaskStores.checkpoint = announced
+manager = LocalLogManager(root + "/log", config=StreamcoreConfig(home=root, log=LogDefaults()))
+manager.heartbeat_interval, manager.session_timeout = 0.1, 0.8  # a killed member leaves fast
+processor = count_processor(manager, state, announce=True).start()
+print("ready", flush=True)
+threading.Event().wait()
+"""
+
+
+class Count(Processor):
+    """Counts records per key in the store `counts`; with `announce`, prints a line per record
+    once its count is written (for the test to kill at)."""
+
+    announce = False
+
+    def init(self, context) -> None:
+        self.context = context
+
+    def process(self, key, value) -> None:
+        store = self.context.get_state_store(STORE)
+        store.put(key, (store.get(key) or 0) + 1)
+        if self.announce:
+            print("rec", flush=True)
+
+
+def count_processor(manager, state: str | Path, announce: bool = False) -> StreamProcessor:
+    processor = type("Announced" if announce else "Quiet", (Count,), {"announce": announce})
+    topology = (
+        Topology.builder()
+        .add_processor(COMPUTATION, processor, inputs=[IN], codec="json", stores=[STORE])
+        .build()
+    )
+    settings = Settings(state_dir=state, read_batch=READ_BATCH).set_partitions(IN, PARTITIONS)
+    return StreamProcessor(manager, topology, settings)
+
+
+def run_until_killed(root: Path, state: Path, kill_at: tuple[str, int]) -> None:
+    """Start the child processor and SIGKILL it at its `n`-th line of `kind` ("rec" or "ckpt")."""
+    script = root / "child.py"
+    script.write_text(textwrap.dedent(CHILD))
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(root), str(state), str(Path(__file__).parent)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    kind, n = kill_at
+    seen = 0
+    try:
+        with selectors.DefaultSelector() as selector:
+            selector.register(proc.stdout, selectors.EVENT_READ)
+            while seen < n:
+                # A bound against a hung child (it would fail the test, not stall it).
+                assert selector.select(timeout=120), (
+                    f"the child printed nothing for 120 s ({kill_at})"
+                )
+                line = proc.stdout.readline()
+                assert line, f"the child ended early: {proc.stderr.read()}"
+                seen += line.strip() == kind
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def stored_counts(state: Path) -> dict[str, int]:
+    codec = resolve_value_codec("json", where="test")
+    counts: dict[str, int] = {}
+    for task in range(PARTITIONS):
+        path = state / Name.of(COMPUTATION).id / str(task) / STORE
+        engine = open_engine("rocksdb", path, 5.0)
+        try:
+            counts.update(KeyValueStore(STORE, engine, codec).all())
+        finally:
+            engine.close()
+    return counts
+
+
+def test_a_keyed_count_survives_30_kills_without_loss_or_double_count(tmp_path: Path) -> None:
+    rng = random.Random(27)
+    manager = LocalLogManager(
+        tmp_path / "log", config=StreamcoreConfig(home=tmp_path, log=LogDefaults())
+    )
+    manager.heartbeat_interval, manager.session_timeout = 0.1, 0.8
+    manager.create(IN, PARTITIONS)
+    appender = manager.appender(IN, CODEC)
+    state = tmp_path / "state"
+    expected: dict[str, int] = {}
+    wiped = 0
+    for trial in range(30):
+        keys = [f"k{rng.randrange(13)}" for _ in range(100)]
+        appender.append_batch([(k, Record(k, b"1")) for k in keys])
+        for key in keys:
+            expected[key] = expected.get(key, 0) + 1
+        if trial % 4 == 3 and state.exists():
+            shutil.rmtree(state)  # a new machine: the next start restores from the changelogs
+            wiped += 1
+        # A third of the kills fall between the stores' flush and the input commit, where a
+        # store holds changes of records that will be delivered again.
+        kill_at = ("ckpt", rng.randint(1, 3)) if trial % 3 == 0 else ("rec", rng.randint(1, 90))
+        run_until_killed(tmp_path, state, kill_at)
+    assert wiped >= 7
+    with count_processor(manager, state) as processor:
+        assert processor.drain_and_stop(120.0)
+    assert stored_counts(state) == expected
+    manager.close()
