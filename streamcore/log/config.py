@@ -95,10 +95,19 @@ from streamcore.config import StreamcoreConfig
 from streamcore.errors import ConfigError
 from streamcore.log.environ import Unresolved
 from streamcore.log.registry import DEFAULT_TYPE, backend_type, backend_types
-from streamcore.names import Name
+from streamcore.names import NO_NAMESPACE, Name
 from streamcore.redact import redact_properties
 
-__all__ = ["ARCHIVER", "TOOLS_GROUP", "BackendConfig", "LogConfig", "MatchRule", "Route"]
+__all__ = [
+    "ARCHIVER",
+    "CHANGELOG_SUFFIX",
+    "TOOLS_GROUP",
+    "BackendConfig",
+    "LogConfig",
+    "MatchRule",
+    "Route",
+    "is_state_changelog",
+]
 
 DEFAULT_CONFIG = "default"
 ENV_BACKEND = "STREAMCORE_LOG_BACKEND"
@@ -112,6 +121,15 @@ _RULE_KEYS = ("namespace", "group", "config", "archive", "compact")
 ARCHIVER = "retention/archiver"
 # Nuxeo's default group for tools (streamcore's CLI, recovery): read with it, never commit.
 TOOLS_GROUP = "admin/tools"
+# The name suffix of state-store changelogs (`streamcore.state.changelog.changelog_name`), reserved
+# as Kafka Streams reserves it: such a log is state, not history.
+CHANGELOG_SUFFIX = "-changelog"
+
+
+def is_state_changelog(name: str | Name) -> bool:
+    """Whether log `name` is a state store's changelog (named `<namespace>/<...>-changelog`)."""
+    parsed = Name.of(name)
+    return parsed.namespace != NO_NAMESPACE and parsed.name.endswith(CHANGELOG_SUFFIX)
 
 
 @dataclass(frozen=True)
@@ -302,7 +320,10 @@ class LogConfig:
         """Whether retention archives log `name` to the Delta `archive` table before purging
         it: the `archive` setting of the first namespace rule matching it (default true), so
         it holds whichever backend a forced route sends the log to. A log no rule matches is
-        archived."""
+        archived; a state store's changelog never is (it is state, kept by compaction, not
+        history)."""
+        if is_state_changelog(name):
+            return False
         urn = Name.of(name).urn
         for rule in self._name_rules:
             if rule.matches_name(urn):
@@ -311,7 +332,10 @@ class LogConfig:
 
     def compacted(self, name: str | Name) -> bool:
         """Whether log `name` is key-compacted (only the latest record per key is kept): the
-        `compact` setting of the first namespace rule matching it (default false)."""
+        `compact` setting of the first namespace rule matching it (default false); a state
+        store's changelog always is."""
+        if is_state_changelog(name):
+            return True
         urn = Name.of(name).urn
         for rule in self._name_rules:
             if rule.matches_name(urn):

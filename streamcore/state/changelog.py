@@ -44,6 +44,7 @@ from streamcore.codecs.record_binary import RECORD_FINGERPRINT, decode_record, e
 from streamcore.errors import CorruptCheckpointError, InvalidNameError, StateError
 from streamcore.log.api import LogAppender, LogManager
 from streamcore.log.capabilities import Segmented, TopicConfigurable
+from streamcore.log.config import CHANGELOG_SUFFIX
 from streamcore.log.values import LogPartition
 from streamcore.names import NO_NAMESPACE, Name
 from streamcore.record import TOMBSTONE, Record
@@ -94,7 +95,7 @@ def changelog_name(computation: str | Name, store: str) -> str:
             f"computation {name.urn!r} has no namespace, so its store {store!r} has no changelog "
             f"name; name the computation 'namespace/{name.name}'"
         )
-    return Name(name.namespace, f"{name.name}-{store}-changelog").urn
+    return Name(name.namespace, f"{name.name}-{store}{CHANGELOG_SUFFIX}").urn
 
 
 @runtime_checkable

@@ -668,6 +668,24 @@ def test_archive_setting_per_namespace_rule() -> None:
     assert not forced.archived("scratch/tmp") and forced.archived("import/docs")
 
 
+def test_state_changelogs_are_compacted_and_never_archived() -> None:
+    """A state store's changelog is state, not history: whatever its namespace's rule says, the
+    retention job compacts it and never archives it (docs/state.md, "Changelog")."""
+    config = parse(
+        """
+        [[log.match]]
+        namespace = "shop"
+        config = "default"
+        archive = true
+        compact = false
+        """
+    )
+    changelog = "shop/count-orders-counts-changelog"
+    assert config.compacted(changelog) and not config.archived(changelog)
+    assert not config.compacted("shop/orders") and config.archived("shop/orders")
+    assert not config.compacted("changelog") and config.archived("changelog")
+
+
 @pytest.mark.parametrize(
     ("rule", "message"),
     [
