@@ -10,7 +10,10 @@ batch (each batch adds its records at the batch's mean time: timing every record
 than a small computation does).
 Gauges: `streamcore_computation_terminated` (1 once a unit failed), `..._running_units`,
 `..._low_watermark_ms`, and per computation and input stream `..._lag` (records),
-`..._latency_seconds`, `..._end_offset`, `..._position`.
+`..._latency_seconds`, `..._end_offset`, `..._position`. Per computation, state store and task,
+of its last restore (docs/state.md, "Restore"): `..._restore_remaining` (changelog offsets left,
+0 once done), `..._restore_rate` (records/s), `..._restore_records` (applied and void records
+read), `..._restoring` (1 while it runs).
 
 Units only bump plain integers; everything is read when the registry is collected (a scrape).
 """
@@ -90,6 +93,31 @@ class ProcessorCollector(Collector):
         yield running
         yield low
         yield from lag_families(self.processor)
+        yield from self._restores()
+
+    def _restores(self) -> Iterator[Metric]:
+        labels = ["computation", "store", "task"]
+        families = {
+            "remaining": GaugeMetricFamily(
+                P + "restore_remaining", "changelog offsets the restore has left", labels=labels
+            ),
+            "rate": GaugeMetricFamily(
+                P + "restore_rate", "records per second the restore reads", labels=labels
+            ),
+            "records": GaugeMetricFamily(
+                P + "restore_records", "changelog records the restore has read", labels=labels
+            ),
+            "restoring": GaugeMetricFamily(
+                P + "restoring", "1 while the store is being restored", labels=labels
+            ),
+        }
+        for name, task, progress in self.processor.restores():
+            key = [name, progress.store, str(task)]
+            families["remaining"].add_metric(key, progress.remaining)
+            families["rate"].add_metric(key, progress.rate)
+            families["records"].add_metric(key, progress.restored + progress.skipped)
+            families["restoring"].add_metric(key, int(not progress.done))
+        yield from families.values()
 
     @staticmethod
     def _histogram(by_name: dict[str, list[UnitStats]]) -> HistogramMetricFamily:

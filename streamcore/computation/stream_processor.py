@@ -37,6 +37,7 @@ from streamcore.errors import ComputationError
 from streamcore.log import Latency, LogAppender, LogLag, LogManager
 from streamcore.names import Name
 from streamcore.state.changelog import changelog_name, ensure_changelog
+from streamcore.state.restore import RestoreProgress, StateRestoreListener
 
 __all__ = ["StreamProcessor"]
 
@@ -64,7 +65,8 @@ class _Unit:
 
 class StreamProcessor:
     """Runs `topology` with `settings` over `manager`. Use it as a context manager, or call
-    `start()` then `stop()` / `drain_and_stop()`."""
+    `start()` then `stop()` / `drain_and_stop()`. `restore_listener` hears every restore of a
+    state store (start, batches, end; docs/state.md, "Restore")."""
 
     def __init__(
         self,
@@ -73,8 +75,10 @@ class StreamProcessor:
         settings: Settings | None = None,
         *,
         health_delay: float = 36 * 3600.0,
+        restore_listener: StateRestoreListener | None = None,
     ) -> None:
         self.manager = manager
+        self.restore_listener = restore_listener
         self.topology = topology
         self.settings = settings or Settings()
         self.health_delay = health_delay
@@ -153,6 +157,7 @@ class StreamProcessor:
                 self.manager,
                 settings,
                 keep_going=lambda: not stop_event.is_set(),
+                listener=self.restore_listener,
             )
 
         runner = ComputationRunner(
@@ -335,6 +340,17 @@ class StreamProcessor:
     def unit_stats(self, computation: str | None = None) -> list[UnitStats]:
         names = [computation] if computation else list(self._units)
         return [u.runner.stats for n in names for u in self._units.get(n, ())]
+
+    def restores(self) -> list[tuple[str, int, RestoreProgress]]:
+        """(computation, task, progress) of the last restore of each store of every unit: a
+        running one, or the one that brought the store up to date (docs/state.md, "Restore")."""
+        return [
+            (name, task, progress)
+            for name, units in self._units.items()
+            for unit in units
+            if unit.runner.stores is not None
+            for (task, _store), progress in list(unit.runner.stores.restores.items())
+        ]
 
     def low_watermark(self, computation: str | None = None) -> int:
         """The lowest watermark not yet committed by `computation` (or by any computation): every

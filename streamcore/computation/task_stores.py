@@ -27,7 +27,12 @@ from streamcore.log import LogManager, LogPartition
 from streamcore.names import Name
 from streamcore.state.changelog import ChangelogWriter, StoreCheckpoint, changelog_name
 from streamcore.state.engines import open_engine
-from streamcore.state.restore import RestoreSettings, StateRestoreListener, restore
+from streamcore.state.restore import (
+    RestoreProgress,
+    RestoreSettings,
+    StateRestoreListener,
+    restore,
+)
 from streamcore.state.spec import StoreSpec
 from streamcore.state.store import KeyValueStore
 
@@ -113,6 +118,8 @@ class TaskStores:
         self.changelogs = {spec.name: changelog_name(computation, spec.name) for spec in specs}
         self._writers: dict[str, ChangelogWriter] = {}
         self.tasks: dict[int, dict[str, KeyValueStore[Any]]] = {}
+        # The last restore of each (task, store) of this unit, read by the metrics collector.
+        self.restores: dict[tuple[int, str], RestoreProgress] = {}
         self._positions: dict[LogPartition, int] = {}  # committed input positions, per partition
         # The runner's journal of what the current record did: store writes join it, so a
         # failed attempt's writes are undone with its outputs before the retry.
@@ -246,6 +253,7 @@ class TaskStores:
         engine = open_engine(kind, path, self.lock_timeout)
         try:
             changelog = LogPartition.of(self.changelogs[spec.name], task)
+            progress = self.restores[task, spec.name] = RestoreProgress(changelog, spec.name)
             result = restore(
                 self.manager,
                 changelog,
@@ -256,6 +264,7 @@ class TaskStores:
                 settings=self.restore_settings,
                 listener=self.listener,
                 keep_going=self.keep_going,
+                progress=progress,
             )
         except BaseException:
             engine.close()

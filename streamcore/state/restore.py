@@ -145,12 +145,13 @@ class RestoreProgress:
     skipped: int = 0  # void records (inputs beyond the committed positions)
     compensated: int = 0  # compensation records appended
     started: float = field(default_factory=time.monotonic)
+    finished: float | None = None  # set with `done`
     done: bool = False
 
     @property
     def rate(self) -> float:
-        """Records read per second so far."""
-        elapsed = time.monotonic() - self.started
+        """Records read per second so far (over the whole restore once it is done)."""
+        elapsed = (self.finished or time.monotonic()) - self.started
         return (self.restored + self.skipped) / elapsed if elapsed > 0 else 0.0
 
     @property
@@ -306,6 +307,7 @@ class _Restore:
         if start < end:
             full = self._read(start, end) or full
         self._compensate(progress.position)
+        progress.finished = time.monotonic()
         progress.done = True
         total = progress.restored + progress.skipped
         self.listener.on_restore_end(self.changelog, self.store, total)

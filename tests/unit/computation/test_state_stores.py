@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from log_fixtures import make_config
+from prometheus_client import generate_latest
 
 from streamcore.codecs import get_codec
 from streamcore.computation import (
@@ -21,8 +23,12 @@ from streamcore.computation import (
 )
 from streamcore.errors import TopologyError
 from streamcore.log import LogManager
+from streamcore.log.local.manager import LocalLogManager
+from streamcore.log.memory import MemoryLogManager
 from streamcore.record import Record
 from streamcore.state.changelog import changelog_name
+from streamcore.state.engines import open_engine
+from streamcore.state.restore import StateRestoreListener
 from streamcore.state.spec import StoreSpec
 
 IN, OUT = "app/in", "app/counts"
@@ -226,7 +232,8 @@ CODEC = get_codec("avro")
 
 
 def run_counts(manager: LogManager, settings: Settings, keys: list[str]) -> None:
-    manager.create(IN, 2)
+    if not manager.exists(IN):
+        manager.create(IN, 2)
     appender = manager.appender(IN, CODEC)
     appender.append_batch([(key, Record(key, b"1")) for key in keys])
     with StreamProcessor(manager, count_topology(), settings) as processor:
@@ -270,3 +277,60 @@ def test_a_computation_reading_streams_of_different_partition_counts_is_refused(
 def test_a_store_of_a_computation_without_namespace_is_refused_at_build() -> None:
     with pytest.raises(TopologyError, match="has no namespace"):
         Topology.builder().add_processor("count", Count, inputs=[IN], stores=["counts"])
+
+
+def test_a_group_behind_the_retention_goes_on_from_the_oldest_record(tmp_path: Path) -> None:
+    """Records a forced purge took before the count read them are lost (the log reports them);
+    the processor neither stalls nor voids the state it had: it counts what is left."""
+    manager = LocalLogManager(tmp_path / "log", config=make_config(tmp_path))
+    manager.create(IN, 1, segment_bytes=1024)
+    settings = Settings(state_dir=tmp_path / "state").set_partitions(IN, 1)
+    run_counts(manager, settings, ["k"] * 50)
+    appender = manager.appender(IN, CODEC)
+    for _ in range(20):  # batches of 10 records, so segments roll between them
+        appender.append_batch([("k", Record("k", b"1")) for _ in range(10)])
+    far_future = 2**62 // 1_000_000
+    manager.purge(IN, now_ms=far_future, force=True)
+    oldest = manager.start_offsets(IN)[0]
+    assert oldest > 50  # the group's committed position is below the oldest record now
+    listener = RecordingListener()
+    with StreamProcessor(manager, count_topology(), settings, restore_listener=listener) as p:
+        assert p.drain_and_stop(60.0)
+    # The store starts from its own checkpoint, at the changelog's end: nothing voided.
+    ((store, start, end),) = listener.starts
+    assert store == "counts" and start == end > 0
+    engine = open_engine("rocksdb", tmp_path / "state" / "app-count" / "0" / "counts", 5.0)
+    try:
+        assert engine.get(b"k") == str(50 + 250 - oldest).encode()
+    finally:
+        engine.close()
+    manager.close()
+
+
+class RecordingListener(StateRestoreListener):
+    def __init__(self) -> None:
+        self.starts: list[tuple[str, int, int]] = []
+        self.ends: list[tuple[str, int]] = []
+
+    def on_restore_start(self, changelog, store, start, end) -> None:
+        self.starts.append((store, start, end))
+
+    def on_restore_end(self, changelog, store, total) -> None:
+        self.ends.append((store, total))
+
+
+def test_restores_are_heard_by_the_listener_and_shown_in_the_metrics(tmp_path: Path) -> None:
+    manager = MemoryLogManager()
+    settings = Settings(state_engine="memory").set_partitions(IN, 2)
+    run_counts(manager, settings, [f"k{i % 5}" for i in range(40)])
+    listener = RecordingListener()
+    with StreamProcessor(manager, count_topology(), settings, restore_listener=listener) as p:
+        assert p.wait_for_assignments(30.0)
+        assert sorted(store for store, _, _ in listener.starts) == ["counts", "counts"]
+        assert sum(total for _, total in listener.ends) == 5  # one record per key survives
+        scraped = generate_latest(p.metrics).decode()
+        assert (
+            'streamcore_computation_restoring{computation="app/count",store="counts",task="0"} 0.0'
+            in scraped
+        )
+        assert "streamcore_computation_restore_remaining" in scraped
