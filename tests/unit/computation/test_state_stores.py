@@ -5,6 +5,7 @@ processor tests run on the memory, local and Kafka logs."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -334,3 +335,38 @@ def test_restores_are_heard_by_the_listener_and_shown_in_the_metrics(tmp_path: P
             in scraped
         )
         assert "streamcore_computation_restore_remaining" in scraped
+
+
+def test_a_task_moves_to_a_second_processor_with_its_state(
+    manager: LogManager, tmp_path: Path
+) -> None:
+    """Two processors on two machines (their own state folders): the tasks the second takes over
+    are restored from their changelogs, and every key's final count is its number of records."""
+    manager.create(IN, 4)
+    appender = manager.appender(IN, CODEC)
+    keys = [f"k{i % 50}" for i in range(2000)]
+
+    def settings(machine: str) -> Settings:
+        return Settings(state_dir=tmp_path / machine, read_batch=50, drain_quiet=0.3)
+
+    appender.append_batch([(k, Record(k, b"1")) for k in keys])
+    first = StreamProcessor(manager, count_topology(), settings("one")).start()
+    deadline = time.monotonic() + 60
+    while first.lag("app/count").lag or not first.is_drained():  # every task has state
+        assert time.monotonic() < deadline, "the first processor did not count everything"
+        time.sleep(0.01)
+    listener = RecordingListener()
+    second = StreamProcessor(
+        manager, count_topology(), settings("two"), restore_listener=listener
+    ).start()
+    assert second.wait_for_assignments(30) and first.wait_for_assignments(30)
+    appender.append_batch([(k, Record(k, b"1")) for k in keys])
+    assert first.drain_and_stop(60) and second.drain_and_stop(60)
+    assert sum(s.processed for s in second.unit_stats()) > 0
+    assert sum(total for _, total in listener.ends) > 0  # it restored what the first had counted
+    reader = manager.tailer("test/reader", OUT, CODEC)
+    last: dict[str, int] = {}
+    while (record := reader.read(timeout=0.5)) is not None:
+        last[record.key] = int(record.message.data)
+    reader.close()
+    assert last == {f"k{i}": 80 for i in range(50)}
