@@ -10,7 +10,10 @@ elsewhere: names and offsets in `client.py`, the undecodable-record errors in
 Positions are tracked here, per partition, as the offset after the last record `read()` returned
 (what `commit()` commits), so `position()` answers without the broker and a record fetched before
 a seek is never returned after it. librdkafka fetches ahead in the background; `read()` takes one
-polled record plus whatever else is already fetched, and hands them out one by one.
+polled record plus whatever else is already fetched, and hands them out one by one. `read_arrow()`
+takes them in bulk instead (`_take_many`: the same rules, with the positions moved once per run of
+records of one partition and the columns built without Python per record), so a restore reads at
+the client's speed.
 
 `read(0)` returns None only when the broker says no record is waiting at the tailer's positions
 (one ListOffsets request when the fetched queue is empty): a record appended before the call is
@@ -29,11 +32,14 @@ after returning the records before it, until `skip_one()`.
 from __future__ import annotations
 
 import logging
+import operator
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from itertools import groupby, islice
+from typing import TYPE_CHECKING, Any, cast
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from streamcore.errors import (
     InvalidArgumentError,
@@ -56,6 +62,13 @@ __all__ = ["KafkaTailer", "copartitioned"]
 
 logger = logging.getLogger(__name__)
 _BATCH = 1000
+_FETCH = 65536  # records one consume of `read_arrow` takes at most
+# Message's accessors, for `map` over fetched records: a record's (not an error's) topic,
+# partition and offset are never None, though the stubs say they may be.
+_topic = cast("Callable[[Message], str]", Message.topic)
+_partition = cast("Callable[[Message], int]", Message.partition)
+_offset = cast("Callable[[Message], int]", Message.offset)
+_second = operator.itemgetter(1)  # of Message.timestamp(): (type, milliseconds)
 _SLICE = 0.05
 _IGNORED = {
     KafkaError._PARTITION_EOF,
@@ -64,6 +77,14 @@ _IGNORED = {
     KafkaError._RESOLVE,
     KafkaError._TIMED_OUT,
 }
+
+
+def _utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def copartitioned(conf: dict[str, Any], group: str) -> dict[str, Any]:
@@ -118,6 +139,7 @@ class KafkaTailer(LogTailer[Any]):
         self._lost = 0
         self._closed = False
         self._undecodable: LogOffset | None = None  # where the last UndecodableRecordError was
+        self._failed: LogError | None = None  # raised by the next read (met after records taken)
         conf = self._clients.consumer_config(
             self.group_id, clients.client_id(group), static=names is None
         )
@@ -355,16 +377,48 @@ class KafkaTailer(LogTailer[Any]):
             return partition, msg
         return None
 
-    def _poll(self, timeout: float) -> bool:
-        """Poll librdkafka; True if records were buffered."""
+    def _skip_stale(self) -> bool:
+        """Drop the fetched records `_take` would skip; True if one to take is next."""
+        buffer, pos, by_key = self._buffer, self._pos, self._by_key
+        while self._buf_i < len(buffer):
+            msg = buffer[self._buf_i]
+            partition = by_key.get((msg.topic(), msg.partition()))
+            if partition is not None and msg.offset() >= pos[partition]:
+                return True
+            self._buf_i += 1
+        return False
+
+    def _poll(self, timeout: float, batch: int = _BATCH) -> bool:
+        """Poll librdkafka (one record, waiting up to `timeout`, then up to `batch` more that
+        are already fetched); True if records were buffered."""
         consumer = self._consumer
         try:
             first = consumer.poll(max(0.0, timeout))
             if first is None:
                 return False
-            msgs = [first, *consumer.consume(_BATCH, 0)]
+            msgs = [first, *consumer.consume(batch, 0)]
         except KafkaException as exc:
             raise self._clients.translate(exc, f"cannot read group {self.group!r}") from exc
+        return self._keep(msgs)
+
+    def _more(self, batch: int) -> bool:
+        """Buffer up to `batch` records librdkafka has already fetched, without waiting (and
+        without asking the broker whether more are waiting); True if records were buffered."""
+        try:
+            msgs = self._consumer.consume(batch, 0)
+        except KafkaException as exc:
+            raise self._clients.translate(exc, f"cannot read group {self.group!r}") from exc
+        return self._keep(msgs)
+
+    def _keep(self, msgs: list[Any]) -> bool:
+        """Buffer the records of a poll (the buffer was empty); raise on the errors that stop
+        the reader, log the others. True if records were buffered."""
+        if not msgs:
+            return False
+        errors = list(map(Message.error, msgs))
+        if errors.count(None) == len(errors):  # the usual case, without a loop in Python
+            self._buffer, self._buf_i = msgs, 0
+            return True
         good = []
         for msg in msgs:
             error = msg.error()
@@ -423,24 +477,30 @@ class KafkaTailer(LogTailer[Any]):
         )
 
     def _next(self, timeout: float) -> tuple[LogPartition, Any] | None:
+        return self._take() if self._wait(timeout) else None
+
+    def _wait(self, timeout: float, batch: int = _BATCH) -> bool:
+        """Wait until a record to take is next in the buffer (polls fetch up to `batch` at a
+        time); False on timeout, when the rules of the module doc say nothing is waiting."""
         self.commit_marked_if_due()  # mark mode: on every read, busy or idle
-        found = self._take()
-        if found is not None:
-            return found
+        if self._failed is not None:
+            failed, self._failed = self._failed, None
+            raise failed
+        if self._skip_stale():
+            return True
         deadline = time.monotonic() + timeout
         hard: float | None = None
         while True:
             remaining = deadline - time.monotonic()
-            if self._poll(remaining):
-                found = self._take()
-                if found is not None:
-                    return found
+            if self._poll(remaining, batch):
+                if self._skip_stale():
+                    return True
                 continue
             now = time.monotonic()
             if now < deadline:
                 continue
             if not self._waiting(exact=timeout <= 0):
-                return None
+                return False
             if hard is None:
                 hard = now + self._clients.timeout
             elif now >= hard:
@@ -450,7 +510,7 @@ class KafkaTailer(LogTailer[Any]):
                     self._clients.bootstrap,
                     self._clients.timeout,
                 )
-                return None
+                return False
             deadline = min(now + _SLICE, hard)
 
     def _put_back(self, partition: LogPartition, msg: Any) -> LogOffset:
@@ -505,39 +565,128 @@ class KafkaTailer(LogTailer[Any]):
 
     def read_arrow(self, max_records: int = 65536, timeout: float = 0.0) -> Any:
         """Raw records (no codec) as a pyarrow RecordBatch with columns partition, offset,
-        timestamp, key, value; None on timeout."""
+        timestamp, key, value; None on timeout. After the first record (waited for as by
+        `read`), it takes what librdkafka has already fetched, up to `max_records`, in bulk
+        (`_take_many`): no Python per record beyond building the columns."""
         import pyarrow as pa
 
         self._check_open()
-        found = self._next(timeout)
-        if found is None:
+        want = max(1, max_records)
+        if not self._wait(timeout, min(want, _FETCH)):
             return None
-        rows: list[tuple[LogPartition, Any]] = []
-        keys: list[str] = []
-        while found is not None:
-            partition, msg = found
-            raw_key = msg.key() or b""
-            try:
-                keys.append(raw_key.decode("utf-8"))
-            except UnicodeDecodeError:
-                at = self._put_back(partition, msg)
-                if not rows:
-                    raise key_error(at, raw_key, msg.value() or b"", msg.timestamp()[1]) from None
+        msgs: list[Any] = []
+        parts: list[int] = []
+        offsets: list[int] = []
+        keys: list[Any] = []
+        while True:
+            taken, taken_parts, taken_offsets, taken_keys, bad = self._take_many(want - len(msgs))
+            if taken:
+                msgs += taken
+                parts += taken_parts
+                offsets += taken_offsets
+                keys.append(taken_keys)
+            if bad is not None:
+                if not msgs:
+                    at, msg = bad
+                    raise key_error(at, msg.key(), msg.value() or b"", msg.timestamp()[1])
                 break  # the next call raises it, at the record put back
-            rows.append(found)
-            if len(rows) >= max_records:
+            if len(msgs) >= want:
                 break
-            found = self._take()
-        msgs = [m for _, m in rows]
-        return pa.RecordBatch.from_pydict(
-            {
-                "partition": pa.array([p.partition for p, _ in rows], pa.int32()),
-                "offset": pa.array([m.offset() for m in msgs], pa.int64()),
-                "timestamp": pa.array([m.timestamp()[1] for m in msgs], pa.int64()),
-                "key": pa.array(keys, pa.string()),
-                "value": pa.array([m.value() or b"" for m in msgs], pa.binary()),
-            }
+            if self._buf_i < len(self._buffer):
+                continue
+            try:
+                if not self._more(min(want - len(msgs), _FETCH)):
+                    break
+            except LogError as exc:  # the records taken go out first; the next read raises
+                self._failed = exc
+                break
+        key = keys[0] if len(keys) == 1 else pa.concat_arrays(keys)
+        value = pa.array(list(map(Message.value, msgs)), pa.binary())
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.array(parts, pa.int32()),
+                pa.array(offsets, pa.int64()),
+                pa.array(list(map(_second, map(Message.timestamp, msgs))), pa.int64()),
+                key.fill_null("") if key.null_count else key,
+                value.fill_null(b"") if value.null_count else value,
+            ],
+            names=["partition", "offset", "timestamp", "key", "value"],
         )
+
+    def _take_many(
+        self, limit: int
+    ) -> tuple[list[Any], list[int], list[int], Any, tuple[LogOffset, Any] | None]:
+        """Take up to `limit` records from the buffer as `limit` calls of `_take` would (the
+        same records dropped, the same positions and `lost` after), with the positions moved
+        once per run of records of one partition: the messages, their partition numbers, their
+        offsets, their keys (a pyarrow string array, null for no key), and None, or the record
+        put back, as `_put_back` does, for a key that is not UTF-8 (`(where, message)`; the
+        records before it are taken, the ones after it stay in the buffer)."""
+        import pyarrow as pa
+
+        start = self._buf_i
+        window = self._buffer[start : start + limit]
+        if not window:
+            return [], [], [], pa.array([], pa.string()), None
+        offsets = list(map(_offset, window))
+        pos, by_key = self._pos, self._by_key
+        # Runs to take: (partition, index in the window of the first, count, position before).
+        runs: list[tuple[LogPartition, int, int, int]] = []
+        moved: dict[LogPartition, int] = {}  # positions after the runs so far
+        topics, numbers = list(map(_topic, window)), list(map(_partition, window))
+        if numbers.count(numbers[0]) == len(window) and topics.count(topics[0]) == len(window):
+            groups: Any = [((topics[0], numbers[0]), window)]  # one partition: no tuples
+        else:
+            groups = groupby(zip(topics, numbers, strict=True))
+        i = 0
+        for tp, group in groups:
+            n = len(list(group))
+            partition = by_key.get(tp)
+            if partition is None:  # revoked or unassigned since it was fetched
+                i += n
+                continue
+            expected = moved.get(partition, pos[partition])
+            run = offsets[i : i + n]
+            if all(map(operator.lt, run, islice(run, 1, None))):  # as librdkafka delivers
+                first = bisect_left(run, expected)  # those below are below a seek target
+                if first < n:
+                    runs.append((partition, i + first, n - first, expected))
+                    expected = run[-1] + 1
+            else:  # offsets out of order: one record at a time, as `_take`
+                for j in range(i, i + n):
+                    if offsets[j] >= expected:
+                        runs.append((partition, j, 1, expected))
+                        expected = offsets[j] + 1
+            moved[partition] = expected
+            i += n
+        taken = [m for _, lo, n, _ in runs for m in window[lo : lo + n]]
+        raw_keys = list(map(Message.key, taken))
+        try:  # the cast checks UTF-8, faster than converting to strings
+            keys = pa.array(raw_keys, pa.binary()).cast(pa.string())
+            cut = len(taken)
+        except pa.ArrowInvalid:
+            cut = next(k for k, raw in enumerate(raw_keys) if raw and not _utf8(raw))
+            keys = pa.array(raw_keys[:cut], pa.string())
+        parts: list[int] = []
+        kept: list[int] = []
+        bad: tuple[LogOffset, Any] | None = None
+        self._buf_i = start + len(window)
+        for partition, lo, n, expected in runs:
+            count = min(n, cut - len(kept))
+            if count < n:  # the undecodable record: the tailer stands at it
+                end = offsets[lo + count]
+                self._buf_i = start + lo + count
+                self._undecodable = LogOffset(partition, end)
+                bad = (self._undecodable, window[lo + count])
+            else:
+                end = offsets[lo + n - 1] + 1
+            self._lost += end - expected - count
+            pos[partition] = end
+            parts += [partition.partition] * count
+            kept += offsets[lo : lo + count]
+            if bad is not None:
+                break
+        return taken[:cut], parts, kept, keys, bad
 
     # -- positions and commits ------------------------------------------------------------------
     def position(self, partition: LogPartition) -> int:
