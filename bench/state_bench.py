@@ -12,7 +12,9 @@ Streams doing both on the same Kafka broker.
      every 2,000 records the store's changes go to the changelog, then to RocksDB with its
      checkpoint, then the input position is committed. Timed from `start()` until
      `drain_and_stop()` returns (its `drain_quiet` of 0.2 s included); the store is then read
-     back and checked (K keys, counts summing to N).
+     back and checked (K keys, counts summing to N). Two more runs say where the time goes, with
+     no target: the same processor on the memory engine (changelog kept), and one counting in a
+     dict of its own (no store, no changelog: the framework alone).
    - loop: `tailer.read_batch(2000)` on the same log (the same `avro` codec decodes the
      envelope), the value decoded with the processor's `json` value codec, `counts[key] =
      counts.get(key, 0) + 1` into a dict, `tailer.commit()` per batch. Target: processor >= 0.5x
@@ -83,7 +85,7 @@ TARGET_QUIX_RESTORE_RATIO = 2.0  # our Kafka restore >= 2x Quix's
 READ_BATCH = 2000
 KEYS_PER_APPEND = 2000
 EVENTS = "bench/events"
-COUNT = "bench/count"
+COUNT = "bench/count"  # + "-<engine>": each run its own group, changelog and stores
 STORE = "counts"
 # The input position every changelog record of the restore bench carries.
 INPUT = LogPartition(Name.of(EVENTS), 0)
@@ -98,6 +100,16 @@ class CountPerKey(Processor):
     def process(self, key: str, value: Any) -> None:
         store = self.context.get_state_store(STORE)
         store.put(key, (store.get(key) or 0) + 1)
+
+
+class CountInDict(Processor):
+    """The same count in a dict of the processor (lost on a crash): the framework's cost alone."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def process(self, key: str, value: Any) -> None:
+        self.counts[key] = self.counts.get(key, 0) + 1
 
 
 def progress(message: str) -> None:
@@ -146,22 +158,33 @@ def count_loop(manager: LogManager, n: int) -> tuple[float, dict[str, int]]:
     return elapsed, counts
 
 
-def count_processor(manager: LogManager, n: int, state_dir: Path, label: str) -> float:
-    topology = (
-        Topology.builder()
-        .add_processor(COUNT, CountPerKey, inputs=[EVENTS], codec="json", stores=[STORE])
-        .build()
-    )
+def count_processor(
+    manager: LogManager, n: int, state_dir: Path, engine: str | None, label: str
+) -> tuple[float, dict[str, int] | None]:
+    """Seconds from start to drained, and the counts when `engine` is None (no store: the
+    count in a dict of the processor)."""
+    name = f"{COUNT}-{engine or 'dict'}"
+    made: list[CountInDict] = []
+
+    def in_dict() -> CountInDict:
+        made.append(CountInDict())
+        return made[-1]
+
+    builder = Topology.builder()
+    if engine is None:
+        builder.add_processor(name, in_dict, inputs=[EVENTS], codec="json")
+    else:
+        builder.add_processor(name, CountPerKey, inputs=[EVENTS], codec="json", stores=[STORE])
     settings = Settings(
-        read_batch=READ_BATCH, drain_quiet=0.2, state_dir=state_dir, state_engine="rocksdb"
+        read_batch=READ_BATCH, drain_quiet=0.2, state_dir=state_dir, state_engine=engine
     )
-    processor = StreamProcessor(manager, topology, settings)
+    processor = StreamProcessor(manager, builder.build(), settings)
     shown = Progress(f"  processor ({label})", n, interval=5.0)
     stop = threading.Event()
 
     def report() -> None:
         while not stop.wait(5.0):
-            shown.update(manager.lag(EVENTS, COUNT).pos)
+            shown.update(manager.lag(EVENTS, name).pos)
 
     reporter = threading.Thread(target=report, daemon=True)
     start = time.perf_counter()
@@ -171,10 +194,10 @@ def count_processor(manager: LogManager, n: int, state_dir: Path, label: str) ->
     elapsed = time.perf_counter() - start
     stop.set()
     reporter.join()
-    shown.done(manager.lag(EVENTS, COUNT).pos)
+    shown.done(manager.lag(EVENTS, name).pos)
     if not drained:
         raise RuntimeError(f"the processor ({label}) did not drain within 30 minutes")
-    return elapsed
+    return elapsed, (made[-1].counts if made else None)
 
 
 def stored_counts(state_dir: Path) -> dict[str, int]:
@@ -305,9 +328,18 @@ def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
         os.sync()
         loop_s, loop_counts = count_loop(local, n)
         check_counts(loop_counts, n, keys, "the loop")
-        proc_s = count_processor(local, n, folder / "state-local", "local log, RocksDB")
+        proc_s, _ = count_processor(local, n, folder / "state-local", "rocksdb", "RocksDB store")
         check_counts(stored_counts(folder / "state-local"), n, keys, "the processor (local)")
-        figures["count_local"] = {"loop_s": loop_s, "processor_s": proc_s}
+        # Where the time goes: the same processor on the memory engine, and counting in a dict.
+        memory_s, _ = count_processor(local, n, folder / "state-mem", "memory", "memory store")
+        dict_s, counts = count_processor(local, n, folder / "state-none", None, "no store")
+        check_counts(counts or {}, n, keys, "the processor (no store)")
+        figures["count_local"] = {
+            "loop_s": loop_s,
+            "processor_s": proc_s,
+            "processor_memory_store_s": memory_s,
+            "processor_no_store_s": dict_s,
+        }
 
         progress(f"2. restore of {n:,} keys, local log ...")
         warm = changelog_name("bench/warm-up", STORE)
@@ -337,7 +369,7 @@ def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
         }
         progress("3. keyed count, Kafka ...")
         fill_events(kafka, n, keys)
-        proc_s = count_processor(kafka, n, folder / "state-kafka", "Kafka, RocksDB")
+        proc_s, _ = count_processor(kafka, n, folder / "state-kafka", "rocksdb", "Kafka, RocksDB")
         check_counts(stored_counts(folder / "state-kafka"), n, keys, "the processor (Kafka)")
         figures["count_kafka"] = {"processor_s": proc_s}
         kafka.close()  # idle clients of ours while Quix runs would only add noise
@@ -425,6 +457,13 @@ def summarize(figures: dict[str, Any]) -> tuple[list[list[Any]], dict[str, Any]]
             met(ratio >= TARGET_COUNT_RATIO),
         ]
     )
+    for what, field in (
+        ("memory store", "processor_memory_store_s"),
+        ("a dict, no store", "processor_no_store_s"),
+    ):
+        rate = n / local[field]
+        out["count_local"][field[: -len("_s")] + "_per_s"] = rate
+        rows.append([f"  same, {what}", "local", n, local[field], rate, rate / loop_rate, "", ""])
     for backend in ("local", "kafka"):
         times = figures.get(f"restore_{backend}")
         if not times:
