@@ -43,6 +43,7 @@ from streamcore.errors import (
     ArgumentTypeError,
     CheckpointError,
     CodecError,
+    RestoreAbandonedError,
     TopologyError,
     UndecodableRecordError,
 )
@@ -279,7 +280,17 @@ class ComputationRunner(RebalanceListener):
 
     def on_assigned(self, tailer: LogTailer[Any], partitions: list[Any]) -> None:
         if self.stores is not None:
-            self.stores.sync(tailer.assignments)  # restored before a record of them is read
+            self._restore(tailer)  # restored before a record of them is read
+
+    def _restore(self, tailer: LogTailer[Any]) -> None:
+        """Open and restore the stores of the assigned tasks. A restore given up for a rebalance
+        (or a stop) rewinds the unit: what was read is dropped, the next read applies the
+        rebalance, and the rewind restores again, from where the store's checkpoint is."""
+        try:
+            self.stores.sync(tailer.assignments)  # type: ignore[union-attr]
+        except RestoreAbandonedError as given_up:
+            logger.info("computation %s unit %d: %s", self.name, self.unit, given_up)
+            self._rewind = True
 
     def _do_rewind(self) -> None:
         """Back to the last checkpoint after partitions were taken away (see the module doc)."""
@@ -301,6 +312,8 @@ class ComputationRunner(RebalanceListener):
         self._touched.clear()
         self._held_watermark = 0
         self.tailer.to_last_committed()
+        if self.stores is not None:
+            self._restore(self.tailer)
         self.computation.init(self.context)
 
     # -- the step -------------------------------------------------------------------------------

@@ -149,6 +149,12 @@ class StreamProcessor:
         def sleep(seconds: float) -> bool:
             return not stop_event.wait(seconds)
 
+        def keep_restoring() -> bool:
+            """Whether a restore goes on: not when the unit stops, nor when the group has moved
+            tasks (the unit then applies the move and restores what it still owns)."""
+            tailer = runner.tailer
+            return not stop_event.is_set() and not (tailer is not None and tailer.rebalance_pending)
+
         stores = None
         if topology.stores(name):
             stores = task_stores(
@@ -156,7 +162,7 @@ class StreamProcessor:
                 topology,
                 self.manager,
                 settings,
-                keep_going=lambda: not stop_event.is_set(),
+                keep_going=keep_restoring,
                 listener=self.restore_listener,
             )
 

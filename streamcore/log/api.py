@@ -188,6 +188,14 @@ class LogTailer(abc.ABC, Generic[M]):
     @abc.abstractmethod
     def assignments(self) -> list[LogPartition]: ...
 
+    @property
+    def rebalance_pending(self) -> bool:
+        """True when the group has changed the assignment and this tailer applies it at its
+        next read: long work in an assignment callback (a state restore) may stop early and let
+        that read run. False for a static assignment, and on Kafka, whose rebalance runs inside
+        the consumer's poll (the group waits for the callback, up to `max.poll.interval.ms`)."""
+        return False
+
     @abc.abstractmethod
     def read(self, timeout: float = 0.0) -> LogRecord[M] | None:
         """The next record of any assigned partition, or None if none arrives within `timeout` s.

@@ -58,6 +58,10 @@ class SubscribedTailer(CursorTailer):
     def _assignment_due(self) -> bool:
         return self.member.due or self.member.stale()
 
+    @property
+    def rebalance_pending(self) -> bool:
+        return self.member.due
+
     def _poll(self) -> None:
         """Every read is a poll (see max_poll_interval); partitions taken away are dropped
         before any more of their records is returned, even from a batch already fetched."""

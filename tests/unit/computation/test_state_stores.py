@@ -29,7 +29,7 @@ from streamcore.log.memory import MemoryLogManager
 from streamcore.record import Record
 from streamcore.state.changelog import changelog_name
 from streamcore.state.engines import open_engine
-from streamcore.state.restore import StateRestoreListener
+from streamcore.state.restore import RestoreSettings, StateRestoreListener
 from streamcore.state.spec import StoreSpec
 
 IN, OUT = "app/in", "app/counts"
@@ -370,3 +370,66 @@ def test_a_task_moves_to_a_second_processor_with_its_state(
         last[record.key] = int(record.message.data)
     reader.close()
     assert last == {f"k{i}": 80 for i in range(50)}
+
+
+class HoldFirstBatch(RecordingListener):
+    """Holds the first restored batch until `until()` is true (bounded), so a rebalance lands in
+    the middle of a restore."""
+
+    def __init__(self, until) -> None:
+        super().__init__()
+        self.until = until
+        self.held = False
+
+    def on_batch_restored(self, changelog, store, batch_end, count) -> None:
+        if self.held:
+            return
+        self.held = True
+        deadline = time.monotonic() + 30
+        while not self.until():
+            assert time.monotonic() < deadline, "no rebalance came during the restore"
+            time.sleep(0.01)
+
+
+@pytest.mark.parametrize("backend", ["memory", "local"])
+def test_a_rebalance_during_a_restore_abandons_it_and_the_counts_stay_right(
+    backend: str, tmp_path: Path
+) -> None:
+    if backend == "memory":
+        manager: LogManager = MemoryLogManager()
+    else:
+        manager = LocalLogManager(tmp_path / "log", config=make_config(tmp_path))
+    manager.heartbeat_interval, manager.session_timeout = 0.1, 0.8
+    keys = [f"k{i}" for i in range(2000)]
+    run_counts(manager, Settings(state_engine="memory").set_partitions(IN, 2), keys)
+
+    def settings(machine: str) -> Settings:
+        return Settings(
+            state_dir=tmp_path / machine, restore=RestoreSettings(batch_size=100), drain_quiet=0.3
+        ).set_partitions(IN, 2)
+
+    first: StreamProcessor | None = None
+
+    def rebalance_due() -> bool:
+        units = [] if first is None else first._all_units()
+        return any(u.runner.tailer is not None and u.runner.tailer.rebalance_pending for u in units)
+
+    listener = HoldFirstBatch(rebalance_due)
+    first = StreamProcessor(manager, count_topology(), settings("one"), restore_listener=listener)
+    first.start()
+    deadline = time.monotonic() + 30
+    while not listener.held:  # the first is restoring from scratch (a new machine)
+        assert time.monotonic() < deadline, "the first processor did not start restoring"
+        time.sleep(0.01)
+    second = StreamProcessor(manager, count_topology(), settings("two")).start()
+    assert first.wait_for_assignments(30) and second.wait_for_assignments(30)
+    manager.appender(IN, CODEC).append_batch([(k, Record(k, b"1")) for k in keys])
+    assert first.drain_and_stop(60) and second.drain_and_stop(60)
+    assert len(listener.starts) > len(listener.ends)  # the held restore was given up
+    reader = manager.tailer("test/reader", OUT, CODEC)
+    last: dict[str, int] = {}
+    while (record := reader.read(timeout=0.5)) is not None:
+        last[record.key] = int(record.message.data)
+    reader.close()
+    assert last == dict.fromkeys(keys, 2)
+    manager.close()
