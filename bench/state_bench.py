@@ -262,7 +262,7 @@ def quix_python() -> Path:
     uv = shutil.which("uv", path=str(ROOT / ".venv" / "bin")) or shutil.which("uv")
     if uv is None:
         raise RuntimeError("uv not found (.venv/bin/uv or PATH): it makes the Quix venv")
-    progress(f"making {QUIX_VENV.relative_to(ROOT)} with quixstreams=={QUIX_VERSION} (uv) ...")
+    progress(f"making {QUIX_VENV} with quixstreams=={QUIX_VERSION} (uv) ...")
     subprocess.run([uv, "venv", "--quiet", "--python", sys.executable, str(QUIX_VENV)], check=True)
     subprocess.run(
         [uv, "pip", "install", "--quiet", "--python", str(python), f"quixstreams=={QUIX_VERSION}"],
