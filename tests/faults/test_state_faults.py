@@ -1,7 +1,7 @@
-"""State faults: a keyed count in a processor SIGKILLed at random points, 30 times, on the local
-log with the persistent store, some restarts without the local stores (full restores from the
-changelog), then drained: every key's stored count equals the number of its input records
-(state exactly-once, docs/state.md "The promise")."""
+"""State faults: a keyed count in a processor SIGKILLed at random points, 30 times on the local log
+and 10 times on Kafka, with the persistent store, some restarts without the local stores (full
+restores from the changelog), then drained: every key's stored count equals the number of its
+input records (state exactly-once, docs/state.md "Checkpoints")."""
 
 from __future__ import annotations
 
@@ -15,10 +15,13 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from streamcore.codecs import get_codec
 from streamcore.computation import Processor, Settings, StreamProcessor, Topology
 from streamcore.computation.dsl_values import resolve_value_codec
 from streamcore.config import LogDefaults, StreamcoreConfig
+from streamcore.log import LogManager
 from streamcore.log.local.manager import LocalLogManager
 from streamcore.names import Name
 from streamcore.record import Record
@@ -33,11 +36,12 @@ CHILD = """
 import sys, threading
 from streamcore.computation.task_stores import TaskStores
 from streamcore.config import LogDefaults, StreamcoreConfig
+from streamcore.log import LogManager
 from streamcore.log.local.manager import LocalLogManager
-sys.path.insert(0, sys.argv[3])
+sys.path[:0] = [sys.argv[3], sys.argv[3] + "/.."]
 from test_state_faults import count_processor
 
-root, state = sys.argv[1], sys.argv[2]
+root, state, kafka_prefix = sys.argv[1], sys.argv[2], sys.argv[4]
 checkpoint = TaskStores.checkpoint
 
 def announced(self, positions):
@@ -45,8 +49,15 @@ def announced(self, positions):
     print("ckpt", flush=True)  # the stores are flushed; the inputs are not committed yet
 
 TaskStores.checkpoint = announced
-manager = LocalLogManager(root + "/log", config=StreamcoreConfig(home=root, log=LogDefaults()))
-manager.heartbeat_interval, manager.session_timeout = 0.1, 0.8  # a killed member leaves fast
+if kafka_prefix:
+    from kafka_broker import ensure_broker
+    from log_fixtures import KAFKA_TEST_CONFIG
+    from streamcore.log.kafka import KafkaLogManager
+
+    manager = KafkaLogManager(ensure_broker(), topic_prefix=kafka_prefix, config=KAFKA_TEST_CONFIG)
+else:
+    manager = LocalLogManager(root + "/log", config=StreamcoreConfig(home=root, log=LogDefaults()))
+    manager.heartbeat_interval, manager.session_timeout = 0.1, 0.8  # a killed member leaves fast
 processor = count_processor(manager, state, announce=True).start()
 print("ready", flush=True)
 threading.Event().wait()
@@ -80,12 +91,21 @@ def count_processor(manager, state: str | Path, announce: bool = False) -> Strea
     return StreamProcessor(manager, topology, settings)
 
 
-def run_until_killed(root: Path, state: Path, kill_at: tuple[str, int]) -> None:
+def run_until_killed(
+    root: Path, state: Path, kill_at: tuple[str, int], kafka_prefix: str = ""
+) -> None:
     """Start the child processor and SIGKILL it at its `n`-th line of `kind` ("rec" or "ckpt")."""
     script = root / "child.py"
     script.write_text(textwrap.dedent(CHILD))
     proc = subprocess.Popen(
-        [sys.executable, str(script), str(root), str(state), str(Path(__file__).parent)],
+        [
+            sys.executable,
+            str(script),
+            str(root),
+            str(state),
+            str(Path(__file__).parent),
+            kafka_prefix,
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -125,31 +145,56 @@ def stored_counts(state: Path) -> dict[str, int]:
     return counts
 
 
-def test_a_keyed_count_survives_30_kills_without_loss_or_double_count(tmp_path: Path) -> None:
+def kill_trials(
+    manager: LogManager, tmp_path: Path, trials: int, kafka_prefix: str = ""
+) -> dict[str, int]:
+    """Append 100 records, start the child, SIGKILL it at a random record or between a store
+    flush and its input commit; `trials` times, the stores deleted before every fourth start.
+    Returns the number of records per key."""
     rng = random.Random(27)
-    manager = LocalLogManager(
-        tmp_path / "log", config=StreamcoreConfig(home=tmp_path, log=LogDefaults())
-    )
-    manager.heartbeat_interval, manager.session_timeout = 0.1, 0.8
     manager.create(IN, PARTITIONS)
     appender = manager.appender(IN, CODEC)
     state = tmp_path / "state"
     expected: dict[str, int] = {}
-    wiped = 0
-    for trial in range(30):
+    for trial in range(trials):
         keys = [f"k{rng.randrange(13)}" for _ in range(100)]
         appender.append_batch([(k, Record(k, b"1")) for k in keys])
         for key in keys:
             expected[key] = expected.get(key, 0) + 1
         if trial % 4 == 3 and state.exists():
             shutil.rmtree(state)  # a new machine: the next start restores from the changelogs
-            wiped += 1
         # A third of the kills fall between the stores' flush and the input commit, where a
         # store holds changes of records that will be delivered again.
         kill_at = ("ckpt", rng.randint(1, 3)) if trial % 3 == 0 else ("rec", rng.randint(1, 90))
-        run_until_killed(tmp_path, state, kill_at)
-    assert wiped >= 7
+        run_until_killed(tmp_path, state, kill_at, kafka_prefix)
     with count_processor(manager, state) as processor:
         assert processor.drain_and_stop(120.0)
-    assert stored_counts(state) == expected
+    return expected
+
+
+def test_a_keyed_count_survives_30_kills_without_loss_or_double_count(tmp_path: Path) -> None:
+    manager = LocalLogManager(
+        tmp_path / "log", config=StreamcoreConfig(home=tmp_path, log=LogDefaults())
+    )
+    manager.heartbeat_interval, manager.session_timeout = 0.1, 0.8
+    expected = kill_trials(manager, tmp_path, 30)
+    assert stored_counts(tmp_path / "state") == expected
+    manager.close()
+
+
+@pytest.mark.kafka
+def test_a_keyed_count_on_kafka_survives_10_kills_without_loss_or_double_count(
+    tmp_path: Path,
+) -> None:
+    from kafka_broker import ensure_broker, scratch_prefix
+    from log_fixtures import KAFKA_TEST_CONFIG
+
+    from streamcore.log.kafka import KafkaLogManager
+
+    prefix = scratch_prefix()
+    manager = KafkaLogManager(
+        ensure_broker(), topic_prefix=prefix, config=KAFKA_TEST_CONFIG, timeout=10.0
+    )
+    expected = kill_trials(manager, tmp_path, 10, prefix)
+    assert stored_counts(tmp_path / "state") == expected
     manager.close()
