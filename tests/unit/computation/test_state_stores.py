@@ -5,6 +5,7 @@ processor tests run on the memory, local and Kafka logs."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -433,3 +434,50 @@ def test_a_rebalance_during_a_restore_abandons_it_and_the_counts_stay_right(
     reader.close()
     assert last == dict.fromkeys(keys, 2)
     manager.close()
+
+
+class Crash(BaseException):
+    """Ends a unit's thread where it is raised, as a kill would end the process: no except
+    clause of the runner catches it, nothing more is appended or committed."""
+
+
+def test_a_crash_between_the_store_flush_and_the_input_commit_counts_once(
+    manager: LogManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The in-process counterpart of the fault suite's SIGKILLs, on every backend (the memory log
+    dies with its process, so only a thread can crash here): the third checkpoint crashes after
+    the stores appended their changelog and flushed, before the inputs are committed. The next
+    processor, its stores in memory, restores them from the changelogs, voids what the crash
+    left beyond the committed positions, and every key counts once."""
+    from streamcore.computation.task_stores import TaskStores
+
+    checkpoint, calls, crashed = TaskStores.checkpoint, [], []
+
+    def crash_on_third(self, positions) -> None:
+        checkpoint(self, positions)
+        calls.append(1)
+        if len(calls) == 3:
+            raise Crash
+
+    monkeypatch.setattr(TaskStores, "checkpoint", crash_on_third)
+    monkeypatch.setattr(threading, "excepthook", lambda args: crashed.append(args.exc_type))
+    manager.create(IN, 2)
+    keys = [f"k{i % 10}" for i in range(600)]
+    manager.appender(IN, CODEC).append_batch([(k, Record(k, b"1")) for k in keys])
+    settings = Settings(state_engine="memory", read_batch=50, drain_quiet=0.3)
+    crashing = StreamProcessor(manager, count_topology(), settings).start()
+    deadline = time.monotonic() + 60
+    while not crashing.is_terminated():
+        assert time.monotonic() < deadline, "the unit did not crash"
+        time.sleep(0.01)
+    assert crashed == [Crash]
+    assert manager.lag(IN, "app/count").lag > 0  # the crashed checkpoint committed nothing
+    monkeypatch.setattr(TaskStores, "checkpoint", checkpoint)
+    with StreamProcessor(manager, count_topology(), settings) as processor:
+        assert processor.drain_and_stop(60)
+    reader = manager.tailer("test/reader", OUT, CODEC)
+    last: dict[str, int] = {}
+    while (record := reader.read(timeout=0.5)) is not None:
+        last[record.key] = int(record.message.data)
+    reader.close()
+    assert last == {f"k{i}": 60 for i in range(10)}
