@@ -233,6 +233,17 @@ def test_an_undeclared_store_names_the_declared_ones() -> None:
 CODEC = get_codec("avro")
 
 
+def last_counts(manager: LogManager) -> dict[str, int]:
+    """The last count the processors sent for each key (outputs are at-least-once: a key's
+    last count is its state's)."""
+    reader = manager.tailer("test/reader", OUT, CODEC)
+    last: dict[str, int] = {}
+    while (record := reader.read(timeout=0.5)) is not None:
+        last[record.key] = int(record.message.data)
+    reader.close()
+    return last
+
+
 def run_counts(manager: LogManager, settings: Settings, keys: list[str]) -> None:
     if not manager.exists(IN):
         manager.create(IN, 2)
@@ -251,12 +262,7 @@ def test_a_new_processor_restores_the_counts_from_the_changelog(
         settings = Settings(state_dir=tmp_path / "state", state_engine=engine)
         settings.set_partitions(IN, 2)
         run_counts(manager, settings, [f"k{i % 7}" for i in range(100 * run, 100 * (run + 1))])
-    reader = manager.tailer("test/reader", OUT, CODEC)
-    last: dict[str, int] = {}
-    while (record := reader.read(timeout=0.5)) is not None:
-        last[record.key] = int(record.message.data)
-    reader.close()
-    assert last == {f"k{i}": len(range(i, 300, 7)) for i in range(7)}
+    assert last_counts(manager) == {f"k{i}": len(range(i, 300, 7)) for i in range(7)}
 
 
 def test_a_computation_reading_streams_of_different_partition_counts_is_refused(
@@ -365,12 +371,7 @@ def test_a_task_moves_to_a_second_processor_with_its_state(
     assert first.drain_and_stop(60) and second.drain_and_stop(60)
     assert sum(s.processed for s in second.unit_stats()) > 0
     assert sum(total for _, total in listener.ends) > 0  # it restored what the first had counted
-    reader = manager.tailer("test/reader", OUT, CODEC)
-    last: dict[str, int] = {}
-    while (record := reader.read(timeout=0.5)) is not None:
-        last[record.key] = int(record.message.data)
-    reader.close()
-    assert last == {f"k{i}": 80 for i in range(50)}
+    assert last_counts(manager) == {f"k{i}": 80 for i in range(50)}
 
 
 class HoldFirstBatch(RecordingListener):
@@ -427,12 +428,7 @@ def test_a_rebalance_during_a_restore_abandons_it_and_the_counts_stay_right(
     manager.appender(IN, CODEC).append_batch([(k, Record(k, b"1")) for k in keys])
     assert first.drain_and_stop(60) and second.drain_and_stop(60)
     assert len(listener.starts) > len(listener.ends)  # the held restore was given up
-    reader = manager.tailer("test/reader", OUT, CODEC)
-    last: dict[str, int] = {}
-    while (record := reader.read(timeout=0.5)) is not None:
-        last[record.key] = int(record.message.data)
-    reader.close()
-    assert last == dict.fromkeys(keys, 2)
+    assert last_counts(manager) == dict.fromkeys(keys, 2)
     manager.close()
 
 
@@ -475,9 +471,4 @@ def test_a_crash_between_the_store_flush_and_the_input_commit_counts_once(
     monkeypatch.setattr(TaskStores, "checkpoint", checkpoint)
     with StreamProcessor(manager, count_topology(), settings) as processor:
         assert processor.drain_and_stop(60)
-    reader = manager.tailer("test/reader", OUT, CODEC)
-    last: dict[str, int] = {}
-    while (record := reader.read(timeout=0.5)) is not None:
-        last[record.key] = int(record.message.data)
-    reader.close()
-    assert last == {f"k{i}": 60 for i in range(10)}
+    assert last_counts(manager) == {f"k{i}": 60 for i in range(10)}
