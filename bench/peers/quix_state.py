@@ -120,8 +120,7 @@ def restore(args: argparse.Namespace) -> dict[str, Any]:
         # Records to restore: from the store's changelog offset (none: the partition's low
         # watermark) to the high watermark captured at assignment.
         planned = sum(
-            rp.changelog_highwater - max(rp.offset, rp._changelog_lowwater)
-            for rp in partitions
+            rp.changelog_highwater - max(rp.offset, rp._changelog_lowwater) for rp in partitions
         )
         began = time.perf_counter()
         original(manager)
