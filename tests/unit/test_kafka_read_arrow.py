@@ -135,3 +135,16 @@ def test_an_undecodable_key_in_a_large_batch_ends_it_and_stands_at_that_record(
         assert (no_key["key"], no_key["value"]) == ("", b"")
         assert (tailer.position(p0), tailer.position(p1)) == (PER_PARTITION, PER_PARTITION)
         assert tailer.lost == 0  # type: ignore[attr-defined]
+
+
+def test_a_subscribed_member_reads_every_record_once_in_order(kafka: LogManager) -> None:
+    kafka.create(NAME, 2)
+    with kafka.appender(NAME) as appender:
+        for p in range(2):
+            appender.append_batch([(f"k{i}", b"v") for i in range(PER_PARTITION)], partition=p)
+    with kafka.subscribe("members", [NAME]) as member:
+        rows = read_all(member, 2 * PER_PARTITION)
+        assert member.read_arrow() is None
+        for p in range(2):
+            assert offsets_of(rows, p) == list(range(PER_PARTITION))
+            assert member.position(LogPartition(Name.of(NAME), p)) == PER_PARTITION

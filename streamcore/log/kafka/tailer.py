@@ -567,7 +567,9 @@ class KafkaTailer(LogTailer[Any]):
         """Raw records (no codec) as a pyarrow RecordBatch with columns partition, offset,
         timestamp, key, value; None on timeout. After the first record (waited for as by
         `read`), it takes what librdkafka has already fetched, up to `max_records`, in bulk
-        (`_take_many`): no Python per record beyond building the columns."""
+        (`_take_many`): no Python per record beyond building the columns. A static tailer
+        consumes more fetched records as long as the batch is not full; a subscribed member stops
+        at the end of what its poll brought (a rebalance never lands in the middle of a batch)."""
         import pyarrow as pa
 
         self._check_open()
@@ -594,6 +596,8 @@ class KafkaTailer(LogTailer[Any]):
                 break
             if self._buf_i < len(self._buffer):
                 continue
+            if not self._static:  # a member's rebalance runs inside consume: not mid-batch
+                break
             try:
                 if not self._more(min(want - len(msgs), _FETCH)):
                     break
