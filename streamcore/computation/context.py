@@ -36,6 +36,26 @@ class ComputationContext(abc.ABC):
         """Call `process_timer(context, key, timestamp_ms)` once the clock reaches
         `timestamp_ms` (epoch milliseconds). Setting a key again replaces its timer."""
 
+    def set_stream_timer(self, key: str, timestamp_ms: int, task: int | None = None) -> None:
+        """Call `process_timer(context, key, timestamp_ms)` once the stream time of `task`
+        reaches `timestamp_ms`, right after the record that moves it there (docs/state.md,
+        "Stream time"). `task` None: the current record's task (or the stream-time timer's).
+        Setting a key of a task again replaces its timer; wall-clock time never fires it."""
+        raise TopologyError(
+            f"computation {self.computation_name!r}: this context has no stream time"
+        )
+
+    @property
+    def stream_time_ms(self) -> int:
+        """The stream time (epoch ms) of the current record's task, or of the stream-time
+        timer's: the largest timestamp the task has processed, this record's included; -1 before
+        any record, and outside a record or stream-time timer (use `stream_time_of`)."""
+        return -1
+
+    def stream_time_of(self, task: int) -> int:
+        """The stream time of `task` (-1 before any record of it)."""
+        return -1
+
     @abc.abstractmethod
     def ask_for_checkpoint(self) -> None:
         """The current record (and every one before it) is done: append what was produced and

@@ -7,6 +7,7 @@ from streamcore.errors import ComputationError, StreamcoreError, TopologyError
 
 __all__ = [
     "DslDefinitionError",
+    "InvalidTimestampError",
     "NotCallableError",
     "NotDeadLetterError",
     "NotProcessingError",
@@ -46,5 +47,13 @@ class NotProcessingError(ComputationError, RuntimeError):
 class NotDeadLetterError(StreamcoreError):
     """`DeadLetter.of` was given a record that is not a streamcore dead-letter record (no or
     another dead-letter format, a missing field). Read dead-letter streams only with it."""
+
+    retryable = False
+
+
+class InvalidTimestampError(ComputationError, ValueError):
+    """A record's timestamp extractor found no usable timestamp (a missing or non-int field, a
+    negative value): the record goes through the computation's failure policy. Fix the record or
+    the extractor (`Settings.set_timestamp_extractor`); retrying cannot help."""
 
     retryable = False

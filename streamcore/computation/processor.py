@@ -29,6 +29,8 @@ How it maps onto the computation model (`ProcessorComputation`):
 | `process(key, value)` | `process_record`; the value decoded with the input stream's codec |
 | `context.send(stream, key, value)` / `forward(key, value[, to])` | `produce_record` |
 | `context.schedule(interval_ms)` + `punctuate(timestamp)` | `set_timer` / `process_timer` |
+| `context.schedule(interval_ms, PunctuationType.STREAM_TIME)` | `set_stream_timer` per task |
+| `context.stream_time` | `stream_time_ms` |
 | `context.commit()` | `ask_for_checkpoint` |
 | `close()` | `destroy` |
 
@@ -38,8 +40,14 @@ policy retries or dead-letters the record, so a retry leaves no duplicates. Sent
 the watermark of the record being processed; in `punctuate` they get the processor's low
 watermark.
 
-Punctuation runs on the processor's clock (wall-clock time, or the `TopologyTestDriver`'s
-virtual clock): every `interval_ms` after `schedule`, with late firings not repeated.
+Punctuation runs on the processor's clock by default (`PunctuationType.WALL_CLOCK_TIME`:
+wall-clock time, or the `TopologyTestDriver`'s virtual clock): every `interval_ms` after
+`schedule`, with late firings not repeated. With `PunctuationType.STREAM_TIME` it runs per task on
+the task's stream time (docs/state.md, "Stream time"), as Kafka Streams does: boundaries are the
+multiples of `interval_ms`, the first punctuation comes with the task's first record, then one each
+time a record moves the stream time to or past the next boundary (once, however many boundaries
+it jumps), right after that record; `punctuate` gets the stream time, and `get_state_store` in it
+is that task's store. The clock never fires it.
 """
 
 from __future__ import annotations
@@ -56,6 +64,7 @@ from streamcore.computation.errors import (
     NotCallableError,
     UnknownOutputError,
 )
+from streamcore.computation.stream_time import PunctuationType
 from streamcore.errors import InvalidNameError, RecordFieldError
 from streamcore.names import Name
 from streamcore.record import Flag, Record
@@ -65,11 +74,18 @@ if TYPE_CHECKING:
     from streamcore.log import LogOffset
     from streamcore.state.store import KeyValueStore
 
-__all__ = ["Processor", "ProcessorComputation", "ProcessorContext", "wire_processor"]
+__all__ = [
+    "Processor",
+    "ProcessorComputation",
+    "ProcessorContext",
+    "PunctuationType",
+    "wire_processor",
+]
 
 logger = logging.getLogger(__name__)
 
 PUNCTUATE_TIMER = "punctuate"
+STREAM_PUNCTUATE_TIMER = "punctuate-stream-time"
 _CONTROL = Flag.COMMIT | Flag.POISON_PILL
 
 
@@ -88,7 +104,7 @@ class Processor(abc.ABC):
 
     def punctuate(self, timestamp: int) -> None:  # noqa: B027 (optional hook)
         """Called every `interval_ms` given to `context.schedule`; `timestamp` is the time (ms)
-        the punctuation was due."""
+        the punctuation was due (wall clock), or the task's stream time (stream time)."""
 
     def close(self) -> None:  # noqa: B027 (optional hook)
         """Release resources; called once when the computation stops. Records cannot be sent
@@ -122,6 +138,12 @@ class ProcessorContext:
     def timestamp(self) -> int | None:
         """The event time (ms, from the watermark) of the record being processed."""
         return self._record.timestamp if self._record is not None else None
+
+    @property
+    def stream_time(self) -> int:
+        """The stream time (ms) of the current record's task (of the punctuated task in a
+        stream-time `punctuate`): the largest timestamp it has processed; -1 before any."""
+        return self._context.stream_time_ms
 
     @property
     def offset(self) -> LogOffset | None:
@@ -160,14 +182,26 @@ class ProcessorContext:
             to = outputs[to]
         self._computation.send(self._context, self._record, to, key, value)
 
-    def schedule(self, interval_ms: int) -> None:
-        """Call `punctuate` every `interval_ms` from now on (again to change the interval)."""
+    def schedule(
+        self, interval_ms: int, type: PunctuationType = PunctuationType.WALL_CLOCK_TIME
+    ) -> None:
+        """Call `punctuate` every `interval_ms` from now on (again to change the interval) of
+        the processor's clock, or of each task's stream time with `PunctuationType.STREAM_TIME`
+        (see the module doc). One schedule per type."""
         if not isinstance(interval_ms, int) or isinstance(interval_ms, bool) or interval_ms <= 0:
             raise DslDefinitionError(
                 f"processor {self.computation_name!r}: schedule({interval_ms!r}): the interval "
                 "must be a positive int of milliseconds"
             )
-        self._computation.schedule(self._context, interval_ms)
+        if not isinstance(type, PunctuationType):
+            raise DslDefinitionError(
+                f"processor {self.computation_name!r}: schedule(type={type!r}): use "
+                "PunctuationType.WALL_CLOCK_TIME or PunctuationType.STREAM_TIME"
+            )
+        if type is PunctuationType.STREAM_TIME:
+            self._computation.schedule_stream_time(interval_ms)
+        else:
+            self._computation.schedule(self._context, interval_ms)
 
     def commit(self) -> None:
         """Ask for a checkpoint after this record: sent records are appended and the input
@@ -221,11 +255,19 @@ class ProcessorComputation(Computation):
                 "not a Processor; pass the Processor subclass (or a function returning one)"
             )
         self._interval_ms = 0
+        self._stream_interval_ms = 0
+        self._stream_tasks: set[int] = set()  # tasks whose stream-time punctuation is set
         self._context: ProcessorContext | None = None
 
     def init(self, context: ComputationContext) -> None:
+        self._stream_tasks.clear()  # the runner forgets its stream-time timers on a rebalance
         self._context = ProcessorContext(self, context)
         self._processor.init(self._context)
+
+    def value_decoder(self, logical_input: str) -> Callable[[bytes], Any]:
+        """How the values of input `logical_input` ("i1", ...) are decoded (a timestamp
+        extractor reading a value field uses it)."""
+        return self._input[logical_input][1]
 
     def send(
         self,
@@ -251,6 +293,12 @@ class ProcessorComputation(Computation):
         self._interval_ms = interval_ms
         context.set_timer(PUNCTUATE_TIMER, context.now_ms() + interval_ms)
 
+    def schedule_stream_time(self, interval_ms: int) -> None:
+        """Punctuate each task on its stream time (its timer is set with its next record)."""
+        if interval_ms != self._stream_interval_ms:
+            self._stream_interval_ms = interval_ms
+            self._stream_tasks.clear()  # a new interval: aligned again from the next record
+
     def process_record(
         self, context: ComputationContext, input_stream: str, record: Record
     ) -> None:
@@ -269,10 +317,23 @@ class ProcessorComputation(Computation):
             self._processor.process(record.key, value)
         finally:
             pctx._record = pctx._stream = None
+        if self._stream_interval_ms:
+            self._start_stream_punctuation(context)
         if self._auto_commit:
             context.ask_for_checkpoint()
 
+    def _start_stream_punctuation(self, context: ComputationContext) -> None:
+        """Kafka Streams aligns stream-time punctuation to 0: due at once, it fires right after
+        the task's first record, then on the multiples of the interval."""
+        offset = context.last_offset
+        if offset is not None and offset.partition.partition not in self._stream_tasks:
+            self._stream_tasks.add(offset.partition.partition)
+            context.set_stream_timer(STREAM_PUNCTUATE_TIMER, 0, offset.partition.partition)
+
     def process_timer(self, context: ComputationContext, key: str, timestamp_ms: int) -> None:
+        if key == STREAM_PUNCTUATE_TIMER:
+            self._punctuate_stream_time(context, timestamp_ms)
+            return
         if key != PUNCTUATE_TIMER or not self._interval_ms:
             return
         self._processor.punctuate(timestamp_ms)
@@ -290,6 +351,19 @@ class ProcessorComputation(Computation):
                 (now - timestamp_ms) // self._interval_ms,
             )
         context.set_timer(PUNCTUATE_TIMER, due)
+
+    def _punctuate_stream_time(self, context: ComputationContext, due: int) -> None:
+        interval = self._stream_interval_ms
+        if not interval:
+            return
+        now = context.stream_time_ms
+        self._processor.punctuate(now)
+        if self._auto_commit:
+            context.ask_for_checkpoint()
+        # The next boundary past `now`: boundaries jumped over fire once, not in a burst.
+        context.set_stream_timer(
+            STREAM_PUNCTUATE_TIMER, due + ((now - due) // interval + 1) * interval
+        )
 
     def destroy(self) -> None:
         self._processor.close()

@@ -39,6 +39,13 @@ from streamcore.computation.dlq import dead_letter_record
 from streamcore.computation.filters import RecordFilter
 from streamcore.computation.policy import ComputationPolicy
 from streamcore.computation.stats import RUNNING, STOPPED, TERMINATED, SkipBudget, UnitStats
+from streamcore.computation.stream_time import (
+    UNKNOWN,
+    StreamSynchronizer,
+    TimestampExtractor,
+    TimestampFunction,
+    WatermarkTimestamp,
+)
 from streamcore.errors import (
     ArgumentTypeError,
     CheckpointError,
@@ -103,6 +110,7 @@ class UnitContext(ComputationContext):
         self._signal = 0
         self._record: LogRecord[Any] | None = None
         self._in_timer = False
+        self._timer_task: int | None = None  # the task of the stream-time timer running
 
     def produce_record(
         self, output_stream: str, record_or_key: Record | str, data: bytes | None = None
@@ -132,6 +140,34 @@ class UnitContext(ComputationContext):
         if timestamp_ms < runner.next_timer:
             runner.next_timer = timestamp_ms
 
+    def set_stream_timer(self, key: str, timestamp_ms: int, task: int | None = None) -> None:
+        runner = self._runner
+        if task is None:
+            task = self._task()
+            if task is None:
+                raise TopologyError(
+                    f"computation {runner.name!r}: set_stream_timer({key!r}) outside a record "
+                    f"or a stream-time timer: name the task (one of {list(self.tasks)})"
+                )
+        runner.stream_timers.setdefault(task, {})[key] = timestamp_ms
+        if timestamp_ms < runner.next_stream_timer:
+            runner.next_stream_timer = timestamp_ms
+
+    @property
+    def stream_time_ms(self) -> int:
+        task = self._task()
+        return UNKNOWN if task is None else self._runner.stream_times.get(task, UNKNOWN)
+
+    def stream_time_of(self, task: int) -> int:
+        return self._runner.stream_times.get(task, UNKNOWN)
+
+    def _task(self) -> int | None:
+        """The task of the record being processed, or of the stream-time timer running."""
+        if self._in_timer:
+            return self._timer_task
+        record = self._record
+        return None if record is None else record.partition.partition
+
     def ask_for_checkpoint(self) -> None:
         self._signal |= _ASK
 
@@ -151,8 +187,8 @@ class UnitContext(ComputationContext):
         stores = self._runner.stores
         if stores is None:
             return super().get_state_store(name, task)
-        if task is None and self._record is not None and not self._in_timer:
-            task = self._record.partition.partition
+        if task is None:
+            task = self._task()
         return stores.store(name, task)
 
     @property
@@ -206,6 +242,8 @@ class ComputationRunner(RebalanceListener):
         checkpoint_retries: int = 3,
         checkpoint_pause: float = 10.0,
         stores: TaskStores | None = None,
+        timestamp_extractor: TimestampExtractor | None = None,
+        max_task_idle_ms: int = 0,
     ) -> None:
         self.computation = computation
         self.stores = stores
@@ -220,6 +258,22 @@ class ComputationRunner(RebalanceListener):
         self.next_timer: float = math.inf
         self.source_low_watermark = 0
         self._inputs = {Name.of(urn): stream for urn, stream in inputs.items()}
+        # Stream time (streamcore.computation.stream_time): per task, the largest timestamp
+        # processed, and the stream-time timers per task.
+        self.stream_times: dict[int, int] = {}
+        self.stream_timers: dict[int, dict[str, int]] = {}
+        self.next_stream_timer: float = math.inf
+        extractor = timestamp_extractor or WatermarkTimestamp()
+        timestamps: dict[Any, TimestampFunction] = {
+            name: extractor.bind(computation, stream.logical)
+            for name, stream in self._inputs.items()
+        }
+        # None: the watermark, read inline (the single-input hot path makes no call for it)
+        self._timestamps = None if type(extractor) is WatermarkTimestamp else timestamps
+        self._sync: StreamSynchronizer | None = None
+        if len(self._inputs) > 1:  # a task reads several partitions: synchronize them
+            decoders = {name: stream.decode for name, stream in self._inputs.items()}
+            self._sync = StreamSynchronizer(decoders, timestamps, max_task_idle_ms)
         self._outputs = outputs
         self._dlq = dlq
         self._skip_budget = skip_budget
@@ -311,6 +365,13 @@ class ComputationRunner(RebalanceListener):
         self._window_oldest = None
         self._touched.clear()
         self._held_watermark = 0
+        if self._sync is not None:
+            self._sync.clear()
+        # Stream time never goes back for a task kept; timers are set again by init.
+        kept = {p.partition for p in self.tailer.assignments}
+        self.stream_times = {t: v for t, v in self.stream_times.items() if t in kept}
+        self.stream_timers.clear()
+        self.next_stream_timer = math.inf
         self.tailer.to_last_committed()
         if self.stores is not None:
             self._restore(self.tailer)
@@ -326,6 +387,11 @@ class ComputationRunner(RebalanceListener):
         tailer = self.tailer
         if tailer is None or self.stats.state != RUNNING:
             return done
+        sync = self._sync
+        if sync is not None and sync.buffered:  # a task waits: read no longer than its wait
+            wait = sync.wait_ms(self.clock_ms())
+            if wait is not None:
+                timeout = min(timeout, wait / 1000.0)
         try:
             batch = tailer.read_batch(self._read_size, timeout)
         except UndecodableRecordError as failure:  # not even a LogRecord: a key that is not UTF-8
@@ -335,12 +401,26 @@ class ComputationRunner(RebalanceListener):
         if self._rewind:
             self._do_rewind()
             return done
+        if sync is not None:
+            done += len(batch)  # read into the buffers: something happened
+            sync.add(batch)
+            if not sync.buffered:
+                return done
+            batch, decoded = sync.release(tailer.assignments, self.clock_ms())
+            if batch:
+                self._process(batch, decoded)
+                done += len(batch)
+            return done
         if batch:
             self._process(batch)
             done += len(batch)
         return done
 
-    def _process(self, batch: list[LogRecord[Any]]) -> None:
+    def _process(
+        self, batch: list[LogRecord[Any]], decoded: list[Record | CodecError] | None = None
+    ) -> None:
+        """Process `batch` in its order; `decoded`: its Records, decoded already (by the stream
+        synchronizer), else each is decoded here."""
         context = self.context
         process = self.computation.process_record
         journal = context._journal
@@ -354,6 +434,12 @@ class ComputationRunner(RebalanceListener):
         asked = asked_mark = -1
         halted = False
         index = -1
+        times = self.stream_times
+        timestamps = self._timestamps
+        timestamp_of: TimestampFunction | None = None
+        task = -1
+        now = UNKNOWN  # the stream time of `task`
+        take = None if decoded is None else _taker(decoded)
         started = time.perf_counter()
         for rec in batch:
             index += 1
@@ -362,6 +448,12 @@ class ComputationRunner(RebalanceListener):
                 touched.add(partition)
                 stream = inputs[partition.name]
                 decode, logical, read_filter = stream.decode, stream.logical, stream.filter
+                if take is not None:
+                    decode = take
+                if timestamps is not None:
+                    timestamp_of = timestamps[partition.name]
+                task = partition.partition
+                now = times.get(task, UNKNOWN)
             try:
                 record = decode(rec.message)
             except CodecError as exc:
@@ -375,6 +467,20 @@ class ComputationRunner(RebalanceListener):
                 if kept is None:
                     continue
                 record = kept
+            if timestamp_of is None:
+                ts = record.watermark >> 17
+            else:
+                try:
+                    ts = timestamp_of(record, rec)
+                except Exception as exc:  # no usable timestamp: the policy, without retries
+                    context._record = rec
+                    if not self._fallback(exc, 1, rec, record):
+                        break
+                    context._signal &= ~_ASK
+                    asked, asked_mark = index, len(journal)
+                    continue
+            if ts > now:
+                times[task] = now = ts
             context._record = rec
             mark = len(journal)
             try:
@@ -382,6 +488,8 @@ class ComputationRunner(RebalanceListener):
             except Exception as exc:
                 if not self._recover(exc, mark, rec, stream, record):
                     break
+            if now >= self.next_stream_timer and not self._fire_stream_timers(task, now):
+                break
             if record.flags != _DEFAULT_FLAGS and record.flags & _SPECIAL:
                 context._signal |= _ASK
                 if record.flags & Flag.POISON_PILL:
@@ -443,6 +551,37 @@ class ComputationRunner(RebalanceListener):
         if signal & _HALT:
             self.stats.state = STOPPED
         return fired
+
+    def _fire_stream_timers(self, task: int, now: int) -> bool:
+        """Fire the stream-time timers of `task` due at its stream time `now`, after the record
+        that moved it there (their effects count as that record's). False when the unit
+        terminated or stopped."""
+        timers = self.stream_timers.get(task)
+        if timers:
+            context = self.context
+            due = sorted((ts, key) for key, ts in timers.items() if ts <= now)
+            context._in_timer, context._timer_task = True, task
+            try:
+                for ts, key in due:
+                    if timers.get(key) != ts:
+                        continue  # replaced by an earlier timer callback
+                    del timers[key]
+                    self.stats.timers += 1
+                    mark = len(context._journal)
+                    try:
+                        self.computation.process_timer(context, key, ts)
+                    except Exception as exc:
+                        if not self._recover(exc, mark, None, None, None, timer=(key, ts)):
+                            return False
+                    if context._signal & _HALT:
+                        break
+            finally:
+                context._in_timer, context._timer_task = False, None
+        self.next_stream_timer = min(
+            (ts for pending in self.stream_timers.values() for ts in pending.values()),
+            default=math.inf,
+        )
+        return True
 
     # -- failures -------------------------------------------------------------------------------
     def _recover(
@@ -623,10 +762,14 @@ class ComputationRunner(RebalanceListener):
         first = self._first_uncommitted() or (batch[0] if batch else None)
         held, held_watermark = _held(self.computation.held_records())
         positions: dict[Any, int] | None = None
-        if not full:
+        # Records read but still in the stream synchronizer's buffers are not processed: the
+        # read position is past them, so commit the positions of the processed records only.
+        buffered = self._sync is not None and self._sync.buffered > 0
+        if not full or buffered:
             positions = dict(self._window_positions)
             _fold_positions(self._window, positions)
-            _fold_positions([batch[: upto + 1]], positions)  # type: ignore[index]
+            if batch:
+                _fold_positions([batch[: upto + 1]], positions)
         elif held and tailer is not None:
             assigned = set(tailer.assignments)
             positions = {p: tailer.position(p) for p in self._touched if p in assigned}
@@ -761,6 +904,20 @@ class ComputationRunner(RebalanceListener):
             return self._held_watermark
         first = self._first_uncommitted()
         return self._watermark_of(first) if first is not None else self._committed_watermark
+
+
+def _taker(decoded: list[Record | CodecError]) -> Callable[[bytes], Record]:
+    """A decode function that returns the Records decoded already, in order (raising the
+    CodecError of a record that did not decode)."""
+    pending = iter(decoded)
+
+    def take(_message: bytes) -> Record:
+        item = next(pending)
+        if isinstance(item, CodecError):
+            raise item
+        return item
+
+    return take
 
 
 def _holds(computation: Computation, record: Record) -> bool:

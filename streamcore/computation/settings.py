@@ -10,6 +10,12 @@ from typing import Self
 
 from streamcore.computation.filters import FilterChain, RecordFilter
 from streamcore.computation.policy import ComputationPolicy
+from streamcore.computation.stream_time import (
+    TimestampExtractor,
+    TimestampFunction,
+    WatermarkTimestamp,
+    extractor_of,
+)
 from streamcore.errors import TopologyError
 from streamcore.names import Name
 from streamcore.state.restore import RestoreSettings
@@ -41,6 +47,12 @@ class Settings:
     configuration's `[state] engine`); `state_lock_timeout` (seconds, None: `[state]
     lock_timeout`) bounds the wait for a store another process still holds; `restore` bounds and
     sizes restores (`streamcore.state.restore.RestoreSettings`).
+
+    Stream time (docs/state.md, "Stream time"): `set_timestamp_extractor` says where a
+    computation reads its records' timestamps (default: the Record watermark);
+    `max_task_idle_ms` is how long a task reading several partitions waits for one with
+    nothing buffered before it processes the others (Kafka Streams' `max.task.idle.ms`; 0, the
+    default, does not wait).
     """
 
     default_concurrency: int = 1
@@ -55,11 +67,13 @@ class Settings:
     state_engine: str | None = None
     state_lock_timeout: float | None = None
     restore: RestoreSettings = field(default_factory=RestoreSettings)
+    max_task_idle_ms: int = 0
     _partitions: dict[str, int] = field(default_factory=dict, repr=False)
     _codecs: dict[str, str] = field(default_factory=dict, repr=False)
     _concurrency: dict[str, int] = field(default_factory=dict, repr=False)
     _policies: dict[str, ComputationPolicy] = field(default_factory=dict, repr=False)
     _filters: dict[str, list[RecordFilter]] = field(default_factory=dict, repr=False)
+    _extractors: dict[str, TimestampExtractor] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         _positive("default_concurrency", self.default_concurrency)
@@ -68,6 +82,10 @@ class Settings:
         _codec(self.default_codec)
         if self.checkpoint_retries < 0 or self.checkpoint_pause < 0 or self.drain_quiet < 0:
             raise TopologyError("checkpoint_retries, checkpoint_pause and drain_quiet must be >= 0")
+        if isinstance(self.max_task_idle_ms, bool) or not isinstance(self.max_task_idle_ms, int):
+            raise TopologyError(f"max_task_idle_ms must be an int, got {self.max_task_idle_ms!r}")
+        if self.max_task_idle_ms < 0:
+            raise TopologyError(f"max_task_idle_ms must be >= 0, got {self.max_task_idle_ms}")
 
     # -- setters --------------------------------------------------------------------------------
     def set_partitions(self, stream: str, partitions: int) -> Self:
@@ -105,6 +123,15 @@ class Settings:
             self._policies[computation] = policy
         return self
 
+    def set_timestamp_extractor(
+        self, computation: str, extractor: TimestampExtractor | TimestampFunction
+    ) -> Self:
+        """Where `computation` (or `default`) reads its records' timestamps: a
+        `TimestampExtractor` (`WatermarkTimestamp`, `LogAppendTimestamp`, `FieldTimestamp`) or a
+        function `(record, log_record) -> int` epoch ms."""
+        self._extractors[computation] = extractor_of(extractor)
+        return self
+
     def add_filter(self, stream: str, record_filter: RecordFilter) -> Self:
         if not isinstance(record_filter, RecordFilter):
             raise TopologyError(
@@ -125,6 +152,10 @@ class Settings:
 
     def policy(self, computation: str) -> ComputationPolicy:
         return self._policies.get(computation, self.default_policy)
+
+    def timestamp_extractor(self, computation: str) -> TimestampExtractor:
+        extractors = self._extractors
+        return extractors.get(computation) or extractors.get(DEFAULT) or WatermarkTimestamp()
 
     def filter(self, stream: str) -> RecordFilter | None:
         """The filters of `stream` (and the `default` ones) as one, or None if there are none."""

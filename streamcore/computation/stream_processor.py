@@ -180,6 +180,8 @@ class StreamProcessor:
             checkpoint_retries=settings.checkpoint_retries,
             checkpoint_pause=settings.checkpoint_pause,
             stores=stores,
+            timestamp_extractor=settings.timestamp_extractor(name),
+            max_task_idle_ms=settings.max_task_idle_ms,
         )
         return _Unit(runner, list(inputs), stop_event)
 

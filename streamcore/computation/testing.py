@@ -121,6 +121,8 @@ class TopologyTestDriver:
             checkpoint_retries=settings.checkpoint_retries,
             checkpoint_pause=settings.checkpoint_pause,
             stores=self._stores(name),
+            timestamp_extractor=settings.timestamp_extractor(name),
+            max_task_idle_ms=settings.max_task_idle_ms,
         )
 
     def _stores(self, name: str) -> TaskStores | None:
@@ -186,7 +188,9 @@ class TopologyTestDriver:
         timestamp_ms: int | None = None,
         flags: Flag = Flag.DEFAULT,
     ) -> None:
-        """Append a record (watermark = `timestamp_ms`, default the virtual clock) and run."""
+        """Append a record (watermark = `timestamp_ms`, default the virtual clock) and run. The
+        watermark is the record's timestamp for the default extractor: piping moves the stream
+        time of its task (and fires its stream-time punctuation), `advance_time` does not."""
         watermark = Watermark.of(self._now if timestamp_ms is None else timestamp_ms).value
         self.pipe_record(stream, Record(key, data, watermark, flags))
 
