@@ -14,6 +14,14 @@ A checkpoint appends the buffered produced records (and dead-letter records) wit
 then commits the input positions, so a crash between the two re-delivers records whose output was
 already appended: at-least-once.
 
+A computation with several inputs reads through a `StreamSynchronizer`
+(`streamcore.computation.stream_time`): a read batch is buffered per partition, and each task's
+records are handed to `_process` smallest timestamp first (KIP-28), so a processed batch may
+interleave partitions; each partition's order is kept, and while records are buffered a
+checkpoint commits the positions of the processed records, never the read position. With one
+input nothing is buffered. Each record moves its task's stream time; stream-time timers fire right
+after the record that reaches them, as part of its processing.
+
 A rebalance that takes partitions away rewinds the unit to its last checkpoint: uncommitted
 output is dropped, the tailer goes back to the committed positions and `init` runs again with a
 clean context, so no state built from records of a lost partition is ever committed.
@@ -901,9 +909,16 @@ class ComputationRunner(RebalanceListener):
         if self.tailer is None:
             return self.source_low_watermark
         if self._held_watermark:  # held at the last checkpoint: older than the window
-            return self._held_watermark
-        first = self._first_uncommitted()
-        return self._watermark_of(first) if first is not None else self._committed_watermark
+            low = self._held_watermark
+        else:
+            first = self._first_uncommitted()
+            low = self._watermark_of(first) if first is not None else self._committed_watermark
+        sync = self._sync
+        if sync is not None and sync.buffered:  # read, not processed yet: not committed either
+            buffered = sync.low_watermark()
+            if buffered and (not low or buffered < low):
+                low = buffered
+        return low
 
 
 def _taker(decoded: list[Record | CodecError]) -> Callable[[bytes], Record]:

@@ -270,6 +270,17 @@ class StreamSynchronizer:
         self.buffered -= len(out)
         return out, decoded
 
+    def low_watermark(self) -> int:
+        """The lowest watermark of the buffered records (0: none). Safe from another thread:
+        `list()` copies the containers in one step under the GIL."""
+        low = 0
+        for queue in list(self._queues.values()):
+            for _, _, record in list(queue):
+                mark = record.watermark if isinstance(record, Record) else 0
+                if mark and (not low or mark < low):
+                    low = mark
+        return low
+
     def clear(self) -> None:
         """Forget every buffered record (a rewind reads them again from the committed
         positions)."""

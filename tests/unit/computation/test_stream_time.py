@@ -184,6 +184,7 @@ def test_the_idle_wait_holds_a_task_until_its_empty_partition_has_records_or_tim
         driver.advance_time(999)
         assert seen(driver) == []  # waiting for RIGHT
         assert driver.lag("app/seen").lag == 2  # read, buffered, not committed
+        assert driver.low_watermark("app/seen") == Watermark.of(T0 + 5).value
         append(driver, RIGHT, 0, [3])
         driver.advance_time(0)
         # l5 waits again once RIGHT is empty: processed are r3 only
