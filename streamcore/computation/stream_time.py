@@ -263,10 +263,18 @@ class StreamSynchronizer:
                         break
                 else:
                     waiting.pop(task, None)
-                queue = min(full, key=_head_time) if len(full) > 1 else full[0]
-                _, rec, record = queue.popleft()
-                out.append(rec)
-                decoded.append(record)
+                if len(full) == 1:
+                    queue, until = full[0], None
+                else:
+                    queue = min(full, key=_head_time)  # ties: the first partition
+                    until = min(q[0][0] for q in full if q is not queue)
+                # A run: the queue's records up to the others' smallest head come next anyway.
+                while True:
+                    _, rec, record = queue.popleft()
+                    out.append(rec)
+                    decoded.append(record)
+                    if not queue or (until is not None and queue[0][0] >= until):
+                        break
         self.buffered -= len(out)
         return out, decoded
 
