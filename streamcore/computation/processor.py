@@ -209,8 +209,9 @@ class ProcessorContext:
         self._context.ask_for_checkpoint()
 
     def get_state_store(self, name: str, task: int | None = None) -> KeyValueStore[Any]:
-        """The state store `name` of the current record's task (KIP-28's `getStateStore`); in
-        `punctuate`, name the `task` (one of `tasks`) unless the processor owns exactly one.
+        """The state store `name` of the current record's task (KIP-28's `getStateStore`); in a
+        stream-time `punctuate`, of the punctuated task; in a wall-clock one, name the `task`
+        (one of `tasks`) unless the processor owns exactly one.
         Declare it with `stores=` in `add_processor` (docs/state.md)."""
         return self._context.get_state_store(name, task)
 
