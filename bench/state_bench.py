@@ -309,12 +309,13 @@ def delete_kafka_names(bootstrap: str, prefix: str) -> None:
 
 
 def kafka_bootstrap() -> str:
-    """The local test broker, started as the tests start it (tests/kafka_broker.py)."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    from kafka_broker import ensure_broker
-
-    bootstrap: str = ensure_broker()
-    return bootstrap
+    """The local single-node broker of `scripts/kafka.sh`, started when it is not running (and
+    left running, as the tests leave it)."""
+    kafka = ROOT / "scripts" / "kafka.sh"
+    if subprocess.run([str(kafka), "status"], capture_output=True).returncode != 0:
+        subprocess.run([str(kafka), "start"], check=True)
+    port = os.environ.get("STREAMCORE_KAFKA_PORT", "9092")
+    return os.environ.get("STREAMCORE_KAFKA_BOOTSTRAP_SERVERS", f"127.0.0.1:{port}")
 
 
 # -- the run ----------------------------------------------------------------------------------
