@@ -148,3 +148,31 @@ def test_a_subscribed_member_reads_every_record_once_in_order(kafka: LogManager)
         for p in range(2):
             assert offsets_of(rows, p) == list(range(PER_PARTITION))
             assert member.position(LogPartition(Name.of(NAME), p)) == PER_PARTITION
+
+
+def test_an_assignment_that_arrives_while_a_member_closes_is_refused(kafka: LogManager) -> None:
+    """A group can assign a member while its close() leaves the group (the CI run saw it): the
+    member takes nothing, so close() makes no broker call on a handle being destroyed
+    (`_DESTROY: Failed to get committed offsets` escaped close() before)."""
+    from confluent_kafka import TopicPartition
+
+    kafka.create(NAME, 1)
+    member = kafka.subscribe("test/closing", [NAME])
+
+    class Consumer:
+        assigned: list[Any] | None = None
+
+        def assign(self, tps: list[Any]) -> None:
+            self.assigned = tps
+
+        incremental_assign = assign
+
+    consumer = Consumer()
+    try:
+        member._closing = True  # type: ignore[attr-defined]  # as close() sets it
+        member._on_assign(consumer, [TopicPartition(kafka.topic(NAME), 0)])  # type: ignore[attr-defined]
+        assert consumer.assigned == []
+        assert member.assignments == []
+    finally:
+        member._closing = False  # type: ignore[attr-defined]
+        member.close()

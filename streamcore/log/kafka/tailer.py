@@ -138,6 +138,7 @@ class KafkaTailer(LogTailer[Any]):
         self._buf_i = 0
         self._lost = 0
         self._closed = False
+        self._closing = False  # inside close(): an assignment that arrives now is refused
         self._undecodable: LogOffset | None = None  # where the last UndecodableRecordError was
         self._failed: LogError | None = None  # raised by the next read (met after records taken)
         conf = self._clients.consumer_config(
@@ -283,6 +284,10 @@ class KafkaTailer(LogTailer[Any]):
 
     def _on_assign(self, consumer: Any, tps: list[TopicPartition]) -> None:
         partitions = [self._log_partition(tp.topic, tp.partition) for tp in tps]
+        if self._closing:
+            # The group assigned while close() leaves it: take nothing (the handle is going,
+            # its broker calls fail); the group gives the partitions to the others.
+            partitions = []
         if partitions:
             committed = self._committed(partitions)
             positions, fetch = self._targets(dict(zip(partitions, committed, strict=True)))
@@ -805,6 +810,7 @@ class KafkaTailer(LogTailer[Any]):
                 except LogError:
                     logger.exception("group %s: marked positions not committed", self.group)
             # A subscribed member revokes (listener, marks) inside close() and leaves the group.
+            self._closing = True
             self._consumer.close()
         except KafkaException as exc:
             logger.warning("group %s: consumer close: %s", self.group, exc)
