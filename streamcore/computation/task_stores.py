@@ -25,7 +25,7 @@ from streamcore.config import load_config
 from streamcore.errors import TopologyError
 from streamcore.log import LogManager, LogPartition
 from streamcore.names import Name
-from streamcore.state.changelog import ChangelogWriter, StoreCheckpoint, changelog_name
+from streamcore.state.changelog import ChangelogWriter, changelog_name
 from streamcore.state.engines import open_engine
 from streamcore.state.restore import (
     RestoreProgress,
@@ -200,12 +200,9 @@ class TaskStores:
             task_positions = {p: known.get(p, 0) for p in self.task_partitions(task)}
             for store in dirty:
                 changes = store.changes()
-                changelog = self.changelogs[store.name]
-                end = self._writer(store.name).append(task, changes, task_positions)
-                checkpoint = StoreCheckpoint(
-                    self.manager.incarnation(changelog), end, task_positions
-                )
-                store.flush(changes, checkpoint.encode())
+                writer = self._writer(store.name)
+                end = writer.append(task, changes, task_positions)
+                store.flush(changes, writer.checkpoint(end, task_positions))
 
     def discard(self) -> None:
         """Drop every store's buffered writes (the unit rewinds to its last checkpoint)."""
