@@ -196,7 +196,8 @@ class UnitContext(ComputationContext):
         if stores is None:
             return super().get_state_store(name, task)
         if task is None:
-            task = self._task()
+            record = self._record
+            task = self._task() if self._in_timer or record is None else record.partition.partition
         return stores.store(name, task)
 
     @property
@@ -249,6 +250,7 @@ class ComputationRunner(RebalanceListener):
         read_batch: int = 500,
         checkpoint_retries: int = 3,
         checkpoint_pause: float = 10.0,
+        checkpoint_interval: float = 0.0,
         stores: TaskStores | None = None,
         timestamp_extractor: TimestampExtractor | None = None,
         max_task_idle_ms: int = 0,
@@ -288,6 +290,10 @@ class ComputationRunner(RebalanceListener):
         self._read_size = read_batch
         self._checkpoint_retries = checkpoint_retries
         self._checkpoint_pause = checkpoint_pause
+        self._checkpoint_interval = checkpoint_interval
+        # A checkpoint asked for through the end of the window, put off by the interval.
+        self._deferred = False
+        self._last_checkpoint_ms = clock_ms()
         names: dict[str, OutputStream] = {}
         for logical, out in outputs.items():
             names[logical] = names[out.urn] = out
@@ -373,6 +379,7 @@ class ComputationRunner(RebalanceListener):
         self._window_oldest = None
         self._touched.clear()
         self._held_watermark = 0
+        self._deferred = False
         if self._sync is not None:
             self._sync.clear()
         # Stream time never goes back for a task kept; timers are set again by init.
@@ -409,6 +416,8 @@ class ComputationRunner(RebalanceListener):
         if self._rewind:
             self._do_rewind()
             return done
+        if not batch and self._deferred:  # caught up: the put-off checkpoint is due now
+            self._checkpoint(None)
         if sync is not None:
             done += len(batch)  # read into the buffers: something happened
             sync.add(batch)
@@ -448,6 +457,7 @@ class ComputationRunner(RebalanceListener):
         task = -1
         now = UNKNOWN  # the stream time of `task`
         take = None if decoded is None else _taker(decoded)
+        batch_mark = len(journal)
         started = time.perf_counter()
         for rec in batch:
             index += 1
@@ -518,10 +528,16 @@ class ComputationRunner(RebalanceListener):
         if stats.state != RUNNING:
             if asked >= 0:  # keep what was done before the failure: checkpoint up to the ask
                 context._rollback(asked_mark)
-                self._checkpoint(batch, asked)
+                self._checkpoint(batch, asked, asked_mark)
             return
         if asked >= 0:
-            self._checkpoint(batch, asked)
+            if asked == len(batch) - 1 and not halted and self._put_off():
+                self._add_to_window(batch)
+                self._deferred = True
+            else:
+                self._checkpoint(batch, asked, asked_mark)
+        elif self._deferred:  # the put-off ask covers the window, not this batch
+            self._checkpoint(batch, -1, batch_mark)
         else:
             self._add_to_window(batch if not halted else batch[:count])
         if halted:
@@ -761,10 +777,18 @@ class ComputationRunner(RebalanceListener):
             _fold_positions(window, self._window_positions)
             window.clear()
 
-    def _checkpoint(self, batch: list[LogRecord[Any]] | None, upto: int = -1) -> bool:
+    def _put_off(self) -> bool:
+        """True when a checkpoint asked for now waits for `checkpoint_interval`."""
+        interval = self._checkpoint_interval
+        return interval > 0 and self.clock_ms() - self._last_checkpoint_ms < interval * 1000
+
+    def _checkpoint(
+        self, batch: list[LogRecord[Any]] | None, upto: int = -1, mark: int = -1
+    ) -> bool:
         """Append what was produced, then commit positions: of everything read so far when
         `batch` is None or was processed up to its end, else of the window plus
-        `batch[: upto + 1]`; never past a record the computation holds."""
+        `batch[: upto + 1]` (`mark`: the journal's length after `batch[upto]`; the store writes
+        after it stay buffered); never past a record the computation holds."""
         tailer = self.tailer
         full = batch is None or upto >= len(batch) - 1
         first = self._first_uncommitted() or (batch[0] if batch else None)
@@ -790,11 +814,13 @@ class ComputationRunner(RebalanceListener):
         low = self._held_watermark
         if not low:
             low = self._watermark_of(first) if first is not None else self._committed_watermark
+        # Taken before the outputs are appended: appending them empties the journal.
+        tail = None if full or mark < 0 else self.context._journal[mark:]
         for attempt in range(self._checkpoint_retries + 1):
             try:
                 self._append_outputs(low)
                 if self.stores is not None and tailer is not None:
-                    self.stores.checkpoint(self._commit_positions(tailer, positions))
+                    self.stores.checkpoint(self._commit_positions(tailer, positions), tail)
                 if tailer is not None:
                     if positions is None:
                         self._commit_touched(tailer)
@@ -826,6 +852,8 @@ class ComputationRunner(RebalanceListener):
                     self.stats.state = STOPPED
                     return False
         self.stats.checkpoints += 1
+        self._deferred = False
+        self._last_checkpoint_ms = self.clock_ms()
         self._committed_watermark = low
         self._held_watermark = held_watermark
         self._window.clear()

@@ -40,6 +40,11 @@ class Settings:
     `checkpoint_retries` / `checkpoint_pause` (seconds): how often and how long apart a failed
     checkpoint is retried before the unit terminates (Nuxeo: 3 and 45 s). `read_batch`: records
     a unit reads at once; a requested checkpoint is taken at the latest after that many records.
+    `checkpoint_interval` (seconds, default 0: off): a checkpoint asked for at the end of a read
+    batch waits until that long after the previous one, or until a read finds nothing new
+    (Kafka Streams' `commit.interval.ms`). Fewer checkpoints write a hot key once per interval
+    instead of once per batch; a crash re-delivers up to an interval of records (outputs stay
+    at-least-once, state stores count them once).
     `drain_quiet`: seconds without activity before `drain_and_stop` considers a topology done.
 
     State stores (docs/state.md): `state_dir` holds the persistent stores (None: `state/` under
@@ -61,6 +66,7 @@ class Settings:
     default_policy: ComputationPolicy = field(default_factory=ComputationPolicy)
     checkpoint_retries: int = 3
     checkpoint_pause: float = 10.0
+    checkpoint_interval: float = 0.0
     read_batch: int = 500
     drain_quiet: float = 0.5
     state_dir: str | Path | None = None
@@ -80,8 +86,19 @@ class Settings:
         _positive("default_partitions", self.default_partitions)
         _positive("read_batch", self.read_batch)
         _codec(self.default_codec)
-        if self.checkpoint_retries < 0 or self.checkpoint_pause < 0 or self.drain_quiet < 0:
-            raise TopologyError("checkpoint_retries, checkpoint_pause and drain_quiet must be >= 0")
+        if (
+            min(
+                self.checkpoint_retries,
+                self.checkpoint_pause,
+                self.checkpoint_interval,
+                self.drain_quiet,
+            )
+            < 0
+        ):
+            raise TopologyError(
+                "checkpoint_retries, checkpoint_pause, checkpoint_interval and drain_quiet must be "
+                ">= 0"
+            )
         if isinstance(self.max_task_idle_ms, bool) or not isinstance(self.max_task_idle_ms, int):
             raise TopologyError(f"max_task_idle_ms must be an int, got {self.max_task_idle_ms!r}")
         if self.max_task_idle_ms < 0:

@@ -162,6 +162,11 @@ class TaskStores:
 
     def store(self, name: str, task: int | None) -> KeyValueStore[Any]:
         """The store `name` of `task` (the only task when None and the unit owns one)."""
+        stores = self.tasks.get(task)  # type: ignore[arg-type]
+        if stores is not None:  # every record's path: the checks below only when it misses
+            found = stores.get(name)
+            if found is not None:
+                return found
         if name not in self.specs:
             raise TopologyError(
                 f"computation {self.computation!r} has no state store {name!r} (it declares "
@@ -184,11 +189,15 @@ class TaskStores:
             ) from None
 
     # -- checkpoints ----------------------------------------------------------------------------
-    def checkpoint(self, positions: Mapping[LogPartition, int]) -> None:
+    def checkpoint(
+        self, positions: Mapping[LogPartition, int], journal_tail: list[Any] | None = None
+    ) -> None:
         """Append every store's buffered writes to its changelog with the input positions about
         to be committed (`positions`, merged into those known), then write them to the engine
-        with the changelog position. Safe to call again after a failure: a change appended twice
-        to the changelog sets the same value twice."""
+        with the changelog position. Writes in `journal_tail` (the runner's journal entries of
+        records processed beyond `positions`) are left buffered: their records are delivered
+        again after a crash. Safe to call again after a failure: a change appended twice to the
+        changelog sets the same value twice."""
         known = self._positions
         for partition, offset in positions.items():
             if partition.partition in self.tasks:
@@ -199,10 +208,11 @@ class TaskStores:
                 continue
             task_positions = {p: known.get(p, 0) for p in self.task_partitions(task)}
             for store in dirty:
-                changes = store.changes()
+                held = store.held_writes(journal_tail) if journal_tail else 0
+                changes = store.changes(held)
                 writer = self._writer(store.name)
                 end = writer.append(task, changes, task_positions)
-                store.flush(changes, writer.checkpoint(end, task_positions))
+                store.flush(changes, writer.checkpoint(end, task_positions), held)
 
     def discard(self) -> None:
         """Drop every store's buffered writes (the unit rewinds to its last checkpoint)."""
@@ -273,6 +283,6 @@ class TaskStores:
             spec.name,
             result,
         )
-        store = KeyValueStore(spec.name, engine, self.codecs[spec.name])
+        store = KeyValueStore(spec.name, engine, self.codecs[spec.name], spec.cache)
         store.journal = self.journal
         return store

@@ -120,6 +120,7 @@ class TopologyTestDriver:
             read_batch=settings.read_batch,
             checkpoint_retries=settings.checkpoint_retries,
             checkpoint_pause=settings.checkpoint_pause,
+            checkpoint_interval=settings.checkpoint_interval,
             stores=self._stores(name),
             timestamp_extractor=settings.timestamp_extractor(name),
             max_task_idle_ms=settings.max_task_idle_ms,

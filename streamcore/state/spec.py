@@ -20,13 +20,15 @@ class StoreSpec:
 
     `codec`: how values are stored: `"json"` (default), `"bytes"`, an Avro mode with `schema`, or
     a `streamcore.codecs.Codec` (never pickle). `engine`: `"memory"`, the persistent engine's
-    name, or None for the processor's configured default (`[state] engine`). The name is part of
-    the changelog stream's name, `<namespace>/<computation>-<name>-changelog`."""
+    name, or None for the processor's configured default (`[state] engine`). `cache`: how many
+    keys keep their decoded value for reads (`KeyValueStore`; 0: none). The name is part of the
+    changelog stream's name, `<namespace>/<computation>-<name>-changelog`."""
 
     name: str
     codec: Any = "json"
     schema: Any = None
     engine: str | None = None
+    cache: int = 100_000
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -34,6 +36,11 @@ class StoreSpec:
                 f"state store name {self.name!r} is not valid: use 1-64 letters, digits and '_', "
                 "starting with a letter (no '-': the name is part of the changelog stream's "
                 "name, whose parts '-' separates)"
+            )
+        if type(self.cache) is not int or self.cache < 0:
+            raise TopologyError(
+                f"state store {self.name!r}: cache is {self.cache!r}; give a number of keys >= 0 "
+                "(0 turns the read cache off)"
             )
 
     @classmethod

@@ -8,6 +8,13 @@ changelog and then written to the engine in one atomic write with the changelog 
 (`docs/state.md`, "Checkpoints"); reads see the buffered writes. A rewind (the task's partitions
 moved, or its checkpoint failed) drops the buffer, so the engine only ever holds checkpointed
 state.
+
+Reads are cached (Kafka Streams' caching store, for reads): the last `cache` keys read or written
+keep their decoded value (or their absence) when it is immutable (a number, a string, a bool), so
+a hot key's `get` reaches neither the engine nor the codec. Lists and dicts are decoded at every
+`get`: a caller changing the object it got must not change the store behind its back. A written
+value is cached as given only with the JSON codec, whose scalars decode to what was encoded; with
+other codecs (Avro's 32-bit floats, a codec of the user's) the next read decodes it.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
 from streamcore.codecs import Codec
+from streamcore.codecs.json_codec import JsonCodec
 from streamcore.errors import ArgumentTypeError
 from streamcore.state.engine import StoreEngine
 
@@ -26,29 +34,40 @@ V = TypeVar("V")
 
 _DELETED = object()
 _MISSING = object()
+# Decoded values safe to hand out twice: nobody can change them.
+_IMMUTABLE = frozenset({int, float, str, bool, bytes})
 
 
-class _Undo:
-    """One buffered write, undone by `pop()`: an entry of the runner's journal of what a record
-    did, which drops a failed attempt's effects before its retry (`UnitContext._rollback`)."""
+class _UndoLog(list[tuple[bytes, Any]]):
+    """A store's (key, previous buffered value) per write since its last checkpoint. The log is
+    itself the entry each write adds to the runner's journal of what a record did: the journal
+    drops a failed attempt's effects before its retry by calling `pop()` once per entry
+    (`UnitContext._rollback`), which undoes the store's latest write. One shared object instead of
+    an undo object per write: a put is on every record's path."""
 
-    __slots__ = ("key", "old", "pending")
+    def __init__(self, store: KeyValueStore[Any]) -> None:
+        super().__init__()
+        self.store = store
 
-    def __init__(self, pending: dict[bytes, Any], key: bytes, old: Any) -> None:
-        self.pending, self.key, self.old = pending, key, old
-
-    def pop(self) -> None:
-        if self.old is _MISSING:
-            self.pending.pop(self.key, None)
+    def pop(self) -> None:  # type: ignore[override]
+        key, old = super().pop()
+        store = self.store
+        store._cache.clear()  # a rare path (a failed record): the cache refills from reads
+        if old is _MISSING:
+            store._pending.pop(key, None)
         else:
-            self.pending[self.key] = self.old
+            store._pending[key] = old
+
+
+def _bad_key(key: Any) -> ArgumentTypeError:
+    return ArgumentTypeError(
+        f"a state store key must be a str (a Record key), got {type(key).__name__} {key!r}"
+    )
 
 
 def _key(key: Any) -> bytes:
     if type(key) is not str:
-        raise ArgumentTypeError(
-            f"a state store key must be a str (a Record key), got {type(key).__name__} {key!r}"
-        )
+        raise _bad_key(key)
     return key.encode("utf-8")
 
 
@@ -56,24 +75,45 @@ class KeyValueStore(Generic[V]):
     """A task's key-value store (see the module doc). Not thread-safe: use it from the calls the
     processor makes to its computation."""
 
-    def __init__(self, name: str, engine: StoreEngine, codec: Codec[V]) -> None:
+    def __init__(
+        self, name: str, engine: StoreEngine, codec: Codec[V], cache: int = 100_000
+    ) -> None:
         self.name = name
         self.engine = engine
         self.codec = codec
         self._pending: dict[bytes, Any] = {}  # key -> encoded value, or _DELETED
+        # key -> decoded immutable value, None when absent; oldest first, at most `cache` keys.
+        self._cache: dict[str, Any] = {}
+        self._cache_size = cache
+        self._cache_writes = type(codec) is JsonCodec
         # Where each write records how to undo it (the runner's journal), when set.
         self.journal: list[Any] | None = None
+        self._undo = _UndoLog(self)
 
     # -- reads ----------------------------------------------------------------------------------
     def get(self, key: str) -> V | None:
         """The value of `key`, None when absent."""
-        raw = _key(key)
+        if type(key) is not str:
+            raise _bad_key(key)
+        value = self._cache.get(key, _MISSING)
+        if value is not _MISSING:
+            return value  # type: ignore[no-any-return]
+        raw = key.encode("utf-8")
         stored = self._pending.get(raw)
         if stored is None:
             stored = self.engine.get(raw)
         elif stored is _DELETED:
-            return None
-        return None if stored is None else self.codec.decode(stored)
+            stored = None
+        value = None if stored is None else self.codec.decode(stored)
+        if value is None or type(value) in _IMMUTABLE:
+            self._remember(key, value)
+        return value  # type: ignore[no-any-return]
+
+    def _remember(self, key: str, value: Any) -> None:
+        cache = self._cache
+        cache[key] = value
+        if len(cache) > self._cache_size:
+            del cache[next(iter(cache))]
 
     def range(self, start: str | None = None, end: str | None = None) -> Iterator[tuple[str, V]]:
         """The entries with `start <= key < end` (None: unbounded) in key order, buffered writes
@@ -116,14 +156,23 @@ class KeyValueStore(Generic[V]):
     # -- writes ---------------------------------------------------------------------------------
     def put(self, key: str, value: V) -> None:
         """Set `key` to `value` (None deletes it, as in Kafka Streams)."""
+        if type(key) is not str:
+            raise _bad_key(key)
         # Encoded now: a failure belongs to the record that wrote it, and a value the caller
         # changes afterwards does not change what is stored.
-        self._write(_key(key), _DELETED if value is None else self.codec.encode(value))
+        self._write(key.encode("utf-8"), _DELETED if value is None else self.codec.encode(value))
+        if self._cache_writes and (value is None or type(value) in _IMMUTABLE):
+            self._remember(key, value)
+        else:
+            self._cache.pop(key, None)
 
     def _write(self, key: bytes, value: Any) -> None:
         pending = self._pending
-        if self.journal is not None:
-            self.journal.append(_Undo(pending, key, pending.get(key, _MISSING)))
+        journal = self.journal
+        if journal is not None:
+            undo = self._undo
+            undo.append((key, pending.get(key, _MISSING)))
+            journal.append(undo)
         pending[key] = value
 
     def put_all(self, items: Iterable[tuple[str, V]]) -> None:
@@ -135,6 +184,7 @@ class KeyValueStore(Generic[V]):
         """Remove `key`; returns the value it had (None when absent)."""
         old = self.get(key)
         self._write(_key(key), _DELETED)
+        self._remember(key, None)
         return old
 
     # -- the checkpoint (the processor's side) ------------------------------------------------
@@ -143,19 +193,48 @@ class KeyValueStore(Generic[V]):
         """True when writes are buffered since the last checkpoint."""
         return bool(self._pending)
 
-    def changes(self) -> dict[bytes, bytes | None]:
-        """The buffered writes as engine changes: encoded key -> encoded value, None deletes."""
-        return {key: None if value is _DELETED else value for key, value in self._pending.items()}
+    def changes(self, held: int = 0) -> dict[bytes, bytes | None]:
+        """The buffered writes as engine changes: encoded key -> encoded value, None deletes;
+        without the last `held` writes, made by records beyond the checkpoint (a computation
+        that asked for it before the end of its batch), which stay buffered for the next one."""
+        pending = self._pending
+        if held:
+            pending = dict(pending)
+            for key, old in reversed(self._undo[-held:]):
+                if old is _MISSING:
+                    pending.pop(key, None)
+                else:
+                    pending[key] = old
+        return {key: None if value is _DELETED else value for key, value in pending.items()}
 
-    def flush(self, changes: Mapping[bytes, bytes | None], checkpoint: bytes) -> None:
-        """Write `changes` (from `changes()`) and the checkpoint to the engine in one atomic write,
-        then empty the buffer."""
+    def held_writes(self, journal_tail: list[Any]) -> int:
+        """How many of this store's writes are in `journal_tail` (the runner's journal entries
+        of records beyond the checkpoint)."""
+        undo = self._undo
+        return sum(1 for entry in journal_tail if entry is undo)
+
+    def flush(
+        self, changes: Mapping[bytes, bytes | None], checkpoint: bytes, held: int = 0
+    ) -> None:
+        """Write `changes` (from `changes(held)`) and the checkpoint to the engine in one atomic
+        write, then empty the buffer but for the keys of the last `held` writes."""
         self.engine.write(changes, checkpoint)
-        self._pending.clear()
+        undo = self._undo
+        if held:
+            kept = {key for key, _old in undo[-held:]}
+            self._pending = {key: value for key, value in self._pending.items() if key in kept}
+            # Kept: a checkpoint retried after a later step failed asks for `changes(held)` again.
+            del undo[:-held]
+        else:
+            self._pending.clear()
+            undo.clear()
 
     def discard(self) -> None:
-        """Drop the buffered writes (a rewind to the last checkpoint)."""
+        """Drop the buffered writes (a rewind to the last checkpoint) and the cache, which may
+        hold them."""
         self._pending.clear()
+        self._undo.clear()
+        self._cache.clear()
 
     def __repr__(self) -> str:
         return f"KeyValueStore({self.name!r}, {type(self.engine).__name__})"

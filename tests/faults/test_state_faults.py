@@ -1,7 +1,8 @@
 """State faults: a keyed count in a processor SIGKILLed at random points, 30 times on the local log
-and 10 times on Kafka, with the persistent store, some restarts without the local stores (full
-restores from the changelog), then drained: every key's stored count equals the number of its
-input records (state exactly-once, docs/state.md "Checkpoints")."""
+(and 12 more with a checkpoint interval, so that a kill drops a whole interval of processed
+records) and 10 times on Kafka, with the persistent store, some restarts without the local
+stores (full restores from the changelog), then drained: every key's stored count equals the
+number of its input records (state exactly-once, docs/state.md "Checkpoints")."""
 
 from __future__ import annotations
 
@@ -41,11 +42,11 @@ from streamcore.log.local.manager import LocalLogManager
 sys.path[:0] = [sys.argv[3], sys.argv[3] + "/.."]
 from test_state_faults import count_processor
 
-root, state, kafka_prefix = sys.argv[1], sys.argv[2], sys.argv[4]
+root, state, kafka_prefix, interval = sys.argv[1], sys.argv[2], sys.argv[4], float(sys.argv[5])
 checkpoint = TaskStores.checkpoint
 
-def announced(self, positions):
-    checkpoint(self, positions)
+def announced(self, positions, journal_tail=None):
+    checkpoint(self, positions, journal_tail)
     print("ckpt", flush=True)  # the stores are flushed; the inputs are not committed yet
 
 TaskStores.checkpoint = announced
@@ -58,7 +59,7 @@ if kafka_prefix:
 else:
     manager = LocalLogManager(root + "/log", config=StreamcoreConfig(home=root, log=LogDefaults()))
     manager.heartbeat_interval, manager.session_timeout = 0.1, 0.8  # a killed member leaves fast
-processor = count_processor(manager, state, announce=True).start()
+processor = count_processor(manager, state, announce=True, interval=interval).start()
 print("ready", flush=True)
 threading.Event().wait()
 """
@@ -80,19 +81,22 @@ class Count(Processor):
             print("rec", flush=True)
 
 
-def count_processor(manager, state: str | Path, announce: bool = False) -> StreamProcessor:
+def count_processor(
+    manager, state: str | Path, announce: bool = False, interval: float = 0.0
+) -> StreamProcessor:
     processor = type("Announced" if announce else "Quiet", (Count,), {"announce": announce})
     topology = (
         Topology.builder()
         .add_processor(COMPUTATION, processor, inputs=[IN], codec="json", stores=[STORE])
         .build()
     )
-    settings = Settings(state_dir=state, read_batch=READ_BATCH).set_partitions(IN, PARTITIONS)
+    settings = Settings(state_dir=state, read_batch=READ_BATCH, checkpoint_interval=interval)
+    settings.set_partitions(IN, PARTITIONS)
     return StreamProcessor(manager, topology, settings)
 
 
 def run_until_killed(
-    root: Path, state: Path, kill_at: tuple[str, int], kafka_prefix: str = ""
+    root: Path, state: Path, kill_at: tuple[str, int], kafka_prefix: str = "", interval: float = 0.0
 ) -> None:
     """Start the child processor and SIGKILL it at its `n`-th line of `kind` ("rec" or "ckpt")."""
     script = root / "child.py"
@@ -105,6 +109,7 @@ def run_until_killed(
             str(state),
             str(Path(__file__).parent),
             kafka_prefix,
+            str(interval),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -146,11 +151,13 @@ def stored_counts(state: Path) -> dict[str, int]:
 
 
 def kill_trials(
-    manager: LogManager, tmp_path: Path, trials: int, kafka_prefix: str = ""
+    manager: LogManager, tmp_path: Path, trials: int, kafka_prefix: str = "", interval: float = 0.0
 ) -> dict[str, int]:
     """Append 100 records, start the child, SIGKILL it at a random record or between a store
     flush and its input commit; `trials` times, the stores deleted before every fourth start.
-    Returns the number of records per key."""
+    With a checkpoint `interval` longer than a trial, the one checkpoint is when the child has
+    read everything (so the kill at a checkpoint is at the first). Returns the number of records
+    per key."""
     rng = random.Random(27)
     manager.create(IN, PARTITIONS)
     appender = manager.appender(IN, CODEC)
@@ -165,9 +172,10 @@ def kill_trials(
             shutil.rmtree(state)  # a new machine: the next start restores from the changelogs
         # A third of the kills fall between the stores' flush and the input commit, where a
         # store holds changes of records that will be delivered again.
-        kill_at = ("ckpt", rng.randint(1, 3)) if trial % 3 == 0 else ("rec", rng.randint(1, 90))
-        run_until_killed(tmp_path, state, kill_at, kafka_prefix)
-    with count_processor(manager, state) as processor:
+        at_checkpoint = 1 if interval else rng.randint(1, 3)
+        kill_at = ("ckpt", at_checkpoint) if trial % 3 == 0 else ("rec", rng.randint(1, 90))
+        run_until_killed(tmp_path, state, kill_at, kafka_prefix, interval)
+    with count_processor(manager, state, interval=interval) as processor:
         assert processor.drain_and_stop(120.0)
     return expected
 
@@ -178,6 +186,16 @@ def test_a_keyed_count_survives_30_kills_without_loss_or_double_count(tmp_path: 
     )
     manager.heartbeat_interval, manager.session_timeout = 0.1, 0.8
     expected = kill_trials(manager, tmp_path, 30)
+    assert stored_counts(tmp_path / "state") == expected
+    manager.close()
+
+
+def test_a_keyed_count_with_a_checkpoint_interval_survives_12_kills(tmp_path: Path) -> None:
+    manager = LocalLogManager(
+        tmp_path / "log", config=StreamcoreConfig(home=tmp_path, log=LogDefaults())
+    )
+    manager.heartbeat_interval, manager.session_timeout = 0.1, 0.8
+    expected = kill_trials(manager, tmp_path, 12, interval=3600.0)
     assert stored_counts(tmp_path / "state") == expected
     manager.close()
 

@@ -27,6 +27,7 @@ from streamcore.errors import TopologyError
 from streamcore.log import LogManager
 from streamcore.log.local.manager import LocalLogManager
 from streamcore.log.memory import MemoryLogManager
+from streamcore.names import Name
 from streamcore.record import Record
 from streamcore.state.changelog import changelog_name
 from streamcore.state.engines import open_engine
@@ -197,6 +198,9 @@ def test_store_declarations_are_checked_when_the_topology_is_built() -> None:
         builder.add_processor("app/c", Count, inputs=[IN], stores=["counts", StoreSpec("counts")])
     with pytest.raises(TopologyError, match="is not valid"):
         builder.add_processor("app/c", Count, inputs=[IN], stores=["no/slash"])
+    for cache in (-1, 1.5, None):
+        with pytest.raises(TopologyError, match="give a number of keys >= 0"):
+            StoreSpec("counts", cache=cache)  # type: ignore[arg-type]
 
     class Source(Computation):
         def __init__(self) -> None:
@@ -454,8 +458,8 @@ def test_a_crash_between_the_store_flush_and_the_input_commit_counts_once(
 
     checkpoint, calls, crashed = TaskStores.checkpoint, [], []
 
-    def crash_on_third(self, positions) -> None:
-        checkpoint(self, positions)
+    def crash_on_third(self, positions, journal_tail=None) -> None:
+        checkpoint(self, positions, journal_tail)
         calls.append(1)
         if len(calls) == 3:
             raise Crash
@@ -477,3 +481,57 @@ def test_a_crash_between_the_store_flush_and_the_input_commit_counts_once(
     with StreamProcessor(manager, count_topology(), settings) as processor:
         assert processor.drain_and_stop(60)
     assert last_counts(manager) == {f"k{i}": 60 for i in range(10)}
+
+
+class CountAskingOnDone(Computation):
+    """Counts per key in the store `counts`; asks for a checkpoint only after a record whose data
+    is b"done", so a checkpoint can fall in the middle of a read batch."""
+
+    def __init__(self) -> None:
+        super().__init__("app/count", 1, 0)
+
+    def process_record(self, context, input_stream, record) -> None:
+        store = context.get_state_store("counts")
+        store.put(record.key, (store.get(record.key) or 0) + 1)
+        if record.data == b"done":
+            context.ask_for_checkpoint()
+
+
+def test_writes_of_records_after_a_mid_batch_checkpoint_wait_for_the_next_one(
+    tmp_path: Path,
+) -> None:
+    """A checkpoint asked for in the middle of a batch commits the records up to the ask; the
+    store writes of the records after it must not reach the changelog or the store with it (they
+    are delivered again after a stop or crash), else they would count twice."""
+    manager = LocalLogManager(tmp_path / "log", config=make_config(tmp_path))
+    topology = (
+        Topology.builder()
+        .add_computation(CountAskingOnDone, [f"i1:{IN}"], stores=["counts"])
+        .build()
+    )
+    settings = Settings(read_batch=100, drain_quiet=0.3, state_dir=tmp_path / "state")
+    manager.create(IN, 1)
+    appender = manager.appender(IN, CODEC)
+    appender.append_batch([("a", Record("a", b"done")), ("b", Record("b", b"hold"))])
+    appender.append_batch([("b", Record("b", b"hold")), ("a", Record("a", b"hold"))])
+    first = StreamProcessor(manager, topology, settings).start()
+    deadline = time.monotonic() + 60
+    while manager.lag(IN, "app/count").pos < 1:  # the checkpoint after the first record
+        assert time.monotonic() < deadline, "no checkpoint after the record that asked for it"
+        time.sleep(0.01)
+    first.stop()  # the records after the ask are not committed: they come again
+    assert manager.lag(IN, "app/count").pos == 1
+    changelog = changelog_name("app/count", "counts")
+    with manager.tailer("test/changelog", changelog, None) as tailer:
+        assert [rec.key for rec in tailer] == ["a"]  # b's writes waited for their checkpoint
+    appender.append_batch([("c", Record("c", b"done"))])
+    with StreamProcessor(manager, topology, settings) as second:
+        assert second.drain_and_stop(60)
+    path = tmp_path / "state" / Name.of("app/count").id / "0" / "counts"
+    engine = open_engine("rocksdb", path, 5.0)
+    try:
+        counts = {key.decode(): int(value) for key, value in engine.items()}
+    finally:
+        engine.close()
+    assert counts == {"a": 2, "b": 2, "c": 1}
+    manager.close()

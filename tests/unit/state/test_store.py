@@ -161,3 +161,71 @@ def test_a_value_the_codec_cannot_encode_fails_at_put(
 def test_the_store_names_its_engine(store: KeyValueStore[Any]) -> None:
     kind = "MemoryEngine" if isinstance(store.engine, MemoryEngine) else "RocksDBEngine"
     assert repr(store) == f"KeyValueStore('counts', {kind})"
+
+
+class _CountingEngine(MemoryEngine):
+    """A memory engine that counts its reads: what the store's cache saves."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    def get(self, key: bytes) -> bytes | None:
+        self.reads += 1
+        return super().get(key)
+
+
+def test_hot_keys_are_read_from_the_cache_within_its_size() -> None:
+    engine = _CountingEngine()
+    engine.write({b"a": b"1", b"b": b"2", b"c": b"3"}, b"cp")
+    store = KeyValueStore("counts", engine, resolve_value_codec("json", where="test"), cache=2)
+    assert [store.get("zz"), store.get("zz"), store.get("a"), store.get("a")] == [None, None, 1, 1]
+    assert engine.reads == 2  # the absence of "zz" is cached too
+    store.put("a", 5)
+    assert store.get("a") == 5 and engine.reads == 2
+    store.get("b")  # a third key: the oldest one ("zz") leaves the cache
+    store.get("zz")
+    assert engine.reads == 4
+
+
+def test_a_mutable_value_is_decoded_at_every_read(store: KeyValueStore[Any]) -> None:
+    store.put("a", [1, 2])
+    got = store.get("a")
+    assert got == [1, 2]
+    got.append(3)  # the caller's object, not the store's
+    assert store.get("a") == [1, 2]
+    _checkpoint(store)
+    store.get("a").append(4)
+    assert store.get("a") == [1, 2]
+
+
+def test_a_written_value_is_read_back_through_its_codec_unless_json() -> None:
+    schema = {"type": "record", "name": "Reading", "fields": [{"name": "v", "type": "float"}]}
+    codec = resolve_value_codec("avro-binary", schema, where="test")
+    store: KeyValueStore[Any] = KeyValueStore("readings", MemoryEngine(), codec)
+    store.put("a", {"v": 0.1})
+    assert store.get("a") == {"v": codec.decode(codec.encode({"v": 0.1}))["v"]} != {"v": 0.1}
+    floats = KeyValueStore("f", MemoryEngine(), resolve_value_codec("bytes", where="test"))
+    floats.put("a", "text")  # the bytes codec takes a str: what it stores is its UTF-8
+    assert floats.get("a") == b"text"
+
+
+def test_a_rolled_back_or_discarded_write_is_not_read_from_the_cache(
+    store: KeyValueStore[Any],
+) -> None:
+    store.put("a", 1)
+    _checkpoint(store)
+    journal: list[Any] = []
+    store.journal = journal
+    assert store.get("a") == 1
+    store.put("a", 2)
+    store.put("b", 7)
+    assert store.get("a") == 2
+    while journal:  # what the runner does to a failed record's effects
+        journal.pop().pop()
+    assert (store.get("a"), store.get("b")) == (1, None)
+    assert not store.dirty
+    store.put("a", 3)
+    assert store.get("a") == 3
+    store.discard()
+    assert store.get("a") == 1
