@@ -4,21 +4,27 @@ Streams doing both on the same Kafka broker.
 
 1. Keyed count, local log. N records (default 1M; keys `k0`..`k{K-1}`, K = `--keys`, default
    10,000, round robin; data `1` as JSON in a `Record` envelope, the `avro` codec) are appended
-   to a 1-partition local log under a temporary STREAMCORE_HOME, then:
+   to a 1-partition local log under a temporary STREAMCORE_HOME, then `--rounds` rounds (default
+   3) run, in turn, each on its own group:
+   - loop: `tailer.read_batch(2000)` on the log (the same `avro` codec decodes the envelope), the
+     value decoded with the processor's `json` value codec, `counts[key] = counts.get(key, 0) +
+     1` into a dict, `tailer.commit()` per batch.
    - processor: a `Processor` counting per key in the store `counts` (`get` + `put`, JSON values,
      RocksDB engine, changelog on the local log), no output stream, run by
-     `StreamProcessor.start()` + `drain_and_stop()` with `Settings(read_batch=2000)`: the
-     processor API asks for a checkpoint after every record and takes it once per read batch, so
-     every 2,000 records the store's changes go to the changelog, then to RocksDB with its
-     checkpoint, then the input position is committed. Timed from `start()` until
-     `drain_and_stop()` returns (its `drain_quiet` of 0.2 s included); the store is then read
-     back and checked (K keys, counts summing to N). Two more runs say where the time goes, with
-     no target: the same processor on the memory engine (changelog kept), and one counting in a
-     dict of its own (no store, no changelog: the framework alone).
-   - loop: `tailer.read_batch(2000)` on the same log (the same `avro` codec decodes the
-     envelope), the value decoded with the processor's `json` value codec, `counts[key] =
-     counts.get(key, 0) + 1` into a dict, `tailer.commit()` per batch. Target: processor >= 0.5x
-     the loop.
+     `StreamProcessor.start()` + `drain_and_stop()` with `Settings(read_batch=2000,
+     checkpoint_interval=1.0)`: the processor API asks for a checkpoint after every record; it
+     is taken once a second (Kafka Streams commits every 30 s by default, Quix Streams every 5
+     s), and when the reads find nothing new: the store's changes go to the changelog, then to
+     RocksDB with its checkpoint, then the input position is committed. Timed from `start()`
+     until `drain_and_stop()` returns (its `drain_quiet` of 0.2 s included); the store is then
+     read back and checked (K keys, counts summing to N). Target: processor >= 0.5x the loop.
+   - three more runs say where the time goes, with no target: the same processor taking its
+     checkpoint after every read batch (`checkpoint_interval=0`, the default: every 2,000
+     records), on the memory engine (changelog kept), and counting in a dict of its own (no
+     store, no changelog: the framework alone).
+   Each row gives the median seconds over the rounds; its ratio is the median over the rounds of
+   the loop's time over the run's in the same round (paired: the machine's load drifts between
+   rounds more than between the runs of one round).
 2. Restore. A changelog of N keys (`k0`..`k{N-1}`, value `1`) is written with
    `ChangelogWriter.append` in appends of 2,000 keys (what a checkpoint of a 2,000-record read
    batch writes at most), to the local log and to Kafka; then `restore()` into an empty memory
@@ -30,7 +36,8 @@ Streams doing both on the same Kafka broker.
    package index when missing: it needs confluent-kafka < 2.13; bench/peers/quix_state.py):
    - keyed count: the same N records over K keys (JSON `1`, its native format) in a 1-partition
      topic, `sdf.apply(count, stateful=True)` with its RocksDB state, timed from `app.run()` to
-     the N-th message processed; ours: the processor of 1 on a Kafka topic, as timed in 1.
+     the N-th message processed; ours: the processor of 1 (checkpoint every 1 s) on a Kafka
+     topic, as timed in 1.
    - restore: an app of the same stateful count fills its store with N distinct keys (one
      message each, so its changelog holds N records), its state dir is deleted, and the next
      start restores from the changelog topic. Timed: Quix's `RecoveryManager.do_recovery` (its
@@ -42,7 +49,8 @@ Topics and groups on Kafka (the local test broker of `scripts/kafka.sh`, started
 start it when not running; never stopped here) are named `bench-state-<random>-...` and deleted
 at the end.
 
-    python bench/state_bench.py [--records N] [--keys K] [--no-quix] [--json]
+    python bench/state_bench.py [--records N] [--keys K] [--rounds R] [--no-kafka] [--no-quix]
+                                [--json]
 """
 
 from __future__ import annotations
@@ -51,6 +59,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -83,6 +92,9 @@ TARGET_RESTORE_RATE = 500_000  # keys/s
 TARGET_QUIX_RESTORE_RATIO = 2.0  # our Kafka restore >= 2x Quix's
 
 READ_BATCH = 2000
+CHECKPOINT_INTERVAL = 1.0  # s: Kafka Streams commits every 30 s, Quix Streams every 5 s
+# The keyed count's runs, each timed `--rounds` times in turn (loop first in every round).
+COUNT_RUNS = ("loop", "processor", "per_batch", "memory", "no_store")
 KEYS_PER_APPEND = 2000
 EVENTS = "bench/events"
 COUNT = "bench/count"  # + "-<engine>": each run its own group, changelog and stores
@@ -132,9 +144,9 @@ def fill_events(manager: LogManager, n: int, keys: int) -> None:
     shown.done(n)
 
 
-def count_loop(manager: LogManager, n: int) -> tuple[float, dict[str, int]]:
+def count_loop(manager: LogManager, n: int, group: str) -> tuple[float, dict[str, int]]:
     """The plain loop: read, decode, count into a dict, commit per batch."""
-    tailer = manager.tailer("bench/loop", EVENTS, get_codec("avro"))
+    tailer = manager.tailer(group, EVENTS, get_codec("avro"))
     decode = resolve_value_codec("json", where=EVENTS).decode  # the processor's value codec
     counts: dict[str, int] = {}
     get = counts.get
@@ -159,11 +171,18 @@ def count_loop(manager: LogManager, n: int) -> tuple[float, dict[str, int]]:
 
 
 def count_processor(
-    manager: LogManager, n: int, state_dir: Path, engine: str | None, label: str
+    manager: LogManager,
+    n: int,
+    state_dir: Path,
+    engine: str | None,
+    label: str,
+    interval: float = CHECKPOINT_INTERVAL,
+    run: str = "",
 ) -> tuple[float, dict[str, int] | None]:
     """Seconds from start to drained, and the counts when `engine` is None (no store: the
-    count in a dict of the processor)."""
-    name = f"{COUNT}-{engine or 'dict'}"
+    count in a dict of the processor). `interval`: the processor's `checkpoint_interval`;
+    `run` makes the computation's name (its group, changelog and stores) unique."""
+    name = f"{COUNT}-{engine or 'dict'}{run}"
     made: list[CountInDict] = []
 
     def in_dict() -> CountInDict:
@@ -176,7 +195,11 @@ def count_processor(
     else:
         builder.add_processor(name, CountPerKey, inputs=[EVENTS], codec="json", stores=[STORE])
     settings = Settings(
-        read_batch=READ_BATCH, drain_quiet=0.2, state_dir=state_dir, state_engine=engine
+        read_batch=READ_BATCH,
+        checkpoint_interval=interval,
+        drain_quiet=0.2,
+        state_dir=state_dir,
+        state_engine=engine,
     )
     processor = StreamProcessor(manager, builder.build(), settings)
     shown = Progress(f"  processor ({label})", n, interval=5.0)
@@ -198,6 +221,37 @@ def count_processor(
     if not drained:
         raise RuntimeError(f"the processor ({label}) did not drain within 30 minutes")
     return elapsed, (made[-1].counts if made else None)
+
+
+def count_rounds(
+    manager: LogManager, n: int, keys: int, folder: Path, rounds: int
+) -> dict[str, Any]:
+    """The keyed count's runs (`COUNT_RUNS`) `rounds` times in turn on the same log, each run
+    checked: the seconds of each run per round."""
+    times: dict[str, list[float]] = {run: [] for run in COUNT_RUNS}
+    for r in range(rounds):
+        progress(f"round {r + 1} of {rounds}")
+        seconds, counts = count_loop(manager, n, f"bench/loop-{r}")
+        check_counts(counts, n, keys, "the loop")
+        times["loop"].append(seconds)
+        state = folder / f"state-local-{r}"
+        seconds, _ = count_processor(manager, n, state, "rocksdb", "RocksDB store", run=f"-{r}")
+        check_counts(stored_counts(state), n, keys, "the processor (local)")
+        times["processor"].append(seconds)
+        # Where the time goes: a checkpoint per read batch, the memory engine, a dict.
+        state = folder / f"state-batch-{r}"
+        seconds, _ = count_processor(
+            manager, n, state, "rocksdb", "checkpoint per batch", 0.0, f"-batch-{r}"
+        )
+        check_counts(stored_counts(state), n, keys, "the processor (checkpoint per batch)")
+        times["per_batch"].append(seconds)
+        state = folder / f"state-mem-{r}"
+        seconds, _ = count_processor(manager, n, state, "memory", "memory store", run=f"-{r}")
+        times["memory"].append(seconds)
+        seconds, counts = count_processor(manager, n, state, None, "no store", run=f"-{r}")
+        check_counts(counts or {}, n, keys, "the processor (no store)")
+        times["no_store"].append(seconds)
+    return {"seconds": times}
 
 
 def stored_counts(state_dir: Path) -> dict[str, int]:
@@ -327,20 +381,7 @@ def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
         progress(f"1. keyed count, local log: {n:,} records over {min(n, keys):,} keys ...")
         fill_events(local, n, keys)
         os.sync()
-        loop_s, loop_counts = count_loop(local, n)
-        check_counts(loop_counts, n, keys, "the loop")
-        proc_s, _ = count_processor(local, n, folder / "state-local", "rocksdb", "RocksDB store")
-        check_counts(stored_counts(folder / "state-local"), n, keys, "the processor (local)")
-        # Where the time goes: the same processor on the memory engine, and counting in a dict.
-        memory_s, _ = count_processor(local, n, folder / "state-mem", "memory", "memory store")
-        dict_s, counts = count_processor(local, n, folder / "state-none", None, "no store")
-        check_counts(counts or {}, n, keys, "the processor (no store)")
-        figures["count_local"] = {
-            "loop_s": loop_s,
-            "processor_s": proc_s,
-            "processor_memory_store_s": memory_s,
-            "processor_no_store_s": dict_s,
-        }
+        figures["count_local"] = count_rounds(local, n, keys, folder, args.rounds)
 
         progress(f"2. restore of {n:,} keys, local log ...")
         warm = changelog_name("bench/warm-up", STORE)
@@ -438,38 +479,50 @@ def summarize(figures: dict[str, Any]) -> tuple[list[list[Any]], dict[str, Any]]
     n = figures["records"]
     rows: list[list[Any]] = []
     out: dict[str, Any] = {}
-    local = figures["count_local"]
-    loop_rate, proc_rate = n / local["loop_s"], n / local["processor_s"]
-    ratio = proc_rate / loop_rate
+    times = figures["count_local"]["seconds"]
+    loop_s = statistics.median(times["loop"])
+
+    def paired(run: str) -> float:
+        """The median over rounds of the run's rate over the loop's rate of the same round."""
+        return statistics.median(
+            loop / seconds for loop, seconds in zip(times["loop"], times[run], strict=True)
+        )
+
+    ratio = paired("processor")
     out["count_local"] = {
-        "loop_per_s": loop_rate,
-        "processor_per_s": proc_rate,
+        "rounds": len(times["loop"]),
+        "loop_per_s": n / loop_s,
+        "processor_per_s": n / statistics.median(times["processor"]),
         "ratio": ratio,
         "target": TARGET_COUNT_RATIO,
         "met": ratio >= TARGET_COUNT_RATIO,
     }
-    rows.append(
-        ["keyed count, plain dict loop", "local", n, local["loop_s"], loop_rate, 1.0, "", ""]
-    )
-    rows.append(
-        [
-            "keyed count, processor + RocksDB store",
-            "local",
-            n,
-            local["processor_s"],
-            proc_rate,
-            ratio,
-            f">= {TARGET_COUNT_RATIO}x loop",
-            met(ratio >= TARGET_COUNT_RATIO),
-        ]
-    )
-    for what, field in (
-        ("memory store", "processor_memory_store_s"),
-        ("a dict, no store", "processor_no_store_s"),
-    ):
-        rate = n / local[field]
-        out["count_local"][field[: -len("_s")] + "_per_s"] = rate
-        rows.append([f"  same, {what}", "local", n, local[field], rate, rate / loop_rate, "", ""])
+    rows.append(["keyed count, plain dict loop", "local", n, loop_s, n / loop_s, 1.0, "", ""])
+    labels = {
+        "processor": "keyed count, processor + RocksDB store, checkpoint every "
+        f"{CHECKPOINT_INTERVAL:g} s",
+        "per_batch": f"  same, checkpoint every read batch ({READ_BATCH:,} records)",
+        "memory": "  same, memory store",
+        "no_store": "  same, a dict, no store",
+    }
+    for run, label in labels.items():
+        seconds = statistics.median(times[run])
+        target = run == "processor"
+        rows.append(
+            [
+                label,
+                "local",
+                n,
+                seconds,
+                n / seconds,
+                paired(run),
+                f">= {TARGET_COUNT_RATIO}x loop" if target else "",
+                met(ratio >= TARGET_COUNT_RATIO) if target else "",
+            ]
+        )
+        if not target:
+            out["count_local"][f"{run}_per_s"] = n / seconds
+            out["count_local"][f"{run}_ratio"] = paired(run)
     for backend in ("local", "kafka"):
         times = figures.get(f"restore_{backend}")
         if not times:
@@ -557,13 +610,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000, help="records and restored keys")
     parser.add_argument("--keys", type=int, default=10_000, help="keys of the count (10,000)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the local keyed count")
     parser.add_argument("--no-kafka", action="store_true", help="local log only (no Quix either)")
     parser.add_argument("--no-quix", action="store_true", help="skip Quix Streams")
     parser.add_argument("--quix-timeout", type=float, default=300.0, help="s per Quix phase")
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
     args = parser.parse_args(argv)
-    if args.records < 1 or args.keys < 1:
-        parser.error("--records and --keys must be >= 1")
+    if args.records < 1 or args.keys < 1 or args.rounds < 1:
+        parser.error("--records, --keys and --rounds must be >= 1")
     folder = Path(tempfile.mkdtemp(prefix="state-bench-"))
     os.environ["STREAMCORE_HOME"] = str(folder)
     try:
