@@ -1,5 +1,5 @@
-"""The streams DSL: chains of stateless operators on streams a `TopologyBuilder` reads, compiled
-into computations when the builder builds (Kafka Streams' `StreamsBuilder.stream` + `KStream`).
+"""The streams DSL: chains of operators on streams a `TopologyBuilder` reads, compiled into
+computations when the builder builds (Kafka Streams' `StreamsBuilder.stream` + `KStream`).
 
     builder = Topology.builder()
     orders = builder.stream("shop/orders", codec="json")
@@ -10,11 +10,15 @@ into computations when the builder builds (Kafka Streams' `StreamsBuilder.stream
     small.to("shop/small-orders")
     topology = builder.build()
 
-Semantics (Kafka Streams' `KStream`, minus state):
-- `filter(pred)`, `map(fn)`, `flat_map(fn)` and branch predicates take `(key, value)`;
-  `map_values(fn)` takes `value`. `map` returns a `(key, value)` pair, `flat_map` an iterable of
-  pairs. Keys are `str` (the Record envelope's key); values are decoded by the stream's value
-  codec (see `dsl_values`).
+Semantics (Kafka Streams' `KStream`):
+- `filter(pred)`, `map(fn)`, `flat_map(fn)`, `select_key(fn)`, `peek(fn)` and branch predicates
+  take `(key, value)`; `map_values(fn)` and `flat_map_values(fn)` take `value`. `map` returns a
+  `(key, value)` pair, `flat_map` an iterable of pairs, `flat_map_values` an iterable of values,
+  `select_key` the new key. Keys are `str` (the Record envelope's key); values are decoded by the
+  stream's value codec (see `dsl_values`).
+- A key changed by `map`, `flat_map` or `select_key` does not move the record to the partition
+  of its new key: Kafka Streams marks such a stream for repartitioning before its next stateful
+  step, here `through("x")` is that step, written out.
 - Operators chained from one source are **fused** into one computation: a record goes through
   the whole chain in one call, with no intermediate stream. `through("x")` writes to the stream
   `x` and starts a new computation reading it (a new sub-topology), like Kafka's `repartition`.
@@ -26,6 +30,31 @@ Semantics (Kafka Streams' `KStream`, minus state):
   raises, the processor retries the record (or dead-letters it) without duplicate outputs.
 - Records flagged COMMIT or POISON_PILL with no data are control records; the chain skips them
   (the processor still honours the flag).
+
+`merge(other)`: one stream of the records of both. Chains are fused per source, so the chain
+after a merge is compiled into the computation of *each* source that reaches it: a record of
+`a` runs in `a`'s computation, one of `b` in `b`'s, and each writes to the merged chain's sinks.
+No computation reads both streams, so they need not be co-partitioned (a stateless merge never
+does), and each keeps its consumer group and concurrency. Merging two chains of one source
+(e.g. two branches) stays inside that source's computation. A `process` step with state stores
+after a merge of two sources is refused (each computation would hold half of a key's state):
+write the merged stream `through(...)` first. Both streams must use the same value codec; the
+merged stream keeps it.
+
+`process(supplier, stores=[...])`: a processor API `Processor` as a step of the chain (Kafka
+Streams 3.3's `KStream.process`). Each compiled chain makes one instance (`supplier()`), `init`s
+it with a `ProcessorContext` whenever the computation is initialised (again after a rebalance)
+and `close`s it on stop. `process(key, value)` gets every record of the chain; what it
+`context.forward(key, value)`s goes on down the chain at once (in the call), with the input
+record's watermark. `process` returns a `Stream` but may end a chain: a step with nothing after
+it is terminal, its forwards go nowhere (it works through its stores or side effects).
+`context.get_state_store(name)` reaches the stores the step declared: they are declared on the
+compiled computation as `add_processor(stores=)` does, one per task, with changelogs and
+restore (docs/state.md), and a failed attempt's writes are undone before the retry. Steps of one
+computation declaring the same name share one store. As in Kafka Streams, `process` does not
+repartition: after a key change, put `through(...)` before a step keeping state per key.
+Punctuation (`context.schedule`) and `send` to named streams are for processors added with
+`add_processor`; in a chain they raise.
 
 Computation names: `<source>-dsl` for a namespaced source (`shop/orders-dsl`), `<source>_dsl`
 for a global one, `-2`/`_2`... when one build holds several computations reading the same
@@ -47,8 +76,10 @@ from streamcore.computation.dsl_graph import (
 )
 from streamcore.computation.dsl_values import ValueCodecSpec, resolve_value_codec
 from streamcore.computation.errors import DslDefinitionError, NotCallableError
-from streamcore.errors import InvalidNameError
+from streamcore.computation.processor import Processor
+from streamcore.errors import InvalidNameError, TopologyError
 from streamcore.names import Name
+from streamcore.state.spec import StoreSpec
 
 if TYPE_CHECKING:
     from streamcore.codecs import Codec
@@ -59,6 +90,9 @@ Predicate = Callable[[str, Any], bool]
 KeyValueMapper = Callable[[str, Any], tuple[str, Any]]
 ValueMapper = Callable[[Any], Any]
 FlatMapper = Callable[[str, Any], Iterable[tuple[str, Any]]]
+ValuesMapper = Callable[[Any], Iterable[Any]]
+KeySelector = Callable[[str, Any], str]
+Action = Callable[[str, Any], object]
 
 
 def _callable_name(fn: Any) -> str:
@@ -131,6 +165,80 @@ class Stream:
     def flat_map(self, mapper: FlatMapper) -> Stream:
         """Each record replaced by the zero or more `(key, value)` pairs `mapper` yields."""
         return self._then("flat_map", "flat_map", mapper)
+
+    def flat_map_values(self, mapper: ValuesMapper) -> Stream:
+        """Each record replaced by one record per value `mapper(value)` yields, all with the
+        record's key (none if it yields nothing)."""
+        return self._then("flat_map_values", "flat_map_values", mapper)
+
+    def peek(self, action: Action) -> Stream:
+        """The records unchanged, after calling `action(key, value)` on each for its side effect
+        (its result is ignored). A retried record is peeked again."""
+        return self._then("peek", "peek", action)
+
+    def select_key(self, selector: KeySelector) -> Stream:
+        """Each record with the key `selector(key, value)` returns (a `str`), value kept. The
+        record stays in its partition: follow with `through(...)` to move it to its new key's
+        partition before a step that keeps state per key."""
+        return self._then("select_key", "select_key", selector)
+
+    def merge(self, other: Stream) -> Stream:
+        """The records of this stream and of `other`, in one stream (each record once per path
+        that reaches the merge). See the module doc for how it compiles."""
+        where = f"{self._node.chain()}.merge(...)"
+        if not isinstance(other, Stream):
+            raise DslDefinitionError(
+                f"{where}: expected a Stream, got {type(other).__name__} {other!r}; pass a "
+                "stream made by builder.stream(...) or an operator of one"
+            )
+        mine, theirs = self._node.codec, other._node.codec
+        if mine is not theirs and (type(mine), mine.name) != (type(theirs), theirs.name):
+            raise DslDefinitionError(
+                f"{where}: this stream's values use the codec {mine.name!r}, those of "
+                f"{other._node.chain()} {theirs.name!r}; merge streams of one value codec "
+                "(write one of them .through(..., codec=...) to convert it)"
+            )
+        label = f"{self._node.chain()}.merge({other._node.chain()})"
+        node = OperatorNode("merge", self._node, mine, label, payload=other._node)
+        other._node.children.append(node)
+        return Stream(node)
+
+    def process(
+        self,
+        processor: Callable[[], Processor],
+        *,
+        stores: Sequence[str | StoreSpec] = (),
+    ) -> Stream:
+        """Run the `Processor` that `processor()` makes (a `Processor` subclass or a function
+        returning one) on each record; what it `context.forward`s continues down the returned
+        stream, which may also be left without a sink (a terminal step). `stores`: the state
+        stores it reaches with `context.get_state_store(name)` (names of JSON stores, or
+        `StoreSpec`s), declared on the computation as `add_processor(stores=)` does."""
+        node = self._node
+        if not callable(processor):
+            raise NotCallableError(
+                f"{node.chain()}.process(...): expected a Processor subclass or a function "
+                f"returning one, got {type(processor).__name__} {processor!r}"
+            )
+        label = f".process({_callable_name(processor)})"
+        where = f"{node.chain()}{label}"
+        if isinstance(processor, type) and not issubclass(processor, Processor):
+            raise DslDefinitionError(
+                f"{where}: {processor.__name__} is not a Processor subclass; subclass "
+                "streamcore.computation.Processor (init, process, close)"
+            )
+        if isinstance(stores, str | StoreSpec):
+            stores = [stores]
+        try:
+            specs = tuple(StoreSpec.of(s) for s in stores)
+        except TopologyError as exc:
+            raise DslDefinitionError(f"{where}: {exc}") from None
+        names = [spec.name for spec in specs]
+        if len(set(names)) != len(names):
+            raise DslDefinitionError(
+                f"{where}: stores={names} declares a store twice; give each store its own name"
+            )
+        return Stream(OperatorNode("process", node, node.codec, label, processor, specs))
 
     def branch(self, *predicates: Predicate) -> tuple[Stream, ...]:
         """One stream per predicate; a record goes to the first predicate `(key, value)` that

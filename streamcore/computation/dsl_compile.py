@@ -2,7 +2,9 @@
 
 The operator tree of a `SubTopology` is compiled once per computation instance into nested closures
 (each operator calls the next directly), so a record costs one decode, one call per operator and
-one encode per output, with no per-record interpretation of the tree.
+one encode per output, with no per-record interpretation of the tree. A node reached twice (after
+a `merge` of two branches) is compiled once, so a `process` step after it has one processor and
+one set of stores.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 from streamcore.computation.computation import Computation, ComputationContext
 from streamcore.computation.dsl_graph import OperatorNode, SubTopology
+from streamcore.computation.dsl_process import ProcessStep
 from streamcore.computation.errors import DslDefinitionError, NotProcessingError
 from streamcore.errors import RecordFieldError
 from streamcore.record import Flag, Record
@@ -26,7 +29,10 @@ _CONTROL = Flag.COMMIT | Flag.POISON_PILL
 
 
 def _noted(exc: BaseException, node: OperatorNode) -> None:
-    exc.add_note(f"in DSL operator {node.chain()}")
+    """Name the operator that raised; an exception a step's downstream raised inside a
+    `process` call already names its own operator."""
+    if not any(note.startswith("in DSL operator ") for note in getattr(exc, "__notes__", ())):
+        exc.add_note(f"in DSL operator {node.chain()}")
 
 
 def _fan_out(targets: list[Emit]) -> Emit:
@@ -52,8 +58,11 @@ class DslComputation(Computation):
         self.subtopology = subtopology
         self._produce: Callable[[str, Record], None] = _not_running
         self._watermark = 0
+        self._record: Record | None = None  # the record the chain runs on, for process steps
         self._logical = {stream: f"o{i}" for i, stream in enumerate(subtopology.outputs, 1)}
         self._decode = subtopology.codec.decode
+        self._compiled: dict[int, Emit] = {}
+        self._steps: list[ProcessStep] = []
         self._root = _fan_out([self._compile(child) for child in subtopology.root.children])
         logger.debug(
             "DSL computation %s: %s -> %s",
@@ -71,14 +80,22 @@ class DslComputation(Computation):
         return supply
 
     def _compile(self, node: OperatorNode) -> Emit:
+        emit = self._compiled.get(id(node))
+        if emit is None:
+            emit = self._compiled[id(node)] = self._compile_node(node)
+        return emit
+
+    def _compile_node(self, node: OperatorNode) -> Emit:
         kind = node.kind
         if kind == "sink":
             return self._compile_sink(node)
         if kind == "branch":
             return self._compile_branch(node)
         nxt = _fan_out([self._compile(child) for child in node.children])
-        if kind == "arm":
+        if kind in ("arm", "merge"):
             return nxt
+        if kind == "process":
+            return self._compile_process(node, nxt)
         fn = node.fn
         if kind == "filter":
 
@@ -131,7 +148,59 @@ class DslComputation(Computation):
                     nxt(k, v)
 
             return flat_map
+        if kind == "flat_map_values":
+
+            def flat_map_values(key: str, value: Any) -> None:
+                try:
+                    values = list(fn(value))
+                except Exception as exc:
+                    _noted(exc, node)
+                    raise
+                for one in values:
+                    nxt(key, one)
+
+            return flat_map_values
+        if kind == "peek":
+
+            def peek(key: str, value: Any) -> None:
+                try:
+                    fn(key, value)
+                except Exception as exc:
+                    _noted(exc, node)
+                    raise
+                nxt(key, value)
+
+            return peek
+        if kind == "select_key":
+
+            def select_key(key: str, value: Any) -> None:
+                try:
+                    key = fn(key, value)
+                except Exception as exc:
+                    _noted(exc, node)
+                    raise
+                nxt(key, value)
+
+            return select_key
         raise DslDefinitionError(f"unknown DSL node kind {kind!r}")
+
+    def _compile_process(self, node: OperatorNode, nxt: Emit) -> Emit:
+        step = ProcessStep(node, self.metadata.name, self.subtopology.source, nxt)
+        self._steps.append(step)
+
+        def process(key: str, value: Any) -> None:
+            try:
+                step.process(self._record_now(), key, value)
+            except Exception as exc:
+                _noted(exc, node)
+                raise
+
+        return process
+
+    def _record_now(self) -> Record:
+        if self._record is None:
+            raise NotProcessingError("a DSL process step ran outside process_record")
+        return self._record
 
     def _compile_branch(self, node: OperatorNode) -> Emit:
         arms = list(zip(node.fn, [self._compile(arm) for arm in node.children], strict=True))
@@ -170,6 +239,14 @@ class DslComputation(Computation):
 
         return sink
 
+    def init(self, context: ComputationContext) -> None:
+        for step in self._steps:
+            step.init(context)
+
+    def destroy(self) -> None:
+        for step in self._steps:
+            step.close()
+
     def process_record(
         self, context: ComputationContext, input_stream: str, record: Record
     ) -> None:
@@ -184,5 +261,6 @@ class DslComputation(Computation):
             raise
         self._produce = context.produce_record
         self._watermark = record.watermark
+        self._record = record
         self._root(record.key, value)
         context.ask_for_checkpoint()

@@ -4,6 +4,11 @@ Each operator of a chain is an `OperatorNode`; a `through` links the sink that e
 the source that starts the next. `subtopologies` cuts a graph at those links: each piece is a
 `SubTopology`, run as one `DslComputation` (`dsl_compile`). The user-facing `Stream` (`dsl`) and
 the runtime (`dsl_compile`) both import this module and not each other.
+
+A `merge` node has two parents (it is a child of both), so a graph is a DAG: each source's
+computation walks down into the merged chain, which is therefore compiled into the computation of
+every source that reaches it (see `dsl`, "merge"). Shared nodes stay shared within one
+computation (a record reaches a merge of two branches of one source once per path).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from streamcore.computation.errors import DslDefinitionError, UnfinishedStreamError
 from streamcore.names import NO_NAMESPACE, Name
+from streamcore.state.spec import StoreSpec
 
 if TYPE_CHECKING:
     from streamcore.codecs import Codec
@@ -21,8 +27,10 @@ __all__ = ["OperatorNode", "SinkInfo", "SourceInfo", "SubTopology", "subtopologi
 
 
 class OperatorNode:
-    """One operator of a chain. Kinds: source, filter, map, map_values, flat_map, branch, arm
-    (one output of a branch), sink."""
+    """One operator of a chain. Kinds: source, filter, map, map_values, flat_map,
+    flat_map_values, peek, select_key, process (`fn` the processor supplier, `payload` its
+    `StoreSpec`s), branch, arm (one output of a branch), merge (`parent` the stream `merge` was
+    called on, `payload` the other one; a child of both), sink."""
 
     __slots__ = ("children", "codec", "fn", "kind", "label", "parent", "payload")
 
@@ -46,12 +54,13 @@ class OperatorNode:
             parent.children.append(self)
 
     def chain(self) -> str:
-        """The chain that leads to this node, as code: `builder.stream('a').map(f)`."""
+        """The chain that leads to this node, as code: `builder.stream('a').map(f)`. Sources
+        and merges carry the whole chain before them in their label."""
         parts = []
         node: OperatorNode | None = self
         while node is not None:
             parts.append(node.label)
-            node = node.parent if node.kind != "source" else None
+            node = node.parent if node.kind not in ("source", "merge") else None
         return "".join(reversed(parts))
 
 
@@ -75,13 +84,15 @@ class SinkInfo:
 @dataclass(frozen=True)
 class SubTopology:
     """One computation of a compiled DSL graph: its name, its input stream and value codec,
-    its output streams (logical `o1..oN` in this order), and the root of its operator tree."""
+    its output streams (logical `o1..oN` in this order), the root of its operator tree, and the
+    state stores its `process` steps declare."""
 
     name: str
     source: str
     codec: Codec[Any]
     outputs: tuple[str, ...]
     root: OperatorNode
+    stores: tuple[StoreSpec, ...] = ()
 
 
 def _origin(node: OperatorNode) -> OperatorNode:
@@ -96,32 +107,79 @@ def _origin(node: OperatorNode) -> OperatorNode:
         node = upstream
 
 
-def _walk(root: OperatorNode) -> tuple[list[OperatorNode], list[OperatorNode]]:
-    """(sinks, sources started by `through`) of the tree under `root`; raises on dead ends."""
-    sinks, downstream = [], []
+@dataclass
+class _Walk:
+    """What `_walk` finds under a root."""
+
+    sinks: list[OperatorNode]
+    downstream: list[OperatorNode]  # sources `through` starts
+    merged: list[OperatorNode]  # origins of the streams merged into this tree
+    steps: list[OperatorNode]  # process steps
+
+
+def _walk(root: OperatorNode) -> _Walk:
+    """What the tree under `root` holds; raises on dead ends (a `process` may end a chain)."""
+    found = _Walk([], [], [], [])
+    seen: set[int] = set()
     stack = [root]
     while stack:
         node = stack.pop()
-        if node.kind == "sink":
-            sinks.append(node)
-            if node.payload.downstream is not None:
-                downstream.append(node.payload.downstream)
+        if id(node) in seen:
             continue
-        if not node.children:
+        seen.add(id(node))
+        if node.kind == "sink":
+            found.sinks.append(node)
+            if node.payload.downstream is not None:
+                found.downstream.append(node.payload.downstream)
+            continue
+        if node.kind == "merge":
+            assert node.parent is not None
+            found.merged += [_origin(node.parent), _origin(node.payload)]
+        elif node.kind == "process":
+            found.steps.append(node)
+        if not node.children and node.kind != "process":
             raise UnfinishedStreamError(
                 f"{node.chain()} has no sink: end it with .to('<stream>') or .through(...), "
                 "or remove it (a branch you don't need: drop its predicate)"
             )
         stack.extend(reversed(node.children))
-    return sinks, downstream
+    return found
 
 
-def _snapshot(node: OperatorNode, parent: OperatorNode | None = None) -> OperatorNode:
-    """A copy of the tree under `node`: operators added after `build()` don't change a topology
-    that was built already."""
+def _stores(steps: list[OperatorNode]) -> tuple[StoreSpec, ...]:
+    """The stores the `process` steps of one computation declare. Two steps declaring one name
+    are refused rather than made to share a store: two `count()`s left to their default store
+    name would otherwise count each record twice."""
+    specs: dict[str, tuple[StoreSpec, OperatorNode]] = {}
+    for step in steps:
+        for spec in step.payload:
+            first = specs.setdefault(spec.name, (spec, step))
+            if first[1] is not step:
+                raise DslDefinitionError(
+                    f"{step.chain()}: state store {spec.name!r} is also declared by "
+                    f"{first[1].chain()}, in the same computation; give each step's store its "
+                    "own name"
+                )
+    return tuple(spec for spec, _ in specs.values())
+
+
+def _snapshot(
+    node: OperatorNode,
+    parent: OperatorNode | None = None,
+    copies: dict[int, OperatorNode] | None = None,
+) -> OperatorNode:
+    """A copy of the tree under `node` (a node reached twice, after a merge, copied once):
+    operators added after `build()` don't change a topology that was built already."""
+    copies = {} if copies is None else copies
+    copy = copies.get(id(node))
+    if copy is not None:
+        if parent is not None:
+            parent.children.append(copy)
+        return copy
     copy = OperatorNode(node.kind, parent, node.codec, node.label, node.fn, node.payload)
+    copies[id(node)] = copy
     for child in node.children:
-        _snapshot(child, copy)
+        _snapshot(child, copy, copies)
     return copy
 
 
@@ -139,18 +197,23 @@ def _default_name(stream: str, taken: set[str]) -> str:
 def subtopologies(*nodes: OperatorNode) -> list[SubTopology]:
     """The computations the graphs of `nodes` (any node of each graph) compile to, in
     definition order. Raises `UnfinishedStreamError` for a chain without a sink."""
-    roots: list[OperatorNode] = []
+    pending: list[OperatorNode] = []
     for node in nodes:
         origin = _origin(node)
-        if not any(origin is r for r in roots):
-            roots.append(origin)
-    pending = list(roots)
-    walked: list[tuple[OperatorNode, list[OperatorNode]]] = []
+        if not any(origin is r for r in pending):
+            pending.append(origin)
+    walked: list[tuple[OperatorNode, _Walk]] = []
+    done: set[int] = set()
     while pending:
         root = pending.pop(0)
-        sinks, downstream = _walk(root)
-        walked.append((root, sinks))
-        pending.extend(downstream)
+        if id(root) in done:
+            continue
+        done.add(id(root))
+        found = _walk(root)
+        walked.append((root, found))
+        pending.extend(found.downstream)
+        pending.extend(found.merged)
+    _check_stateful_merges(walked)
     explicit = [root.payload.name for root, _ in walked if root.payload.name]
     taken = set(explicit)
     for name in explicit:
@@ -160,10 +223,29 @@ def subtopologies(*nodes: OperatorNode) -> list[SubTopology]:
                 "name= (it is also the consumer group)"
             )
     out = []
-    for root, sinks in walked:
+    for root, found in walked:
         info: Any = root.payload
         name = info.name or _default_name(info.stream, taken)
         taken.add(name)
-        outputs = tuple(dict.fromkeys(s.payload.stream for s in sinks))
-        out.append(SubTopology(name, info.stream, root.codec, outputs, _snapshot(root)))
+        outputs = tuple(dict.fromkeys(s.payload.stream for s in found.sinks))
+        stores = _stores(found.steps)
+        out.append(SubTopology(name, info.stream, root.codec, outputs, _snapshot(root), stores))
     return out
+
+
+def _check_stateful_merges(walked: list[tuple[OperatorNode, _Walk]]) -> None:
+    """A `process` step with stores after a merge of two sources would run in both sources'
+    computations, each with its own store: the state of one key would be split in two."""
+    reached: dict[int, OperatorNode] = {}
+    for root, found in walked:
+        for step in found.steps:
+            if not step.payload:
+                continue
+            if id(step) in reached:
+                raise DslDefinitionError(
+                    f"{step.chain()}: this step keeps state stores but follows a merge of the "
+                    f"streams {reached[id(step)].payload.stream!r} and {root.payload.stream!r}, "
+                    "which run as two computations, each with its own stores; write the merged "
+                    "stream .through('<stream>') first, then .process(...) reads one stream"
+                )
+            reached[id(step)] = root

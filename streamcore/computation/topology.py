@@ -144,7 +144,8 @@ class TopologyBuilder:
             for sub in compile_streams(self._streams):
                 mapping = [f"i1:{sub.source}"]
                 mapping += [f"o{i}:{stream}" for i, stream in enumerate(sub.outputs, 1)]
-                _add(dsl, _wire(DslComputation.supplier(sub), mapping, dsl))
+                node = _wire(DslComputation.supplier(sub), mapping, dsl)
+                _add(dsl, _with_stores(node, sub.stores))
             at = len(wired) if self._dsl_at is None else self._dsl_at
             wired[at:at] = dsl.values()
         nodes: dict[str, _WiredComputation] = {}
