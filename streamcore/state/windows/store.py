@@ -1,0 +1,303 @@
+"""Window and session stores over a `KeyValueStore`, so they get its changelog, checkpoint,
+restore and rewind for free (docs/state.md, "Windows").
+
+The key-value store is declared with the `"bytes"` codec: a window store lays out its own keys
+and values, and encodes aggregates with the codec it is given. Three kinds of entries, told apart
+by their first character (so each kind is one contiguous range of the store):
+
+- `w` + `esc(key)` + `T(start)` + `T(end)` -> 8-byte big-endian largest record timestamp + the
+  encoded aggregate: the windows of a record key are together, ordered by start (a key's sessions
+  never overlap, so by end too).
+- `x` + `T(end)` + `esc(key)` + `T(start)` -> one byte: the same windows by end, what closing and
+  expiry walk from the oldest, without scanning the open ones.
+- `m` -> 16 bytes: the stream times of the last `take_closed` and `expire` that did something.
+  They are part of the store's checkpoint, so after a restart or a rewind a window reported or
+  deleted before stays closed, whatever the restarted task's stream time.
+
+`esc(key)` doubles up no byte: it writes every U+0000 of the key as U+0000 U+0001 and ends the key
+with U+0000 U+0000. In UTF-8 U+0000 is the byte 0x00 and no other character holds a 0x00 byte,
+so the terminator sorts below any escaped content: `esc(a) < esc(b)` exactly when `a < b` by
+UTF-8 bytes, and no escaped key is a prefix of another's. `T(t)` is `t + 2**63` as 16 lowercase hex
+digits, fixed width, so ASCII order is numeric order (negative starts included).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from streamcore.codecs import Codec
+from streamcore.errors import ArgumentTypeError, InvalidArgumentError
+from streamcore.state.store import KeyValueStore
+from streamcore.state.windows.specs import (
+    SessionWindows,
+    SlidingWindows,
+    TimeWindowSpec,
+    Window,
+    WindowSpec,
+)
+
+__all__ = ["SessionStore", "TimeWindowStore", "WindowedValue"]
+
+V = TypeVar("V")
+
+_OFFSET = 1 << 63
+_WIDTH = 16
+_META = "m"
+_STAMP = struct.Struct(">q")
+_MARKS = struct.Struct(">qq")
+_INDEXED = b"\x01"
+_NO_TIME = -(1 << 63)
+
+
+def _t(ms: int) -> str:
+    return format(ms + _OFFSET, "016x")
+
+
+def _untime(text: str) -> int:
+    return int(text, 16) - _OFFSET
+
+
+def _esc(key: str) -> str:
+    if type(key) is not str:
+        raise ArgumentTypeError(
+            f"a window store key must be a str (a Record key), got {type(key).__name__} {key!r}"
+        )
+    return key.replace("\x00", "\x00\x01") + "\x00\x00"
+
+
+def _unesc(text: str, at: int) -> tuple[str, int]:
+    """The key escaped at `text[at:]` and the position after its terminator."""
+    stop = text.index("\x00\x00", at)
+    return text[at:stop].replace("\x00\x01", "\x00"), stop + 2
+
+
+@dataclass(frozen=True)
+class WindowedValue(Generic[V]):
+    """A window's aggregate for a record key; `timestamp` is the largest record timestamp in it
+    (the timestamp of the windowed result record)."""
+
+    key: str
+    window: Window
+    value: V
+    timestamp: int
+
+
+class _WindowedStore(Generic[V]):
+    def __init__(self, store: KeyValueStore[bytes], spec: WindowSpec, codec: Codec[V]) -> None:
+        if getattr(store.codec, "name", None) != "bytes":
+            raise InvalidArgumentError(
+                f"store {store.name!r} uses the {getattr(store.codec, 'name', store.codec)!r} "
+                "codec; a window store keeps its own layout: declare the store with "
+                "codec='bytes' (StoreSpec(name, codec='bytes')) and give the aggregate's codec "
+                "to the window store"
+            )
+        self.store = store
+        self.spec = spec
+        self.codec = codec
+        # Close and expiry times are a window's end plus a lag of the spec's.
+        sample = Window(0, 0) if isinstance(spec, SessionWindows) else spec.window_at(0)  # type: ignore[attr-defined]
+        self._close_lag = spec.close_time(sample) - sample.end
+        self._expiry_lag = spec.expiry_time(sample) - sample.end
+
+    # -- entries --------------------------------------------------------------------------------
+    def _data_key(self, key: str, window: Window) -> str:
+        return "w" + _esc(key) + _t(window.start) + _t(window.end)
+
+    def entry(self, key: str, window: Window) -> WindowedValue[V] | None:
+        """`key`'s `window` with its aggregate and largest record timestamp, None when absent."""
+        raw = self.store.get(self._data_key(key, window))
+        return None if raw is None else self._decode(key, window, raw)
+
+    def _decode(self, key: str, window: Window, raw: bytes) -> WindowedValue[V]:
+        return WindowedValue(key, window, self.codec.decode(raw[8:]), _STAMP.unpack_from(raw)[0])
+
+    def write(self, key: str, window: Window, value: V, timestamp: int, *, new: bool) -> None:
+        """Set `key`'s `window` to `value` with its largest record `timestamp`; `new` says the
+        window is not in the store yet (so it is indexed by end): the caller has just read it,
+        as the aggregation does."""
+        self.store.put(
+            self._data_key(key, window), _STAMP.pack(timestamp) + self.codec.encode(value)
+        )
+        if new:
+            index = "x" + _t(window.end) + _esc(key) + _t(window.start)
+            self.store.put(index, _INDEXED)
+
+    def _delete(self, key: str, window: Window) -> WindowedValue[V] | None:
+        old = self.store.delete(self._data_key(key, window))
+        if old is None:
+            return None
+        self.store.delete("x" + _t(window.end) + _esc(key) + _t(window.start))
+        return self._decode(key, window, old)
+
+    def _scan(self, key: str, lo: int, hi: int) -> Iterator[WindowedValue[V]]:
+        """A key's windows with `lo <= start < hi`, by start."""
+        prefix = "w" + _esc(key)
+        size = len(prefix)
+        for text, raw in self.store.range(prefix + _t(lo), prefix + _t(hi)):
+            window = Window(_untime(text[size : size + _WIDTH]), _untime(text[size + _WIDTH :]))
+            yield self._decode(key, window, raw)
+
+    def _by_end(self, lo: int, hi: int) -> Iterator[tuple[str, Window]]:
+        """The windows with `lo <= end < hi` as (key, window), by end, then key (UTF-8 bytes),
+        then start."""
+        lo, hi = max(lo, _NO_TIME), max(hi, _NO_TIME)
+        for text, _ in self.store.range("x" + _t(lo), "x" + _t(hi)):
+            key, at = _unesc(text, 1 + _WIDTH)
+            yield key, Window(_untime(text[at:]), _untime(text[1 : 1 + _WIDTH]))
+
+    # -- stream time ----------------------------------------------------------------------------
+    def _marks(self) -> tuple[int, int]:
+        raw = self.store.get(_META)
+        return (_NO_TIME, _NO_TIME) if raw is None else _MARKS.unpack(raw)
+
+    def stream_time(self, stream_time: int) -> int:
+        """`stream_time`, or the stream time of the last `take_closed` or `expire` that reported
+        or deleted a window when it is larger (a restarted task's stream time starts again
+        from its first record; the store's does not go back)."""
+        return max(stream_time, *self._marks())
+
+    def take_closed(self, stream_time: int) -> list[WindowedValue[V]]:
+        """The windows that closed at `stream_time` and were not returned by an earlier call, by
+        end, then key (UTF-8 bytes), then start: what `emit="final"` sends, once per window.
+        The store remembers (in its checkpointed state) what it returned: a rewind before the
+        next checkpoint returns them again."""
+        closed_at, expired_at = self._marks()
+        # Every close time is the end plus the spec's lag: the windows not returned yet that are
+        # closed now are those with an end in (closed_at - lag, stream_time - lag].
+        lag = self._close_lag
+        found = []
+        for key, window in self._by_end(closed_at - lag + 1, stream_time - lag + 1):
+            entry = self.entry(key, window)
+            if entry is not None:
+                found.append(entry)
+        if found:
+            self.store.put(_META, _MARKS.pack(max(closed_at, stream_time), expired_at))
+        return found
+
+    def expire(self, stream_time: int) -> int:
+        """Delete the windows whose retention has passed at `stream_time` (tombstones in the
+        changelog, which compaction then drops); returns how many."""
+        gone = list(self._by_end(_NO_TIME, stream_time - self._expiry_lag + 1))
+        for key, window in gone:
+            self._delete(key, window)
+        if gone:
+            closed_at, expired_at = self._marks()
+            self.store.put(_META, _MARKS.pack(closed_at, max(expired_at, stream_time)))
+        return len(gone)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.store.name!r}, {self.spec!r})"
+
+
+class TimeWindowStore(_WindowedStore[V]):
+    """The windows of tumbling, hopping or sliding windows per record key (Kafka Streams'
+    `WindowStore`): a window is named by its key and start, its end follows from the spec."""
+
+    spec: TimeWindowSpec | SlidingWindows
+
+    def __init__(
+        self,
+        store: KeyValueStore[bytes],
+        spec: TimeWindowSpec | SlidingWindows,
+        codec: Codec[V],
+    ) -> None:
+        if not isinstance(spec, TimeWindowSpec | SlidingWindows):
+            raise ArgumentTypeError(
+                f"TimeWindowStore takes tumbling, hopping or sliding windows, got "
+                f"{type(spec).__name__}; use SessionStore for SessionWindows"
+            )
+        super().__init__(store, spec, codec)
+
+    def get(self, key: str, start: int) -> V | None:
+        """The aggregate of `key`'s window starting at `start`, None when absent."""
+        entry = self.entry(key, self.spec.window_at(start))
+        return None if entry is None else entry.value
+
+    def get_entry(self, key: str, start: int) -> WindowedValue[V] | None:
+        """`get` with the window and its largest record timestamp."""
+        return self.entry(key, self.spec.window_at(start))
+
+    def put(self, key: str, start: int, value: V, timestamp: int | None = None) -> None:
+        """Set the aggregate of `key`'s window starting at `start` (None deletes it);
+        `timestamp` is the window's largest record timestamp (None: keep it, or the start for
+        a new window)."""
+        window = self.spec.window_at(start)
+        old = self.entry(key, window)
+        if value is None:
+            self._delete(key, window)
+            return
+        if timestamp is None:
+            timestamp = start if old is None else old.timestamp
+        self.write(key, window, value, timestamp, new=old is None)
+
+    def delete(self, key: str, start: int) -> V | None:
+        """Remove `key`'s window starting at `start`; returns its aggregate (None: absent)."""
+        entry = self._delete(key, self.spec.window_at(start))
+        return None if entry is None else entry.value
+
+    def fetch(self, key: str, time_from: int, time_to: int) -> Iterator[WindowedValue[V]]:
+        """`key`'s windows with `time_from <= start <= time_to`, by start."""
+        return self._scan(key, time_from, time_to + 1)
+
+    def fetch_all(self, time_from: int, time_to: int) -> Iterator[WindowedValue[V]]:
+        """Every key's windows with `time_from <= start <= time_to`, by start, then key (UTF-8
+        bytes): windows of one spec all have the same length, so the index by end is in that
+        order."""
+        length = self.spec.window_at(0).end
+        lo, hi = "x" + _t(time_from + length), "x" + _t(time_to + length + 1)
+        for text, _ in self.store.range(lo, hi):
+            key, at = _unesc(text, 1 + _WIDTH)
+            entry = self.entry(key, self.spec.window_at(_untime(text[at:])))
+            if entry is not None:
+                yield entry
+
+
+class SessionStore(_WindowedStore[V]):
+    """The sessions of `SessionWindows` per record key (Kafka Streams' `SessionStore`): a session
+    is named by its key and its window `[start, end]`."""
+
+    spec: SessionWindows
+
+    def __init__(self, store: KeyValueStore[bytes], spec: SessionWindows, codec: Codec[V]) -> None:
+        if not isinstance(spec, SessionWindows):
+            raise ArgumentTypeError(
+                f"SessionStore takes SessionWindows, got {type(spec).__name__}; use "
+                "TimeWindowStore for tumbling, hopping or sliding windows"
+            )
+        super().__init__(store, spec, codec)
+
+    def get(self, key: str, window: Window) -> V | None:
+        """The aggregate of `key`'s session `window`, None when absent."""
+        entry = self.entry(key, window)
+        return None if entry is None else entry.value
+
+    def put(self, key: str, window: Window, value: V, timestamp: int | None = None) -> None:
+        """Set the aggregate of `key`'s session `window` (None removes it); `timestamp` is its
+        largest record timestamp (None: the window's end)."""
+        if value is None:
+            self._delete(key, window)
+            return
+        new = self.store.get(self._data_key(key, window)) is None
+        self.write(key, window, value, window.end if timestamp is None else timestamp, new=new)
+
+    def remove(self, key: str, window: Window) -> WindowedValue[V] | None:
+        """Remove `key`'s session `window` (merged into another); returns it, None when absent."""
+        return self._delete(key, window)
+
+    def find_sessions(
+        self, key: str, earliest_end: int, latest_start: int
+    ) -> list[WindowedValue[V]]:
+        """`key`'s sessions with `end >= earliest_end` and `start <= latest_start`, by start: the
+        sessions a record at t with gap g reaches are `find_sessions(key, t - g, t + g)`."""
+        return [
+            entry
+            for entry in self._scan(key, _NO_TIME, latest_start + 1)
+            if entry.window.end >= earliest_end
+        ]
+
+    def fetch(self, key: str) -> list[WindowedValue[V]]:
+        """Every session of `key`, by start."""
+        return list(self._scan(key, _NO_TIME, -_NO_TIME - 1))
