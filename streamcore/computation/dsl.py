@@ -53,8 +53,9 @@ compiled computation as `add_processor(stores=)` does, one per task, with change
 restore (docs/state.md), and a failed attempt's writes are undone before the retry. Steps of one
 computation declaring the same name share one store. As in Kafka Streams, `process` does not
 repartition: after a key change, put `through(...)` before a step keeping state per key.
-Punctuation (`context.schedule`) and `send` to named streams are for processors added with
-`add_processor`; in a chain they raise.
+`context.schedule` punctuates as for `add_processor` (wall clock, or each task's stream time);
+what `punctuate` forwards also runs down the chain. `send` to a named stream and `forward(to=)`
+raise: the chain's sinks decide where records go.
 
 Computation names: `<source>-dsl` for a namespaced source (`shop/orders-dsl`), `<source>_dsl`
 for a global one, `-2`/`_2`... when one build holds several computations reading the same

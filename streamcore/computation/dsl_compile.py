@@ -58,7 +58,7 @@ class DslComputation(Computation):
         self.subtopology = subtopology
         self._produce: Callable[[str, Record], None] = _not_running
         self._watermark = 0
-        self._record: Record | None = None  # the record the chain runs on, for process steps
+        self._record: Record | None = None  # the record the chain runs on (None: a timer)
         self._logical = {stream: f"o{i}" for i, stream in enumerate(subtopology.outputs, 1)}
         self._decode = subtopology.codec.decode
         self._compiled: dict[int, Emit] = {}
@@ -185,22 +185,17 @@ class DslComputation(Computation):
         raise DslDefinitionError(f"unknown DSL node kind {kind!r}")
 
     def _compile_process(self, node: OperatorNode, nxt: Emit) -> Emit:
-        step = ProcessStep(node, self.metadata.name, self.subtopology.source, nxt)
+        step = ProcessStep(node, self.metadata.name, self.subtopology.source, nxt, len(self._steps))
         self._steps.append(step)
 
         def process(key: str, value: Any) -> None:
             try:
-                step.process(self._record_now(), key, value)
+                step.process(self._record, key, value)
             except Exception as exc:
                 _noted(exc, node)
                 raise
 
         return process
-
-    def _record_now(self) -> Record:
-        if self._record is None:
-            raise NotProcessingError("a DSL process step ran outside process_record")
-        return self._record
 
     def _compile_branch(self, node: OperatorNode) -> Emit:
         arms = list(zip(node.fn, [self._compile(arm) for arm in node.children], strict=True))
@@ -263,4 +258,22 @@ class DslComputation(Computation):
         self._watermark = record.watermark
         self._record = record
         self._root(record.key, value)
+        for step in self._steps:
+            if step.stream_interval_ms:
+                step.start_stream_punctuation(context)
         context.ask_for_checkpoint()
+
+    def process_timer(self, context: ComputationContext, key: str, timestamp_ms: int) -> None:
+        """A punctuation of a `process` step: what it forwards runs down the chain with no input
+        record; its outputs get watermark 0, which the runner replaces with the low watermark
+        (as for records a `ProcessorComputation` sends in `punctuate`)."""
+        self._produce = context.produce_record
+        self._watermark = 0
+        self._record = None
+        for step in self._steps:
+            try:
+                if step.on_timer(context, key, timestamp_ms):
+                    return
+            except Exception as exc:
+                _noted(exc, step.node)
+                raise

@@ -2,13 +2,17 @@
 the `ProcessorContext` through which it forwards down the chain and reaches its state stores.
 
 The context keeps `ProcessorContext`'s face (a processor written for `add_processor` runs here
-unchanged as long as it only forwards and uses its stores), but it has no output streams: a
-record it forwards is handed to the next operator of the chain within the call, and where it ends
-up is decided by the chain's sinks.
+unchanged as long as it does not `send` to named streams), but it has no output streams: a record
+it forwards is handed to the next operator of the chain within the call, and where it ends up is
+decided by the chain's sinks. Punctuation works as in `processor` (wall clock, or per task on
+stream time), with one timer key per step so that several steps of a chain punctuate apart;
+what `punctuate` forwards runs down the chain like a record, and its outputs are stamped like a
+`ProcessorComputation`'s from `punctuate` (the computation's low watermark).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +33,8 @@ if TYPE_CHECKING:
 
 __all__ = ["DslProcessorContext", "ProcessStep"]
 
+logger = logging.getLogger(__name__)
+
 Emit = Callable[[str, Any], None]
 
 
@@ -36,13 +42,20 @@ class ProcessStep:
     """One `process(...)` node of a compiled chain: its processor instance, the operator that
     follows it (`downstream`, a no-op for a terminal step), and its current context."""
 
-    def __init__(self, node: OperatorNode, computation: str, source: str, downstream: Emit) -> None:
+    def __init__(
+        self, node: OperatorNode, computation: str, source: str, downstream: Emit, index: int
+    ) -> None:
         self.node = node
         self.computation = computation
         self.source = source
         self.downstream = downstream
         self.stores = frozenset(spec.name for spec in node.payload)
         self.context: DslProcessorContext | None = None
+        self.timer = f"punctuate-{index}"
+        self.stream_timer = f"punctuate-stream-time-{index}"
+        self.interval_ms = 0
+        self.stream_interval_ms = 0
+        self.stream_tasks: set[int] = set()  # tasks whose stream-time punctuation is set
         self.processor = node.fn()
         if not isinstance(self.processor, Processor):
             raise DslDefinitionError(
@@ -52,19 +65,82 @@ class ProcessStep:
 
     def init(self, context: ComputationContext) -> None:
         """A fresh context for the processor, then its `init` (again after a rebalance)."""
+        self.stream_tasks.clear()  # the runner forgets its stream-time timers on a rebalance
         self.context = DslProcessorContext(self, context)
         self.processor.init(self.context)
 
-    def process(self, record: Record, key: str, value: Any) -> None:
+    def process(self, record: Record | None, key: str, value: Any) -> None:
+        """`processor.process(key, value)`; `record` is the input record (None for a record a
+        punctuation upstream forwarded)."""
         context = self.context
         if context is None:
             raise NotProcessingError(f"{self.node.chain()} ran before its computation's init")
+        active, context._active = context._active, True
         context._record, context._key = record, key
-        context._stream = self.source
+        context._stream = self.source if record is not None else None
         try:
             self.processor.process(key, value)
         finally:
             context._record = context._key = context._stream = None
+            context._active = active
+
+    def schedule(
+        self, context: ComputationContext, interval_ms: int, kind: PunctuationType
+    ) -> None:
+        if kind is PunctuationType.STREAM_TIME:
+            if interval_ms != self.stream_interval_ms:
+                self.stream_interval_ms = interval_ms
+                self.stream_tasks.clear()  # a new interval: aligned again from the next record
+            return
+        self.interval_ms = interval_ms
+        context.set_timer(self.timer, context.now_ms() + interval_ms)
+
+    def start_stream_punctuation(self, context: ComputationContext) -> None:
+        """After a record: Kafka Streams aligns stream-time punctuation to 0, so it is due at
+        once for the task's first record, then on the multiples of the interval."""
+        offset = context.last_offset
+        if offset is not None and offset.partition.partition not in self.stream_tasks:
+            self.stream_tasks.add(offset.partition.partition)
+            context.set_stream_timer(self.stream_timer, 0, offset.partition.partition)
+
+    def on_timer(self, context: ComputationContext, key: str, timestamp_ms: int) -> bool:
+        """Punctuate if `key` is one of this step's timers (and set the next one)."""
+        if key == self.stream_timer:
+            interval = self.stream_interval_ms
+            if interval:
+                now = context.stream_time_ms
+                self._punctuate(context, now)
+                # The next boundary past `now`: boundaries jumped over fire once, not in a burst.
+                due = timestamp_ms + ((now - timestamp_ms) // interval + 1) * interval
+                context.set_stream_timer(self.stream_timer, due)
+            return True
+        if key != self.timer:
+            return False
+        if not self.interval_ms:
+            return True
+        self._punctuate(context, timestamp_ms)
+        now = context.now_ms()
+        due = timestamp_ms + self.interval_ms
+        if due <= now:  # late (a long pause): skip the missed firings instead of bursting
+            due = now + self.interval_ms - (now - timestamp_ms) % self.interval_ms
+            logger.info(
+                "%s: punctuation due at %d ran at %d; skipping the %d missed firing(s)",
+                self.node.chain(),
+                timestamp_ms,
+                now,
+                (now - timestamp_ms) // self.interval_ms,
+            )
+        context.set_timer(self.timer, due)
+        return True
+
+    def _punctuate(self, context: ComputationContext, timestamp_ms: int) -> None:
+        assert self.context is not None
+        self.context._active = True
+        try:
+            self.processor.punctuate(timestamp_ms)
+        finally:
+            self.context._active = False
+        context.ask_for_checkpoint()
 
     def close(self) -> None:
         self.processor.close()
@@ -73,7 +149,7 @@ class ProcessStep:
 class DslProcessorContext(ProcessorContext):
     """The `ProcessorContext` of a processor in a DSL chain: `forward` continues down the chain;
     `get_state_store` reaches the stores the step declared; there are no output streams to
-    `send` to and no punctuation (use `add_processor` for those)."""
+    `send` to (use `add_processor` for those)."""
 
     def __init__(self, step: ProcessStep, context: ComputationContext) -> None:
         # Not ProcessorContext.__init__: that one is bound to a ProcessorComputation's outputs.
@@ -82,6 +158,7 @@ class DslProcessorContext(ProcessorContext):
         self._record: Record | None = None
         self._stream: str | None = None
         self._key: str | None = None
+        self._active = False  # in process or punctuate: forward may run the chain
 
     @property
     def computation_name(self) -> str:
@@ -107,28 +184,37 @@ class DslProcessorContext(ProcessorContext):
 
     def forward(self, key: str, value: Any, to: str | int | None = None) -> None:
         """Hand `(key, value)` to the next operator of the chain (nothing, for a terminal step).
-        Only from `process`: the chain runs inside the record being processed."""
+        Only from `process` or `punctuate`: the chain runs inside the record or timer."""
         if to is not None:
             raise UnknownOutputError(
                 f"{self._step.node.chain()}: forward(to={to!r}) but a processor in a DSL chain "
                 "has one downstream, the rest of the chain; call forward(key, value) and "
                 "branch(...) after .process(...) to route records"
             )
-        if self._record is None:
+        if not self._active:
             raise NotProcessingError(
-                f"{self._step.node.chain()}: forward() outside process(); a processor in a DSL "
-                "chain forwards only while it processes a record"
+                f"{self._step.node.chain()}: forward() outside process() and punctuate(); a "
+                "processor in a DSL chain forwards only while it processes a record or a timer"
             )
         self._step.downstream(key, value)
 
     def schedule(
         self, interval_ms: int, type: PunctuationType = PunctuationType.WALL_CLOCK_TIME
     ) -> None:
-        raise DslDefinitionError(
-            f"{self._step.node.chain()}: schedule({interval_ms!r}): punctuation is not available "
-            "to a processor inside a DSL chain; run it as its own computation with "
-            "builder.add_processor(...) (a DSL chain can read its output stream)"
-        )
+        """Call `punctuate` every `interval_ms` of the processor's clock, or of each task's
+        stream time with `PunctuationType.STREAM_TIME`, as `ProcessorContext.schedule`."""
+        where = self._step.node.chain()
+        if not isinstance(interval_ms, int) or isinstance(interval_ms, bool) or interval_ms <= 0:
+            raise DslDefinitionError(
+                f"{where}: schedule({interval_ms!r}): the interval must be a positive int of "
+                "milliseconds"
+            )
+        if not isinstance(type, PunctuationType):
+            raise DslDefinitionError(
+                f"{where}: schedule(type={type!r}): use PunctuationType.WALL_CLOCK_TIME or "
+                "PunctuationType.STREAM_TIME"
+            )
+        self._step.schedule(self._context, interval_ms, type)
 
     def get_state_store(self, name: str, task: int | None = None) -> KeyValueStore[Any]:
         """The state store `name` of the current record's task; the step must declare it

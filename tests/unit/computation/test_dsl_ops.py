@@ -19,6 +19,7 @@ from streamcore.computation.errors import (
     NotCallableError,
     UnfinishedStreamError,
 )
+from streamcore.computation.processor import PunctuationType
 from streamcore.record import Record
 from streamcore.state.changelog import changelog_name
 from streamcore.state.spec import StoreSpec
@@ -463,21 +464,6 @@ def test_an_error_after_a_process_step_is_noted_once_with_its_own_operator(run):
     ]
 
 
-def test_schedule_in_a_chain_points_to_add_processor():
-    class Punctuating(Processor):
-        def init(self, context) -> None:
-            context.schedule(1000)
-
-        def process(self, key, value) -> None:
-            pass
-
-    builder = Topology.builder()
-    builder.stream("app/in").process(Punctuating).to("app/out")
-    computation = builder.build().supplier("app/in-dsl")()
-    with pytest.raises(DslDefinitionError, match=r"schedule\(1000\).*builder.add_processor"):
-        computation.init(object())  # type: ignore[arg-type]
-
-
 def test_a_process_step_is_initialised_with_its_computation_and_closed_with_it():
     calls = []
 
@@ -496,3 +482,98 @@ def test_a_process_step_is_initialised_with_its_computation_and_closed_with_it()
     with TopologyTestDriver(builder.build()) as driver:
         driver.pipe("app/in", "a", b"x")
     assert calls[-3:] == [("init", "app/in-dsl", ()), ("process", "a"), ("close",)]
+
+
+class Report(Processor):
+    """Counts per key in its store; on each punctuation forwards every count, then clears them."""
+
+    def __init__(
+        self, interval_ms: int = 1000, kind=PunctuationType.WALL_CLOCK_TIME, store="counts"
+    ) -> None:
+        self.interval_ms, self.kind, self.store = interval_ms, kind, store
+
+    def init(self, context) -> None:
+        self.context = context
+        context.schedule(self.interval_ms, self.kind)
+
+    def process(self, key, value) -> None:
+        store = self.context.get_state_store(self.store)
+        store.put(key, (store.get(key) or 0) + 1)
+
+    def punctuate(self, timestamp) -> None:
+        store = self.context.get_state_store(self.store)
+        for key, count in sorted(store.all()):
+            self.context.forward(key, {"count": count, "at": timestamp})
+            store.delete(key)
+
+
+def test_a_process_step_punctuates_on_the_clock_and_forwards_down_the_chain(run):
+    builder = Topology.builder()
+    builder.stream("app/in", codec="json").process(Report, stores=["counts"]).filter(
+        lambda k, v: k != "hidden"
+    ).to("app/report")
+    driver = run(builder.build(), inputs=[("app/in", k, 1) for k in ("a", "b", "a", "hidden")])
+    assert driver.read_output("app/report") == []
+    driver.advance_time(1000)
+    out = driver.read_output("app/report")
+    assert pairs(out) == [
+        ("a", {"count": 2, "at": 1_001_000}),
+        ("b", {"count": 1, "at": 1_001_000}),
+    ]
+    driver.pipe("app/in", "b", js(1))
+    driver.advance_time(1000)
+    assert pairs(driver.read_output("app/report")) == [("b", {"count": 1, "at": 1_002_000})]
+    assert dict(driver.get_key_value_store("app/in-dsl", "counts").all()) == {}
+
+
+def test_a_process_step_punctuates_each_task_on_its_stream_time(run):
+    builder = Topology.builder()
+    builder.stream("app/in", codec="json").process(
+        lambda: Report(1000, PunctuationType.STREAM_TIME), stores=["counts"]
+    ).to("app/report")
+    driver = run(builder.build())
+    driver.pipe("app/in", "a", js(1), timestamp_ms=500)  # first record: punctuates at once
+    assert pairs(driver.read_output("app/report")) == [("a", {"count": 1, "at": 500})]
+    driver.pipe("app/in", "a", js(1), timestamp_ms=900)
+    driver.pipe("app/in", "b", js(1), timestamp_ms=950)
+    driver.advance_time(60_000)  # the clock never fires it
+    assert driver.read_output("app/report") == []
+    driver.pipe("app/in", "c", js(1), timestamp_ms=3_100)  # past 1000 (and 2000, 3000): once
+    assert pairs(driver.read_output("app/report")) == [
+        ("a", {"count": 1, "at": 3_100}),
+        ("b", {"count": 1, "at": 3_100}),
+        ("c", {"count": 1, "at": 3_100}),
+    ]
+
+
+def test_two_punctuating_steps_of_one_chain_keep_their_own_timers(run):
+    builder = Topology.builder()
+    fast = builder.stream("app/in", codec="json").process(
+        lambda: Report(1000, store="fast"), stores=["fast"]
+    )
+    fast.to("app/fast")
+    # The second step counts the reports of the first, and reports every 3 s.
+    fast.process(lambda: Report(3000, store="slow"), stores=["slow"]).to("app/slow")
+    driver = run(builder.build(), inputs=[("app/in", k, 1) for k in ("a", "a", "b")])
+    driver.advance_time(1000)
+    assert pairs(driver.read_output("app/fast")) == [
+        ("a", {"count": 2, "at": 1_001_000}),
+        ("b", {"count": 1, "at": 1_001_000}),
+    ]
+    driver.pipe("app/in", "a", js(1))
+    driver.advance_time(1000)
+    assert pairs(driver.read_output("app/fast")) == [("a", {"count": 1, "at": 1_002_000})]
+    assert driver.read_output("app/slow") == []
+    driver.advance_time(1000)
+    assert pairs(driver.read_output("app/slow")) == [
+        ("a", {"count": 2, "at": 1_003_000}),
+        ("b", {"count": 1, "at": 1_003_000}),
+    ]
+
+
+def test_bad_schedule_arguments_in_a_chain_name_the_step():
+    builder = Topology.builder()
+    builder.stream("app/in").process(lambda: Report(0), stores=["counts"]).to("app/out")
+    computation = builder.build().supplier("app/in-dsl")()
+    with pytest.raises(DslDefinitionError, match=r"\.process\(<lambda>\): schedule\(0\)"):
+        computation.init(object())  # type: ignore[arg-type]
