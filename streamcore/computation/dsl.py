@@ -68,6 +68,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from streamcore.computation.dsl_aggregate import GroupedStream, Table, to_table
 from streamcore.computation.dsl_graph import (
     OperatorNode,
     SinkInfo,
@@ -239,7 +240,25 @@ class Stream:
             raise DslDefinitionError(
                 f"{where}: stores={names} declares a store twice; give each store its own name"
             )
+        return self._step(processor, specs, label)
+
+    def _step(
+        self, processor: Callable[[], Processor], specs: tuple[StoreSpec, ...], label: str
+    ) -> Stream:
+        """A `process` node written `label` in the chain (the DSL's stateful operators are
+        process steps of their own processors)."""
+        node = self._node
         return Stream(OperatorNode("process", node, node.codec, label, processor, specs))
+
+    def group_by_key(self) -> GroupedStream:
+        """The records grouped by their key, to aggregate (`count`, `reduce`, `aggregate`: see
+        docs/aggregations.md). No repartition: put `through(...)` first after a key change."""
+        return GroupedStream(self)
+
+    def to_table(self, *, store: str | StoreSpec | None = None) -> Table:
+        """The latest value per key, kept in the state store `store` (default `table`); None
+        deletes the key."""
+        return to_table(self, store)
 
     def branch(self, *predicates: Predicate) -> tuple[Stream, ...]:
         """One stream per predicate; a record goes to the first predicate `(key, value)` that

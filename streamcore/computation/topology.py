@@ -37,6 +37,7 @@ from streamcore.state.changelog import changelog_name
 from streamcore.state.spec import StoreSpec
 
 if TYPE_CHECKING:
+    from streamcore.computation.dsl_aggregate import Table
     from streamcore.computation.dsl_values import ValueCodecSpec
     from streamcore.computation.settings import Settings
 
@@ -134,6 +135,20 @@ class TopologyBuilder:
             self._dsl_at = len(self._nodes)
         self._streams.append(dsl)
         return dsl
+
+    def table(
+        self,
+        stream: str,
+        *,
+        codec: ValueCodecSpec = "bytes",
+        schema: Any = None,
+        name: str | None = None,
+        store: str | StoreSpec | None = None,
+    ) -> Table:
+        """The records of `stream` (a key-compacted one, typically) as a DSL `Table`: the latest
+        value per key in the state store `store` (default `table`), None deleting a key
+        (`stream(...).to_table()`; docs/aggregations.md)."""
+        return self.stream(stream, codec=codec, schema=schema, name=name).to_table(store=store)
 
     def build(self) -> Topology:
         """The checked `Topology` of everything registered; the builder stays usable, and what

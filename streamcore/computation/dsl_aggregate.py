@@ -1,0 +1,227 @@
+"""Grouping, aggregations and tables in the streams DSL (Kafka Streams' `KGroupedStream` and
+`KTable`), built on `Stream.process` and the state stores of `streamcore.state`.
+
+    counts = builder.stream("shop/orders", codec="json").group_by_key().count()
+    counts.to_stream().to("shop/order-counts")
+
+- `group_by_key()` groups by the record key: the records of one key are in one partition, so the
+  aggregation runs in the computation of the chain, in the task of that partition, with no
+  repartition. (`select_key` before it does not move records: follow it with `through(...)`.)
+- `count()`, `reduce(reducer)` and `aggregate(initializer, aggregator)` keep one value per key in
+  a state store (changelog, restore, no double count after a crash: docs/state.md) and return a
+  `Table`. Records whose value is None are ignored, as in Kafka Streams. Every update is emitted
+  downstream as `(key, new value)` (Kafka Streams' default without caching); an aggregate of None
+  deletes the key and emits `(key, None)`, a tombstone.
+- A `Table` is the stream of its updates plus the store that holds its current values:
+  `to_stream()` turns it back into a `Stream`; `filter(predicate)` emits `(key, None)` for an
+  update that fails the predicate (the key leaves the filtered table) and `map_values(fn)` maps
+  each non-None value, as `KTable.filter` / `mapValues` do.
+- `Stream.to_table()` keeps the latest value per key in a store (None deletes).
+
+Store names. Each aggregation's store is named after the operator (`count`, `reduce`, `aggregate`,
+`table`) unless `store=` names it (a name, or a `StoreSpec` for another codec or engine); the
+changelog is then `<computation>-<store>-changelog`, so keep names stable once deployed. Two
+aggregations in one computation need distinct names: the DSL refuses two steps declaring one
+store name (give one of them `store=`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from streamcore.computation.errors import DslDefinitionError, NotCallableError
+from streamcore.computation.processor import Processor, ProcessorContext
+from streamcore.state.spec import StoreSpec
+
+__all__ = ["GroupedStream", "Table", "to_table"]
+
+Initializer = Callable[[], Any]
+Aggregator = Callable[[str, Any, Any], Any]
+Reducer = Callable[[Any, Any], Any]
+
+
+def _callable(fn: Any, where: str, example: str) -> None:
+    if not callable(fn):
+        raise NotCallableError(
+            f"{where}: expected a function, got {type(fn).__name__} {fn!r}; pass a callable such "
+            f"as `{example}`"
+        )
+
+
+def _spec(store: str | StoreSpec | None, default: str, where: str) -> StoreSpec:
+    if store is None:
+        return StoreSpec(default)
+    if isinstance(store, (str, StoreSpec)):
+        return StoreSpec.of(store)
+    raise DslDefinitionError(
+        f"{where}: store= takes a store name or a StoreSpec, got {type(store).__name__} {store!r}"
+    )
+
+
+class _Aggregate(Processor):
+    """The value of each key in the store `store`: `initializer()` for a new key, then
+    `aggregator(key, value, aggregate)` per record; every update forwarded."""
+
+    def __init__(self, store: str, initializer: Initializer, aggregator: Aggregator) -> None:
+        self.store_name = store
+        self.initializer = initializer
+        self.aggregator = aggregator
+
+    def init(self, context: ProcessorContext) -> None:
+        self.context = context
+
+    def process(self, key: str, value: Any) -> None:
+        if value is None:
+            return
+        store = self.context.get_state_store(self.store_name)
+        current = store.get(key)
+        if current is None:
+            current = self.initializer()
+        updated = self.aggregator(key, value, current)
+        store.put(key, updated)
+        self.context.forward(key, updated)
+
+
+class _Reduce(Processor):
+    """The first value of each key, then `reducer(aggregate, value)` per record."""
+
+    def __init__(self, store: str, reducer: Reducer) -> None:
+        self.store_name = store
+        self.reducer = reducer
+
+    def init(self, context: ProcessorContext) -> None:
+        self.context = context
+
+    def process(self, key: str, value: Any) -> None:
+        if value is None:
+            return
+        store = self.context.get_state_store(self.store_name)
+        current = store.get(key)
+        updated = value if current is None else self.reducer(current, value)
+        store.put(key, updated)
+        self.context.forward(key, updated)
+
+
+class _Latest(Processor):
+    """The latest value of each key (None deletes it); every update forwarded."""
+
+    def __init__(self, store: str) -> None:
+        self.store_name = store
+
+    def init(self, context: ProcessorContext) -> None:
+        self.context = context
+
+    def process(self, key: str, value: Any) -> None:
+        self.context.get_state_store(self.store_name).put(key, value)
+        self.context.forward(key, value)
+
+
+class GroupedStream:
+    """A stream grouped by key (`Stream.group_by_key()`), ready to aggregate."""
+
+    __slots__ = ("_stream",)
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def _where(self, operator: str) -> str:
+        return f"{self._stream._node.chain()}.group_by_key().{operator}(...)"
+
+    def count(self, *, store: str | StoreSpec | None = None) -> Table:
+        """The number of records (with a non-None value) per key."""
+        spec = _spec(store, "count", self._where("count"))
+
+        def make() -> Processor:
+            return _Aggregate(spec.name, int, _plus_one)
+
+        return self._table(make, spec, "count()")
+
+    def reduce(self, reducer: Reducer, *, store: str | StoreSpec | None = None) -> Table:
+        """Per key: the first value, then `reducer(aggregate, value)` for each next one."""
+        where = self._where("reduce")
+        _callable(reducer, where, "lambda aggregate, value: aggregate + value")
+        spec = _spec(store, "reduce", where)
+
+        def make() -> Processor:
+            return _Reduce(spec.name, reducer)
+
+        return self._table(make, spec, f"reduce({_name(reducer)})")
+
+    def aggregate(
+        self,
+        initializer: Initializer,
+        aggregator: Aggregator,
+        *,
+        store: str | StoreSpec | None = None,
+    ) -> Table:
+        """Per key: `initializer()` for its first record, then `aggregator(key, value,
+        aggregate)` for each record. The aggregate goes through the store's codec (JSON unless
+        `store=StoreSpec(..., codec=...)`)."""
+        where = self._where("aggregate")
+        _callable(initializer, where, "lambda: 0")
+        _callable(aggregator, where, "lambda key, value, aggregate: aggregate + value")
+        spec = _spec(store, "aggregate", where)
+
+        def make() -> Processor:
+            return _Aggregate(spec.name, initializer, aggregator)
+
+        return self._table(make, spec, f"aggregate({_name(initializer)}, {_name(aggregator)})")
+
+    def _table(self, make: Callable[[], Processor], spec: StoreSpec, label: str) -> Table:
+        return Table(self._stream._step(make, (spec,), f".group_by_key().{label}"), spec.name)
+
+
+def _plus_one(key: str, value: Any, count: int) -> int:
+    return count + 1
+
+
+def _name(fn: Any) -> str:
+    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
+    return name.rsplit("<locals>.", 1)[-1] if isinstance(name, str) else type(fn).__name__
+
+
+class Table:
+    """A changelog stream of (key, value) updates whose latest value per key is kept in the state
+    store `store_name` (Kafka Streams' `KTable`)."""
+
+    __slots__ = ("_stream", "store_name")
+
+    def __init__(self, stream: Any, store_name: str) -> None:
+        self._stream = stream
+        self.store_name = store_name
+
+    def to_stream(self) -> Any:
+        """The table's updates as a `Stream` of (key, value); a deleted key comes as (key, None)."""
+        return self._stream
+
+    def filter(self, predicate: Callable[[str, Any], bool]) -> Table:
+        """The table of the entries for which `predicate(key, value)` is true: an update that
+        fails it is emitted as (key, None), removing the key downstream."""
+        _callable(predicate, f"{self._stream._node.chain()}.filter(...)", "lambda key, value: ...")
+
+        def keep(key: str, value: Any) -> tuple[str, Any]:
+            return key, value if value is not None and predicate(key, value) else None
+
+        keep.__qualname__ = f"table_filter({_name(predicate)})"
+        return Table(self._stream.map(keep), self.store_name)
+
+    def map_values(self, mapper: Callable[[Any], Any]) -> Table:
+        """The table with each value replaced by `mapper(value)` (a deleted key stays deleted)."""
+        _callable(mapper, f"{self._stream._node.chain()}.map_values(...)", "lambda value: ...")
+
+        def mapped(value: Any) -> Any:
+            return None if value is None else mapper(value)
+
+        mapped.__qualname__ = f"table_map_values({_name(mapper)})"
+        return Table(self._stream.map_values(mapped), self.store_name)
+
+
+def to_table(stream: Any, store: str | StoreSpec | None = None) -> Table:
+    """`stream` as a table: the latest value per key in a store (`Stream.to_table`)."""
+    spec = _spec(store, "table", f"{stream._node.chain()}.to_table(...)")
+
+    def make() -> Processor:
+        return _Latest(spec.name)
+
+    return Table(stream._step(make, (spec,), ".to_table()"), spec.name)
