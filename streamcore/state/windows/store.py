@@ -10,7 +10,7 @@ by their first character (so each kind is one contiguous range of the store):
   never overlap, so by end too).
 - `x` + `T(end)` + `esc(key)` + `T(start)` -> one byte: the same windows by end, what closing and
   expiry walk from the oldest, without scanning the open ones.
-- `m` -> 16 bytes: the stream times of the last `take_closed` and `expire` that did something.
+- `m` -> 16 bytes: the stream times of the last `take_closed` and `expire` that looked.
   They are part of the store's checkpoint, so after a restart or a rewind a window reported or
   deleted before stays closed, whatever the restarted task's stream time.
 
@@ -50,6 +50,7 @@ _STAMP = struct.Struct(">q")
 _MARKS = struct.Struct(">qq")
 _INDEXED = b"\x01"
 _NO_TIME = -(1 << 63)
+_NEVER = 1 << 64
 
 
 def _t(ms: int) -> str:
@@ -101,10 +102,30 @@ class _WindowedStore(Generic[V]):
         sample = Window(0, 0) if isinstance(spec, SessionWindows) else spec.window_at(0)  # type: ignore[attr-defined]
         self._close_lag = spec.close_time(sample) - sample.end
         self._expiry_lag = spec.expiry_time(sample) - sample.end
+        # Hints, in memory only: (the marks entry when computed, the next close or expiry time).
+        # Until stream time reaches it, `take_closed` or `expire` has nothing to do and skips
+        # the scan (a range read costs as much as the store's buffered writes). A new window
+        # lowers them; a rewind that drops a scan's effects restores an older marks entry, which
+        # voids them.
+        self._close_hint: tuple[bytes | None, int] | None = None
+        self._expiry_hint: tuple[bytes | None, int] | None = None
+        self._escaped = ("", _esc(""))
+        self._last = ("", Window(0, 0), "")
 
     # -- entries --------------------------------------------------------------------------------
+    def _esc(self, key: str) -> str:
+        last, escaped = self._escaped
+        if key is not last:
+            escaped = _esc(key)
+            self._escaped = (key, escaped)
+        return escaped
+
     def _data_key(self, key: str, window: Window) -> str:
-        return "w" + _esc(key) + _t(window.start) + _t(window.end)
+        last_key, last_window, data_key = self._last
+        if key is not last_key or window is not last_window:  # an aggregation reads, then writes
+            data_key = "w" + self._esc(key) + _t(window.start) + _t(window.end)
+            self._last = (key, window, data_key)
+        return data_key
 
     def entry(self, key: str, window: Window) -> WindowedValue[V] | None:
         """`key`'s `window` with its aggregate and largest record timestamp, None when absent."""
@@ -122,8 +143,13 @@ class _WindowedStore(Generic[V]):
             self._data_key(key, window), _STAMP.pack(timestamp) + self.codec.encode(value)
         )
         if new:
-            index = "x" + _t(window.end) + _esc(key) + _t(window.start)
-            self.store.put(index, _INDEXED)
+            self.store.put("x" + _t(window.end) + self._esc(key) + _t(window.start), _INDEXED)
+            if self._close_hint is not None:
+                marks, upcoming = self._close_hint
+                self._close_hint = (marks, min(upcoming, window.end + self._close_lag))
+            if self._expiry_hint is not None:
+                marks, upcoming = self._expiry_hint
+                self._expiry_hint = (marks, min(upcoming, window.end + self._expiry_lag))
 
     def _delete(self, key: str, window: Window) -> WindowedValue[V] | None:
         old = self.store.delete(self._data_key(key, window))
@@ -140,52 +166,83 @@ class _WindowedStore(Generic[V]):
             window = Window(_untime(text[size : size + _WIDTH]), _untime(text[size + _WIDTH :]))
             yield self._decode(key, window, raw)
 
-    def _by_end(self, lo: int, hi: int) -> Iterator[tuple[str, Window]]:
-        """The windows with `lo <= end < hi` as (key, window), by end, then key (UTF-8 bytes),
-        then start."""
-        lo, hi = max(lo, _NO_TIME), max(hi, _NO_TIME)
-        for text, _ in self.store.range("x" + _t(lo), "x" + _t(hi)):
+    def _by_end(self, lo: int) -> Iterator[tuple[str, Window, str]]:
+        """The windows with `lo <= end` as (key, window, data key), by end, then key (UTF-8
+        bytes), then start."""
+        for text, _ in self.store.range("x" + _t(max(lo, _NO_TIME)), "y"):
             key, at = _unesc(text, 1 + _WIDTH)
-            yield key, Window(_untime(text[at:]), _untime(text[1 : 1 + _WIDTH]))
+            end = text[1 : 1 + _WIDTH]
+            data_key = "w" + text[1 + _WIDTH : at] + text[at:] + end
+            yield key, Window(_untime(text[at:]), _untime(end)), data_key
 
     # -- stream time ----------------------------------------------------------------------------
-    def _marks(self) -> tuple[int, int]:
+    def _marks(self) -> tuple[bytes | None, int, int]:
         raw = self.store.get(_META)
-        return (_NO_TIME, _NO_TIME) if raw is None else _MARKS.unpack(raw)
+        closed_at, expired_at = (_NO_TIME, _NO_TIME) if raw is None else _MARKS.unpack(raw)
+        return raw, closed_at, expired_at
+
+    def _set_marks(self, old: bytes | None, closed_at: int, expired_at: int) -> bytes:
+        raw = _MARKS.pack(closed_at, expired_at)
+        self.store.put(_META, raw)
+        # The other hint stays valid: closing and expiring only remove what it counted.
+        for name in ("_close_hint", "_expiry_hint"):
+            hint = getattr(self, name)
+            if hint is not None and hint[0] == old:
+                setattr(self, name, (raw, hint[1]))
+        return raw
 
     def stream_time(self, stream_time: int) -> int:
-        """`stream_time`, or the stream time of the last `take_closed` or `expire` that reported
-        or deleted a window when it is larger (a restarted task's stream time starts again
-        from its first record; the store's does not go back)."""
-        return max(stream_time, *self._marks())
+        """`stream_time`, or the stream time of the last `take_closed` or `expire` that looked
+        for windows when it is larger (a restarted task's stream time starts again from its
+        first record; the store's does not go back)."""
+        _raw, closed_at, expired_at = self._marks()
+        return max(stream_time, closed_at, expired_at)
 
     def take_closed(self, stream_time: int) -> list[WindowedValue[V]]:
         """The windows that closed at `stream_time` and were not returned by an earlier call, by
         end, then key (UTF-8 bytes), then start: what `emit="final"` sends, once per window.
         The store remembers (in its checkpointed state) what it returned: a rewind before the
         next checkpoint returns them again."""
-        closed_at, expired_at = self._marks()
-        # Every close time is the end plus the spec's lag: the windows not returned yet that are
-        # closed now are those with an end in (closed_at - lag, stream_time - lag].
-        lag = self._close_lag
-        found = []
-        for key, window in self._by_end(closed_at - lag + 1, stream_time - lag + 1):
-            entry = self.entry(key, window)
-            if entry is not None:
-                found.append(entry)
-        if found:
-            self.store.put(_META, _MARKS.pack(max(closed_at, stream_time), expired_at))
+        raw, closed_at, expired_at = self._marks()
+        hint = self._close_hint
+        if hint is not None and hint[0] == raw and stream_time < hint[1]:
+            return []
+        # Every close time is the end plus the spec's lag: the windows not returned yet are
+        # those with an end above closed_at - lag, and the closed ones among them come first.
+        lag, found, upcoming = self._close_lag, [], _NEVER
+        get = self.store.get
+        for key, window, data_key in self._by_end(closed_at - lag + 1):
+            if window.end + lag > stream_time:
+                upcoming = window.end + lag
+                break
+            stored = get(data_key)
+            if stored is not None:
+                found.append(self._decode(key, window, stored))
+        if stream_time > closed_at:
+            raw = self._set_marks(raw, stream_time, expired_at)
+        self._close_hint = (raw, upcoming)
         return found
 
     def expire(self, stream_time: int) -> int:
         """Delete the windows whose retention has passed at `stream_time` (tombstones in the
         changelog, which compaction then drops); returns how many."""
-        gone = list(self._by_end(_NO_TIME, stream_time - self._expiry_lag + 1))
-        for key, window in gone:
-            self._delete(key, window)
-        if gone:
-            closed_at, expired_at = self._marks()
-            self.store.put(_META, _MARKS.pack(closed_at, max(expired_at, stream_time)))
+        raw, closed_at, expired_at = self._marks()
+        hint = self._expiry_hint
+        if hint is not None and hint[0] == raw and stream_time < hint[1]:
+            return 0
+        lag, gone, upcoming = self._expiry_lag, [], _NEVER
+        for _key, window, data_key in self._by_end(_NO_TIME):
+            if window.end + lag > stream_time:
+                upcoming = window.end + lag
+                break
+            gone.append(data_key)
+        put = self.store.put
+        for data_key in gone:  # the index entry is the data key's parts in another order
+            put(data_key, None)
+            put("x" + data_key[-_WIDTH:] + data_key[1:-_WIDTH], None)
+        if stream_time > expired_at:
+            raw = self._set_marks(raw, closed_at, stream_time)
+        self._expiry_hint = (raw, upcoming)
         return len(gone)
 
     def __repr__(self) -> str:
