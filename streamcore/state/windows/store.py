@@ -225,7 +225,8 @@ class _WindowedStore(Generic[V]):
 
     def expire(self, stream_time: int) -> int:
         """Delete the windows whose retention has passed at `stream_time` (tombstones in the
-        changelog, which compaction then drops); returns how many."""
+        changelog, which compaction then drops); returns how many. It does not return them:
+        with `emit="final"`, call `take_closed` first."""
         raw, closed_at, expired_at = self._marks()
         hint = self._expiry_hint
         if hint is not None and hint[0] == raw and stream_time < hint[1]:
@@ -238,12 +239,39 @@ class _WindowedStore(Generic[V]):
             gone.append(data_key)
         put = self.store.put
         for data_key in gone:  # the index entry is the data key's parts in another order
-            put(data_key, None)
-            put("x" + data_key[-_WIDTH:] + data_key[1:-_WIDTH], None)
+            # None deletes (KeyValueStore.put) without reading the value first, as delete does.
+            put(data_key, None)  # type: ignore[arg-type]
+            put("x" + data_key[-_WIDTH:] + data_key[1:-_WIDTH], None)  # type: ignore[arg-type]
         if stream_time > expired_at:
             raw = self._set_marks(raw, closed_at, stream_time)
         self._expiry_hint = (raw, upcoming)
         return len(gone)
+
+    def next_close_time(self) -> int | None:
+        """The stream time from which `take_closed` returns something: the close time of the
+        oldest window it has not returned; None when there is none."""
+        raw, closed_at, _expired_at = self._marks()
+        hint = self._close_hint
+        if hint is None or hint[0] != raw:
+            first = next(self._by_end(closed_at - self._close_lag + 1), None)
+            hint = self._close_hint = (
+                raw,
+                _NEVER if first is None else first[1].end + self._close_lag,
+            )
+        return None if hint[1] == _NEVER else hint[1]
+
+    def next_expiry_time(self) -> int | None:
+        """The stream time from which `expire` deletes something: the expiry time of the oldest
+        window; None when the store holds none."""
+        raw = self._marks()[0]
+        hint = self._expiry_hint
+        if hint is None or hint[0] != raw:
+            first = next(self._by_end(_NO_TIME), None)
+            hint = self._expiry_hint = (
+                raw,
+                _NEVER if first is None else first[1].end + self._expiry_lag,
+            )
+        return None if hint[1] == _NEVER else hint[1]
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.store.name!r}, {self.spec!r})"

@@ -180,3 +180,25 @@ def test_the_store_needs_the_bytes_codec_and_a_matching_spec(tmp_path: Path) -> 
         SessionStore(kv, TumblingWindows(10, grace_ms=0), JsonCodec())  # type: ignore[arg-type]
     with pytest.raises(ArgumentTypeError, match="must be a str"):
         TimeWindowStore(kv, TumblingWindows(10, grace_ms=0), JsonCodec()).put(1, 0, 1)  # type: ignore[arg-type]
+
+
+def test_next_close_and_expiry_times(kv: KeyValueStore[Any]) -> None:
+    spec = TumblingWindows(10, grace_ms=5, retention_ms=40)
+    store = TimeWindowStore(kv, spec, JsonCodec())
+    assert store.next_close_time() is None and store.next_expiry_time() is None
+    store.put("k", 20, 1)
+    assert (store.next_close_time(), store.next_expiry_time()) == (35, 60)
+    store.put("k", 10, 1)  # an older window lowers both
+    assert (store.next_close_time(), store.next_expiry_time()) == (25, 50)
+    _checkpoint(kv)
+    assert store.take_closed(24) == []
+    assert [e.window.start for e in store.take_closed(30)] == [10]
+    assert (store.next_close_time(), store.next_expiry_time()) == (35, 50)
+    kv.discard()  # the rewind brings [10, 20) back as not returned
+    assert store.next_close_time() == 25
+    assert store.expire(50) == 1
+    assert store.next_expiry_time() == 60
+    assert store.expire(59) == 0
+    # [10, 20) expired before take_closed returned it again: emit="final" takes closed first.
+    assert [e.window.start for e in store.take_closed(59)] == [20]
+    assert store.next_close_time() is None
