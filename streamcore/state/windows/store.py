@@ -14,10 +14,10 @@ by their first character (so each kind is one contiguous range of the store):
   They are part of the store's checkpoint, so after a restart or a rewind a window reported or
   deleted before stays closed, whatever the restarted task's stream time.
 
-`esc(key)` doubles up no byte: it writes every U+0000 of the key as U+0000 U+0001 and ends the key
-with U+0000 U+0000. In UTF-8 U+0000 is the byte 0x00 and no other character holds a 0x00 byte,
-so the terminator sorts below any escaped content: `esc(a) < esc(b)` exactly when `a < b` by
-UTF-8 bytes, and no escaped key is a prefix of another's. `T(t)` is `t + 2**63` as 16 lowercase hex
+`esc(key)` writes every U+0000 of the key as U+0000 U+0001 and ends the key with U+0000
+U+0000. In UTF-8 U+0000 is the byte 0x00 and no other character holds a 0x00 byte, so the
+terminator sorts below any escaped content: `esc(a) < esc(b)` exactly when `a < b` by UTF-8
+bytes, and no escaped key is a prefix of another's. `T(t)` is `t + 2**63` as 16 lowercase hex
 digits, fixed width, so ASCII order is numeric order (negative starts included).
 """
 
