@@ -13,6 +13,7 @@ caller's "not here" path.
 | `OnDisk` | manager | local: the folder of the logs and of each log |
 | `Configured` | manager | local, `UnifiedLogManager`: the settings it was made with |
 | `ArrowAppender` | appender | local: whole Arrow columns as one batch |
+| `ColumnReader` | tailer | Kafka: raw records as Python lists, without Arrow (`RawColumns`) |
 | `CursorDescription` | description | local: another process reads partitions with cursors |
 | `ManagerDescription` | description | local: another process opens a manager to append |
 | `TopicDescription` | description | Kafka: Spark's Kafka source and sink reach the topic |
@@ -24,6 +25,7 @@ contract an implementation keeps.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ArrowAppender",
+    "ColumnReader",
     "Compactable",
     "Configured",
     "CursorDescription",
@@ -42,6 +45,7 @@ __all__ = [
     "ManagerDescription",
     "OnDisk",
     "Purgeable",
+    "RawColumns",
     "Segmented",
     "TopicConfigurable",
     "TopicDescription",
@@ -133,6 +137,32 @@ class ArrowAppender(Protocol):
 
     def append_arrow(self, partition: int, keys: Any, values: Any) -> int:
         """Append pyarrow string/binary arrays to `partition` as one batch; its first offset."""
+        ...
+
+
+@dataclass(slots=True)
+class RawColumns:
+    """Raw records (no codec) as Python lists, one entry per record: partition numbers, offsets,
+    timestamps (ms; empty when the reader was not asked for them), keys (UTF-8 checked bytes,
+    b"" for no key) and values (b"" for no value)."""
+
+    partitions: list[int] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
+    timestamps: list[int] = field(default_factory=list)
+    keys: list[bytes] = field(default_factory=list)
+    values: list[bytes] = field(default_factory=list)
+
+
+@runtime_checkable
+class ColumnReader(Protocol):
+    """A tailer that hands `read_arrow`'s records over as Python lists: for a reader that turns
+    them into Python objects anyway (the restore), where building Arrow arrays only to convert
+    them back costs more than the lists. Where the backend's records are Arrow already (the local
+    log maps its segments), `read_arrow` is the cheaper read, so it has no such method."""
+
+    def read_columns(self, max_records: int = 65536, timeout: float = 0.0) -> RawColumns | None:
+        """Up to `max_records` records as `read_arrow` takes them (the same records, positions
+        and errors), without timestamps; None if none arrives within `timeout` s."""
         ...
 
 

@@ -54,6 +54,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, Literal
 
 from streamcore.errors import (
@@ -65,6 +66,7 @@ from streamcore.errors import (
     StateError,
 )
 from streamcore.log.api import LogManager, LogTailer
+from streamcore.log.capabilities import ColumnReader
 from streamcore.log.values import LogOffset, LogPartition
 from streamcore.names import Name
 from streamcore.state.changelog import (
@@ -232,6 +234,50 @@ def _start_point(
     return checkpoint.offset, ""
 
 
+def _run_end(values: list[bytes], start: int, header: bytes) -> int:
+    """The index of the first value from `start` on that does not begin with `header` (or the
+    length): the end of one append's run of puts. The values' heads are sliced and compared
+    at C level, in windows that double from 64 (a run is usually the rest of the read, or one
+    append of a few thousand records)."""
+    head = itemgetter(slice(0, len(header)))
+    count, end, step = len(values), start, 64
+    while end < count:
+        heads = list(map(head, values[end : end + step]))
+        same = heads.count(header)
+        if same < len(heads):
+            return end + next(k for k, h in enumerate(heads) if h != header)
+        end += same
+        step *= 2
+    return end
+
+
+_ReadLists = tuple[list[bytes], list[bytes], Callable[[int], int]]
+"""One read of the restore: the keys (bytes), the values and the offset of the i-th record."""
+
+
+def _read_lists(tailer: LogTailer[Any], max_records: int, timeout: float) -> _ReadLists | None:
+    """The next read, as Python lists: straight from a `ColumnReader` (Kafka: no Arrow arrays
+    built to be converted back), else from `read_arrow` (the local log's batches are its mapped
+    segments, converted once here)."""
+    if isinstance(tailer, ColumnReader):
+        columns = tailer.read_columns(max_records, timeout)
+        if columns is None:
+            return None
+        return columns.keys, columns.values, columns.offsets.__getitem__
+    batch = tailer.read_arrow(max_records, timeout)
+    if batch is None:
+        return None
+    import pyarrow as pa
+
+    offsets = batch.column("offset")
+    return (
+        # The UTF-8 keys as bytes: a view of the same buffers (a cast costs 20 times more).
+        batch.column("key").view(pa.binary()).to_pylist(),
+        batch.column("value").to_pylist(),
+        lambda i: int(offsets[i].as_py()),
+    )
+
+
 class _Restore:
     """One restore's state (see `restore`)."""
 
@@ -359,17 +405,17 @@ class _Restore:
                 changes: dict[bytes, bytes | None] = {}
                 rows, new_position, timeout, purged = 0, position, wait, 0
                 while rows < settings.batch_size and new_position < end:
-                    batch = tailer.read_arrow(settings.batch_size - rows, timeout)
+                    read = _read_lists(tailer, settings.batch_size - rows, timeout)
                     timeout = 0.0
-                    count = 0 if batch is None else batch.num_rows
-                    first = int(batch.column("offset")[0].as_py()) if count else new_position
+                    count = 0 if read is None else len(read[0])
+                    first = read[2](0) if read is not None and count else new_position
                     if count == 0 or first > new_position:  # a gap: compaction's or a purge's?
                         log_start = self._log_start()
                         if log_start > new_position:
                             purged = log_start
                             break
-                    if count:
-                        self._collect(batch, changes)
+                    if read is not None and count:
+                        self._collect(*read, changes)
                         rows += count
                     new_position = tailer.position(changelog)
                     if not count:
@@ -420,20 +466,22 @@ class _Restore:
         self.void_keys.clear()
         self.first_void = None
 
-    def _collect(self, batch: Any, changes: dict[bytes, bytes | None]) -> None:
-        """Add one read's non-void changes to `changes` (the next engine write).
+    def _collect(
+        self,
+        keys: list[bytes],
+        values: list[bytes],
+        offset_at: Callable[[int], int],
+        changes: dict[bytes, bytes | None],
+    ) -> None:
+        """Add one read's non-void changes to `changes` (the next engine write): its keys, its
+        values and the offset of its i-th record (`_read_lists`).
 
         The puts of one append share their header (`streamcore.state.changelog`): its positions
-        are decoded once per append, and the run of records behind it is found with a prefix
-        comparison each and applied with one dict update, so the Python work per record is a
-        comparison, a slice and a dict entry. (A run found by Arrow's `starts_with` was as fast
-        for large appends and three times slower for small ones, its cost being per call.)
-        Deletes take the record-by-record path."""
-        import pyarrow as pa
-
-        # The UTF-8 keys as bytes: a view of the same buffers (a cast costs 20 times more).
-        keys = batch.column("key").view(pa.binary()).to_pylist()
-        values = batch.column("value").to_pylist()
+        are decoded once per append (and once per distinct header per restore), the run of
+        records behind it is found by `_run_end` and applied with one dict update, so there is no
+        Python bytecode per record, only C-level slices, comparisons and dict entries. (A run
+        found by Arrow's `starts_with` was as fast for large appends and three times slower for
+        small ones, its cost being per call.) Deletes take the record-by-record path."""
         count = len(keys)
         void_keys = self.void_keys
         skipped = 0
@@ -447,32 +495,31 @@ class _Restore:
                 void = self.headers.get(header)
                 if void is None:
                     void = self.headers[header] = _void(
-                        self._positions(header[4:], batch, i), self.committed
+                        self._positions(header[4:], offset_at, i), self.committed
                     )
-                end = i + 1
-                while end < count and values[end].startswith(header):
-                    end += 1
+                end = _run_end(values, i + 1, header)
                 if void:
                     void_keys.update(keys[i:end])
                     skipped += end - i
                     if first_void < 0:
                         first_void = i
                 else:
-                    changes.update(zip(keys[i:end], [v[size:] for v in values[i:end]], strict=True))
+                    payloads = map(itemgetter(slice(size, None)), values[i:end])
+                    changes.update(zip(keys[i:end], payloads, strict=True))
                 i = end
                 continue
             if value.startswith(DELETE_PREFIX):
-                blob = self._delete_positions(value, batch, i)
+                blob = self._delete_positions(value, offset_at, i)
                 void = self.deletes.get(blob)
                 if void is None:
                     void = self.deletes[blob] = _void(
-                        self._positions(blob, batch, i), self.committed
+                        self._positions(blob, offset_at, i), self.committed
                     )
             elif not value:  # a tombstone without positions (Kafka's null): always applied
                 void = False
             else:
                 raise StateError(
-                    f"{self.label}: the record at offset {self._offset(batch, i)} is not a "
+                    f"{self.label}: the record at offset {offset_at(i)} is not a "
                     "changelog record (unknown format); is this log a changelog?"
                 )
             if void:
@@ -484,29 +531,27 @@ class _Restore:
                 changes[keys[i]] = None
             i += 1
         if first_void >= 0 and self.first_void is None:
-            self.first_void = self._offset(batch, first_void)
+            self.first_void = offset_at(first_void)
         self.progress.restored += count - skipped
         self.progress.skipped += skipped
 
-    @staticmethod
-    def _offset(batch: Any, i: int) -> int:
-        return int(batch.column("offset")[i].as_py())
-
-    def _positions(self, blob: bytes, batch: Any, i: int) -> dict[LogPartition, int]:
+    def _positions(
+        self, blob: bytes, offset_at: Callable[[int], int], i: int
+    ) -> dict[LogPartition, int]:
         positions = decode_positions(blob)
         if positions is None:
             raise StateError(
-                f"{self.label}: the record at offset {self._offset(batch, i)} has unreadable "
+                f"{self.label}: the record at offset {offset_at(i)} has unreadable "
                 f"input positions: {blob[:120]!r}"
             )
         return positions
 
-    def _delete_positions(self, value: bytes, batch: Any, i: int) -> bytes:
+    def _delete_positions(self, value: bytes, offset_at: Callable[[int], int], i: int) -> bytes:
         try:
             return decode_delete(value)
         except Exception as exc:  # the Record decoder's errors: any of several
             raise StateError(
-                f"{self.label}: the delete at offset {self._offset(batch, i)} is not a Record "
+                f"{self.label}: the delete at offset {offset_at(i)} is not a Record "
                 f"envelope ({type(exc).__name__}: {exc})"
             ) from None
 

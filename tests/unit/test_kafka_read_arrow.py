@@ -1,5 +1,6 @@
-"""`KafkaTailer.read_arrow` takes what librdkafka has fetched in bulk (positions moved once per
-run of records of one partition): these check that it keeps what one-by-one reading promised.
+"""`KafkaTailer.read_arrow` and `read_columns` (the same records as lists, the restore's read) take
+what librdkafka has fetched in bulk (positions moved once per run of records of one partition):
+these check that they keep what one-by-one reading promised.
 Each partition's records come once, in order; a batch never exceeds `max_records`; a record
 fetched before a seek is never returned after it; a key that is not UTF-8 in the middle of a large
 batch ends the batch before it (the records of other partitions after it come later, once), then
@@ -48,14 +49,34 @@ def produce_foreign(manager: LogManager, rows: list[Row]) -> None:
     assert producer.flush(10) == 0
 
 
-def read_all(tailer: Any, count: int, max_records: int = 65536) -> list[dict[str, Any]]:
-    """Rows of `read_arrow` until `count` are read (each read waits up to 10 s for records)."""
+def read_rows(tailer: Any, how: str, max_records: int = 65536, timeout: float = 0.0) -> Any:
+    """One read as rows (dicts of partition, offset, key, value; None when none arrived), by
+    `read_arrow` or by `read_columns` (the restore's: lists, keys as UTF-8 bytes)."""
+    if how == "arrow":
+        batch = tailer.read_arrow(max_records, timeout)
+        return None if batch is None else batch.to_pylist()
+    columns = tailer.read_columns(max_records, timeout)
+    if columns is None:
+        return None
+    assert not columns.timestamps
+    return [
+        {"partition": p, "offset": o, "key": k.decode("utf-8"), "value": v}
+        for p, o, k, v in zip(
+            columns.partitions, columns.offsets, columns.keys, columns.values, strict=True
+        )
+    ]
+
+
+def read_all(
+    tailer: Any, count: int, max_records: int = 65536, how: str = "arrow"
+) -> list[dict[str, Any]]:
+    """Rows until `count` are read (each read waits up to 10 s for records)."""
     rows: list[dict[str, Any]] = []
     while len(rows) < count:
-        batch = tailer.read_arrow(max_records, timeout=10)
+        batch = read_rows(tailer, how, max_records, timeout=10)
         assert batch is not None, f"{len(rows)} of {count} records read"
-        assert batch.num_rows <= max_records
-        rows += batch.to_pylist()
+        assert len(batch) <= max_records
+        rows += batch
     return rows
 
 
@@ -63,9 +84,10 @@ def offsets_of(rows: list[dict[str, Any]], partition: int) -> list[int]:
     return [r["offset"] for r in rows if r["partition"] == partition]
 
 
+@pytest.mark.parametrize("how", ["arrow", "columns"])
 @pytest.mark.parametrize("max_records", [65536, 700])
 def test_read_arrow_across_partitions_keeps_each_partitions_order_and_positions(
-    kafka: LogManager, max_records: int
+    kafka: LogManager, max_records: int, how: str
 ) -> None:
     kafka.create(NAME, 3)
     with kafka.appender(NAME) as appender:
@@ -75,8 +97,8 @@ def test_read_arrow_across_partitions_keeps_each_partitions_order_and_positions(
                     [(f"k{p}-{i}", b"v%d" % i) for i in range(chunk, chunk + 500)], partition=p
                 )
     with kafka.tailer("g", NAME) as tailer:
-        rows = read_all(tailer, 3 * PER_PARTITION, max_records)
-        assert tailer.read_arrow(max_records) is None
+        rows = read_all(tailer, 3 * PER_PARTITION, max_records, how)
+        assert read_rows(tailer, how, max_records) is None
         for p in range(3):
             assert offsets_of(rows, p) == list(range(PER_PARTITION))
             keys = [r["key"] for r in rows if r["partition"] == p]
@@ -100,39 +122,43 @@ def test_records_fetched_before_a_seek_are_never_returned_after_it(kafka: LogMan
         assert tailer.position(p) == PER_PARTITION
 
 
+@pytest.mark.parametrize("how", ["arrow", "columns"])
 def test_an_undecodable_key_in_a_large_batch_ends_it_and_stands_at_that_record(
-    kafka: LogManager,
+    kafka: LogManager, how: str
 ) -> None:
     kafka.create(NAME, 2)
     p0, p1 = (LogPartition(Name.of(NAME), p) for p in range(2))
     rows: list[Row] = []
     for i in range(PER_PARTITION):
         rows.append((0, BAD_KEY if i == BAD_AT else b"a%d" % i, b"v%d" % i))
-        rows.append((1, None if i == 7 else b"b%d" % i, None if i == 7 else b"w%d" % i))
+        key = "\u00e9b9".encode() if i == 9 else b"b%d" % i  # UTF-8, not ASCII: key by key
+        rows.append((1, None if i == 7 else key, None if i == 7 else b"w%d" % i))
     produce_foreign(kafka, rows)
     with kafka.tailer("g", NAME) as tailer:
         got: list[dict[str, Any]] = []
         while True:  # the batch that meets the bad key ends before it, without raising
             try:
-                batch = tailer.read_arrow(timeout=10)
+                batch = read_rows(tailer, how, timeout=10)
             except UndecodableRecordError as failed:
                 first = failed
                 break
             assert batch is not None
-            got += batch.to_pylist()
+            got += batch
         assert first.offset == LogOffset(p0, BAD_AT) and first.key == BAD_KEY
         assert offsets_of(got, 0) == list(range(BAD_AT))
         assert tailer.position(p0) == BAD_AT
         with pytest.raises(UndecodableRecordError) as again:
-            tailer.read_arrow(timeout=1)
+            read_rows(tailer, how, timeout=1)
         assert again.value.offset == LogOffset(p0, BAD_AT)
         assert tailer.skip_one() == LogOffset(p0, BAD_AT)
-        got += read_all(tailer, 2 * PER_PARTITION - 1 - len(got))
-        assert tailer.read_arrow() is None
+        got += read_all(tailer, 2 * PER_PARTITION - 1 - len(got), how=how)
+        assert read_rows(tailer, how) is None
         assert offsets_of(got, 0) == [i for i in range(PER_PARTITION) if i != BAD_AT]
         assert offsets_of(got, 1) == list(range(PER_PARTITION))  # once each, in order
         no_key = next(r for r in got if r["partition"] == 1 and r["offset"] == 7)
         assert (no_key["key"], no_key["value"]) == ("", b"")
+        accented = next(r for r in got if r["partition"] == 1 and r["offset"] == 9)
+        assert accented["key"] == "\u00e9b9"
         assert (tailer.position(p0), tailer.position(p1)) == (PER_PARTITION, PER_PARTITION)
         assert tailer.lost == 0  # type: ignore[attr-defined]
 

@@ -62,7 +62,8 @@ Differences from the local log (documented, and asserted in the tests)
     several topics uses the `range` assignor (co-partitioned tasks), which is eager and not
     sticky: a rebalance may move a task that the local log's protocol would leave in place.
 12. `read_arrow` copies fetched messages into the batch (the local log maps its segments), and a
-    batch may hold several partitions (the `partition` column tells).
+    batch may hold several partitions (the `partition` column tells). `read_columns` returns the
+    same records as Python lists (`RawColumns`), for a reader that wants Python objects anyway.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterator, Mapping
+from typing import cast
 
 from streamcore.state.engine import StoreEngine
 
@@ -37,14 +38,20 @@ class MemoryEngine(StoreEngine):
 
     def write(self, changes: Mapping[bytes, bytes | None], checkpoint: bytes | None) -> None:
         data = self._data
-        for key, value in changes.items():
-            if value is None:
-                if data.pop(key, None) is not None:
-                    self._sorted = None
-            else:
-                if key not in data:
-                    self._sorted = None
-                data[key] = value
+        if None not in changes.values():  # no delete (a restore's batches): one C-level update
+            count = len(data)
+            data.update(cast("Mapping[bytes, bytes]", changes))
+            if len(data) != count:  # keys were added: the sorted list is stale
+                self._sorted = None
+        else:
+            for key, value in changes.items():
+                if value is None:
+                    if data.pop(key, None) is not None:
+                        self._sorted = None
+                else:
+                    if key not in data:
+                        self._sorted = None
+                    data[key] = value
         if checkpoint is not None:
             self._checkpoint = checkpoint
 

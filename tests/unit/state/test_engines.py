@@ -104,6 +104,18 @@ def test_deletes_and_overwrites_in_one_write(engine: StoreEngine) -> None:
     assert engine.checkpoint() == b"cp-2"
 
 
+def test_writes_of_puts_only_add_and_overwrite_in_key_order(engine: StoreEngine) -> None:
+    # The memory engine updates its dict in one call when a write has no delete (a restore's).
+    engine.write({b"b": b"2", b"d": b"4"}, None)
+    assert list(engine.items()) == [(b"b", b"2"), (b"d", b"4")]
+    engine.write({b"d": b"44", b"b": b"22"}, b"cp-1")  # overwrites only
+    assert list(engine.items()) == [(b"b", b"22"), (b"d", b"44")]
+    engine.write({b"c": b"3", b"a": b"1", b"d": b"444"}, b"cp-2")  # new keys and an overwrite
+    assert list(engine.items()) == [(b"a", b"1"), (b"b", b"22"), (b"c", b"3"), (b"d", b"444")]
+    assert list(engine.items(b"b", b"d")) == [(b"b", b"22"), (b"c", b"3")]
+    assert engine.checkpoint() == b"cp-2"
+
+
 def test_checkpoint_round_trip_and_replacement(engine: StoreEngine) -> None:
     assert engine.checkpoint() is None
     engine.write({b"a": b"1"}, b"\x00\x01checkpoint-1")

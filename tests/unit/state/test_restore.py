@@ -258,6 +258,24 @@ def test_changes_of_inputs_beyond_the_committed_positions_are_skipped_and_compen
     )
 
 
+@pytest.mark.parametrize("void_at", [1, 63, 64, 65, 2999, 3000])
+def test_one_void_record_in_the_middle_of_a_large_read_is_skipped_alone(
+    manager: LogManager, writer: ChangelogWriter, void_at: int
+) -> None:
+    # One read holds runs of puts with the same header (the restore finds a run's end by
+    # comparing the records' heads in windows that double from 64) around one void put: the
+    # records on each side of it are applied, it alone is skipped and compensated.
+    before = {b"a%05d" % i: b"1" for i in range(void_at)}
+    after = {b"b%05d" % i: b"1" for i in range(3000)}
+    writer.append(TASK, before, at(10))
+    writer.append(TASK, {b"void": b"2", b"a00000": b"2"}, at(20))  # a crash lost its commit
+    writer.append(TASK, after, at(10))  # the same header as the first append
+    engine = MemoryEngine()
+    result = run(manager, engine, at(10), writer, settings=RestoreSettings(stall_timeout=10.0))
+    assert state(engine) == {**before, **after}
+    assert (result.restored, result.skipped, result.compensated) == (void_at + 3000, 2, 2)
+
+
 def test_a_restore_interrupted_before_its_compensations_compensates_on_the_next_one(
     manager: LogManager, writer: ChangelogWriter
 ) -> None:
