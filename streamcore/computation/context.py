@@ -56,6 +56,17 @@ class ComputationContext(abc.ABC):
         """The stream time of `task` (-1 before any record of it)."""
         return -1
 
+    @property
+    def record_timestamp_ms(self) -> int:
+        """The timestamp (epoch ms) the computation's timestamp extractor gave the record being
+        processed (the Record watermark's by default; docs/state.md, "Stream time"); -1 outside
+        a record."""
+        return -1
+
+    def count_late_record(self) -> None:  # noqa: B027 (optional: contexts without metrics)
+        """Count a record a windowed aggregation sent to its late stream (the metric
+        `streamcore_computation_late_total`)."""
+
     @abc.abstractmethod
     def ask_for_checkpoint(self) -> None:
         """The current record (and every one before it) is done: append what was produced and

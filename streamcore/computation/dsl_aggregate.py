@@ -28,11 +28,15 @@ store name (give one of them `store=`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streamcore.computation.errors import DslDefinitionError, NotCallableError
 from streamcore.computation.processor import Processor, ProcessorContext
 from streamcore.state.spec import StoreSpec
+
+if TYPE_CHECKING:
+    from streamcore.computation.dsl_windowed import WindowedGroupedStream
+    from streamcore.state.windows import WindowSpec
 
 __all__ = ["GroupedStream", "Table", "to_table"]
 
@@ -127,6 +131,15 @@ class GroupedStream:
 
     def _where(self, operator: str) -> str:
         return f"{self._stream._node.chain()}.group_by_key().{operator}(...)"
+
+    def windowed_by(self, windows: WindowSpec) -> WindowedGroupedStream:
+        """The groups cut into `windows` (`TumblingWindows`, `HoppingWindows`, `SlidingWindows`,
+        `SessionWindows` of `streamcore.state.windows`), to aggregate per key and window
+        (`streamcore.computation.dsl_windowed`)."""
+        # Imported here: the windowed module builds on this one (its results are Tables).
+        from streamcore.computation.dsl_windowed import WindowedGroupedStream
+
+        return WindowedGroupedStream(self._stream, windows)
 
     def count(self, *, store: str | StoreSpec | None = None) -> Table:
         """The number of records (with a non-None value) per key."""

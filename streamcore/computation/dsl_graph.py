@@ -23,7 +23,14 @@ from streamcore.state.spec import StoreSpec
 if TYPE_CHECKING:
     from streamcore.codecs import Codec
 
-__all__ = ["OperatorNode", "SinkInfo", "SourceInfo", "SubTopology", "subtopologies"]
+__all__ = [
+    "OperatorNode",
+    "SinkInfo",
+    "SourceInfo",
+    "SubTopology",
+    "computation_name_of",
+    "subtopologies",
+]
 
 
 class OperatorNode:
@@ -181,6 +188,17 @@ def _snapshot(
     for child in node.children:
         _snapshot(child, copy, copies)
     return copy
+
+
+def computation_name_of(node: OperatorNode) -> str:
+    """The name of the computation `node`'s chain compiles to: its source's `name=`, else the
+    default `<source>-dsl` (`subtopologies` adds `-2`, `-3` ... when one build reads a stream
+    several times without names)."""
+    while node.kind != "source":
+        assert node.parent is not None
+        node = node.parent
+    info: SourceInfo = node.payload
+    return info.name or _default_name(info.stream, set())
 
 
 def _default_name(stream: str, taken: set[str]) -> str:

@@ -3,7 +3,8 @@
 Counters, per computation (units summed):
 `streamcore_computation_processed_total`, `..._failed_total` (retries exhausted),
 `..._retried_total` (retry attempts), `..._skipped_total`, `..._dead_lettered_total`,
-`..._timers_total`, `..._produced_total` (appended at checkpoints), `..._checkpoints_total`,
+`..._late_total` (records a windowed aggregation sent to its late stream), `..._timers_total`,
+`..._produced_total` (appended at checkpoints), `..._checkpoints_total`,
 `..._checkpoint_failures_total`.
 Histogram `streamcore_computation_record_processing_seconds`: time per record, measured per read
 batch (each batch adds its records at the batch's mean time: timing every record would cost more
@@ -49,6 +50,7 @@ COUNTERS = (
     ("retried", "retry attempts"),
     ("skipped", "failed records skipped by the policy"),
     ("dead_lettered", "failed records appended to the dead-letter stream"),
+    ("late", "records a windowed aggregation sent to its late stream (after the grace period)"),
     ("timers", "timers fired"),
     ("produced", "records appended to output and dead-letter streams at checkpoints"),
     ("checkpoints", "checkpoints taken"),

@@ -136,14 +136,21 @@ class ProcessorContext:
 
     @property
     def timestamp(self) -> int | None:
-        """The event time (ms, from the watermark) of the record being processed."""
-        return self._record.timestamp if self._record is not None else None
+        """The event time (ms) of the record being processed: the timestamp the computation's
+        extractor gives it (the Record watermark's by default; docs/state.md, "Stream time");
+        None in `punctuate`."""
+        return self._context.record_timestamp_ms if self._record is not None else None
 
     @property
     def stream_time(self) -> int:
         """The stream time (ms) of the current record's task (of the punctuated task in a
         stream-time `punctuate`): the largest timestamp it has processed; -1 before any."""
         return self._context.stream_time_ms
+
+    def count_late_record(self) -> None:
+        """Count a record sent to a late stream (the metric `streamcore_computation_late_total`;
+        the DSL's windowed aggregations call it)."""
+        self._context.count_late_record()
 
     @property
     def offset(self) -> LogOffset | None:

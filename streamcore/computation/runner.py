@@ -117,6 +117,7 @@ class UnitContext(ComputationContext):
         self._journal: list[list[tuple[str, Record]]] = []  # which buffer each record went to
         self._signal = 0
         self._record: LogRecord[Any] | None = None
+        self._timestamp = UNKNOWN  # the extractor's timestamp of `_record`
         self._in_timer = False
         self._timer_task: int | None = None  # the task of the stream-time timer running
 
@@ -168,6 +169,13 @@ class UnitContext(ComputationContext):
 
     def stream_time_of(self, task: int) -> int:
         return self._runner.stream_times.get(task, UNKNOWN)
+
+    @property
+    def record_timestamp_ms(self) -> int:
+        return UNKNOWN if self._record is None or self._in_timer else self._timestamp
+
+    def count_late_record(self) -> None:
+        self._runner.stats.late += 1
 
     def _task(self) -> int | None:
         """The task of the record being processed, or of the stream-time timer running."""
@@ -500,6 +508,7 @@ class ComputationRunner(RebalanceListener):
             if ts > now:
                 times[task] = now = ts
             context._record = rec
+            context._timestamp = ts
             mark = len(journal)
             try:
                 process(context, logical, record)

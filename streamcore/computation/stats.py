@@ -46,6 +46,7 @@ class UnitStats:
         "failure",
         "failure_time",
         "last_activity",
+        "late",
         "processed",
         "produced",
         "retried",
@@ -65,6 +66,7 @@ class UnitStats:
         self.retried = 0  # retry attempts
         self.skipped = 0
         self.dead_lettered = 0
+        self.late = 0  # records a windowed aggregation sent to its late stream
         self.timers = 0
         self.produced = 0  # records appended to output and dead-letter streams
         self.checkpoints = 0

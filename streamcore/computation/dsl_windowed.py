@@ -1,0 +1,361 @@
+"""Windowed aggregations in the streams DSL (Kafka Streams' `TimeWindowedKStream` and
+`SessionWindowedKStream`), on the window stores of `streamcore.state.windows`.
+
+    counts = (
+        builder.stream("shop/clicks", codec="json")
+        .group_by_key()
+        .windowed_by(TumblingWindows(60_000, grace_ms=10_000))
+        .count(emit="final")
+    )
+    counts.to_stream().to("shop/clicks-per-minute", codec="json")
+
+- Windows follow the **stream time** of the task (the largest record timestamp it has processed,
+  from the computation's timestamp extractor), never the wall clock: a replay or a backfill of the
+  same records gives the same windows.
+- `emit="update"` (default, as Kafka Streams) forwards every window a record updates;
+  `emit="final"` forwards each window once, when it closes (`end + grace` reached by stream
+  time), so a sink sees one record per window and key.
+- A result record has the group key as its key and the value `{"start": ms, "end": ms, "value":
+  aggregate}` (docs/state.md, "Windows", for the Avro form); a session merged into another is
+  forwarded (update mode) as its window with `"value": None`.
+- A **late** record (every window it belongs to closed) is never dropped silently: it goes,
+  unchanged, to the side stream `late=` (default `<computation>-late`, the computation's name
+  being its source's `name=` or `<source>-dsl`), counts in the metric
+  `streamcore_computation_late_total`, and is logged at WARNING at most every 10 s per step.
+- Windows are deleted once their retention (size + grace by default) has passed: the store holds
+  the windows not yet expired, whatever the run's length.
+
+The window store scans for closed and expired windows only when stream time reaches the next
+close or expiry time it knows (lowered by each window written), not at every record.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from streamcore.codecs import Codec
+from streamcore.computation.dsl_aggregate import Aggregator, Initializer, Reducer, Table
+from streamcore.computation.dsl_graph import computation_name_of
+from streamcore.computation.dsl_values import resolve_value_codec
+from streamcore.computation.errors import DslDefinitionError, NotCallableError
+from streamcore.computation.processor import Processor, ProcessorContext
+from streamcore.state.spec import StoreSpec
+from streamcore.state.windows import (
+    LateRecord,
+    SessionStore,
+    SessionWindows,
+    TimeWindowStore,
+    WindowedValue,
+    WindowSpec,
+    aggregate_session,
+    aggregate_windowed,
+)
+
+__all__ = ["WindowedGroupedStream"]
+
+logger = logging.getLogger(__name__)
+
+Emit = Literal["update", "final"]
+Merger = Callable[[str, Any, Any], Any]
+_LOG_EVERY = 10.0  # s between two warnings about late records of one step
+# The task's stream time in the window store's key-value store: a key of its own kind ("t"),
+# beside the window store's "w", "x" and "m" entries (docs/state.md, "Windows").
+_STREAM_TIME = "t"
+_TIME = struct.Struct(">q")
+_UNKNOWN = -(1 << 63)
+
+
+@dataclass(frozen=True, slots=True)
+class _Late:
+    """A late record's value on its way to the late stream (the branch after the step)."""
+
+    value: Any
+
+
+def _is_late(key: str, value: Any) -> bool:
+    return type(value) is _Late
+
+
+def _unwrap(value: _Late) -> Any:
+    return value.value
+
+
+def _result(update: WindowedValue[Any], value: Any) -> dict[str, Any]:
+    return {"start": update.window.start, "end": update.window.end, "value": value}
+
+
+class _WindowedStep(Processor):
+    """Aggregates each record into its windows (see the module doc); one instance per unit, one
+    window store per task."""
+
+    def __init__(
+        self,
+        store: str,
+        windows: WindowSpec,
+        codec: Codec[Any],
+        initializer: Initializer,
+        aggregator: Aggregator,
+        merger: Merger | None,
+        emit: Emit,
+        where: str,
+    ) -> None:
+        self.store_name = store
+        self.windows = windows
+        self.codec = codec
+        self.initializer = initializer
+        self.aggregator = aggregator
+        self.merger = merger
+        self.emit = emit
+        self.where = where
+        self.late = 0
+        self._logged_late = 0
+        self._logged_at = 0.0
+
+    def init(self, context: ProcessorContext) -> None:
+        self.context = context
+        # The window store of each task's key-value store, kept for its close and expiry hints
+        # (init runs again after a rebalance, when the key-value stores are new ones).
+        self._stores: dict[int, tuple[Any, TimeWindowStore[Any] | SessionStore[Any]]] = {}
+        self._kept: dict[int, tuple[Any, int]] = {}  # the stream time kept in each store
+
+    def _window_store(self) -> TimeWindowStore[Any] | SessionStore[Any]:
+        kv = self.context.get_state_store(self.store_name)
+        known = self._stores.get(id(kv))
+        if known is None or known[0] is not kv:
+            maker = SessionStore if isinstance(self.windows, SessionWindows) else TimeWindowStore
+            known = self._stores[id(kv)] = (kv, maker(kv, self.windows, self.codec))  # type: ignore[arg-type]
+        return known[1]
+
+    def process(self, key: str, value: Any) -> None:
+        if value is None:
+            return
+        context = self.context
+        timestamp = context.timestamp
+        assert timestamp is not None  # process runs for a record
+        store = self._window_store()
+        now = self._stream_time(store, max(context.stream_time, timestamp))
+        written: list[WindowedValue[Any]]
+        if isinstance(store, SessionStore):
+            assert self.merger is not None
+            session = aggregate_session(
+                store, key, value, timestamp, now, self.initializer, self.aggregator, self.merger
+            )
+            if isinstance(session, LateRecord):
+                self._send_late(key, value, session)
+                return
+            written = [session.session]
+            if self.emit == "update":
+                for merged in session.merged:
+                    context.forward(key, _result(merged, None))
+        else:
+            windows = aggregate_windowed(
+                store, key, value, timestamp, now, self.initializer, self.aggregator
+            )
+            if isinstance(windows, LateRecord):
+                self._send_late(key, value, windows)
+                return
+            written = windows
+        if self.emit == "update":
+            for update in written:
+                context.forward(key, _result(update, update.value))
+        # Both skip their scan until stream time reaches the store's next close or expiry time.
+        if self.emit == "final":
+            for closed in store.take_closed(now):
+                context.forward(closed.key, _result(closed, closed.value))
+        store.expire(now)
+
+    def _stream_time(self, store: TimeWindowStore[Any] | SessionStore[Any], now: int) -> int:
+        """The task's stream time, kept in the store: a restarted task's stream time starts
+        again from its first record, so without it a record late before a crash could count
+        after it, and a replay would not give the live run's windows. Stored with the windows,
+        it is checkpointed with them: the restarted task goes on from the checkpoint's."""
+        kv = store.store
+        kept = self._kept.get(id(kv))
+        if kept is None or kept[0] is not kv:
+            raw = kv.get(_STREAM_TIME)
+            kept = (kv, _UNKNOWN if raw is None else _TIME.unpack(raw)[0])
+        if now > kept[1]:
+            kv.put(_STREAM_TIME, _TIME.pack(now))
+            kept = (kv, now)
+        self._kept[id(kv)] = kept
+        return kept[1]
+
+    def _send_late(self, key: str, value: Any, verdict: LateRecord) -> None:
+        self.context.forward(key, _Late(value))
+        self.context.count_late_record()
+        self.late += 1
+        clock = time.monotonic()
+        if clock - self._logged_at >= _LOG_EVERY:
+            logger.warning(
+                "%s: %d late record(s) sent to the late stream since the last warning, the last "
+                "one %s",
+                self.where,
+                self.late - self._logged_late,
+                verdict.reason,
+            )
+            self._logged_at, self._logged_late = clock, self.late
+
+
+class WindowedGroupedStream:
+    """A grouped stream cut into windows (`group_by_key().windowed_by(windows)`), ready to
+    aggregate per key and window."""
+
+    __slots__ = ("_stream", "_windows")
+
+    def __init__(self, stream: Any, windows: WindowSpec) -> None:
+        if not isinstance(windows, WindowSpec):
+            raise DslDefinitionError(
+                f"{stream._node.chain()}.group_by_key().windowed_by({windows!r}): expected "
+                "TumblingWindows, HoppingWindows, SlidingWindows or SessionWindows (from "
+                "streamcore.state.windows), each with its grace_ms"
+            )
+        self._stream = stream
+        self._windows = windows
+
+    def _where(self, operator: str) -> str:
+        return (
+            f"{self._stream._node.chain()}.group_by_key().windowed_by({self._windows!r})"
+            f".{operator}(...)"
+        )
+
+    def count(
+        self,
+        *,
+        emit: Emit = "update",
+        store: str | StoreSpec | None = None,
+        late: str | None = None,
+    ) -> Table:
+        """The number of records (with a non-None value) per key and window."""
+        return self._aggregate(int, _plus_one, _add, emit, store, late, "count")
+
+    def reduce(
+        self,
+        reducer: Reducer,
+        *,
+        emit: Emit = "update",
+        store: str | StoreSpec | None = None,
+        late: str | None = None,
+    ) -> Table:
+        """Per key and window: the first value, then `reducer(aggregate, value)` for each next
+        one (sessions merge with `reducer` too)."""
+        _callable(reducer, self._where("reduce"), "lambda aggregate, value: aggregate + value")
+        first = _Reduced(reducer)
+        return self._aggregate(_nothing, first.aggregate, first.merge, emit, store, late, "reduce")
+
+    def aggregate(
+        self,
+        initializer: Initializer,
+        aggregator: Aggregator,
+        *,
+        merger: Merger | None = None,
+        emit: Emit = "update",
+        store: str | StoreSpec | None = None,
+        late: str | None = None,
+    ) -> Table:
+        """Per key and window: `initializer()`, then `aggregator(key, value, aggregate)` per
+        record. Session windows need `merger(key, aggregate, other)` to merge two sessions a
+        record bridges."""
+        where = self._where("aggregate")
+        _callable(initializer, where, "lambda: 0")
+        _callable(aggregator, where, "lambda key, value, aggregate: aggregate + value")
+        if isinstance(self._windows, SessionWindows):
+            if merger is None:
+                raise DslDefinitionError(
+                    f"{where}: session windows merge when a record bridges two sessions: give "
+                    "merger=lambda key, aggregate, other: ... (for a sum: aggregate + other)"
+                )
+            _callable(merger, where, "lambda key, aggregate, other: aggregate + other")
+        return self._aggregate(initializer, aggregator, merger, emit, store, late, "aggregate")
+
+    def _aggregate(
+        self,
+        initializer: Initializer,
+        aggregator: Aggregator,
+        merger: Merger | None,
+        emit: Any,
+        store: str | StoreSpec | None,
+        late: str | None,
+        operator: str,
+    ) -> Table:
+        where = self._where(operator)
+        if emit not in ("update", "final"):
+            raise DslDefinitionError(
+                f"{where}: emit={emit!r}; use emit='update' (every change) or emit='final' (one "
+                "record per window, when it closes)"
+            )
+        spec, codec = self._store(store, f"windowed_{operator}", where)
+        windows = self._windows
+        stream = self._stream
+        late_stream = late or f"{computation_name_of(stream._node)}-late"
+
+        def make() -> Processor:
+            return _WindowedStep(
+                spec.name, windows, codec, initializer, aggregator, merger, emit, where
+            )
+
+        label = f".group_by_key().windowed_by({windows!r}).{operator}(emit={emit!r})"
+        step = stream._step(make, (spec,), label)
+        late_arm, results = step.branch(_is_late, _on_time)
+        late_arm.map_values(_unwrap).to(late_stream)
+        return Table(results, spec.name)
+
+    @staticmethod
+    def _store(
+        store: str | StoreSpec | None, default: str, where: str
+    ) -> tuple[StoreSpec, Codec[Any]]:
+        """The key-value store the window store lays out (bytes) and the aggregate's codec (the
+        given StoreSpec's, JSON by default)."""
+        if store is None:
+            store = default
+        if isinstance(store, str):
+            store = StoreSpec.of(store)
+        if not isinstance(store, StoreSpec):
+            raise DslDefinitionError(
+                f"{where}: store= takes a store name or a StoreSpec, got {type(store).__name__}"
+            )
+        codec = resolve_value_codec(store.codec, store.schema, where=where)
+        return StoreSpec(store.name, "bytes", None, store.engine, store.cache), codec
+
+
+def _callable(fn: Any, where: str, example: str) -> None:
+    if not callable(fn):
+        raise NotCallableError(
+            f"{where}: expected a function, got {type(fn).__name__} {fn!r}; pass a callable such "
+            f"as `{example}`"
+        )
+
+
+def _on_time(key: str, value: Any) -> bool:
+    return True
+
+
+def _plus_one(key: str, value: Any, count: int) -> int:
+    return count + 1
+
+
+def _add(key: str, count: int, other: int) -> int:
+    return count + other
+
+
+def _nothing() -> None:
+    return None
+
+
+class _Reduced:
+    """`reduce` as an aggregation: the initial aggregate is None (no value yet)."""
+
+    def __init__(self, reducer: Reducer) -> None:
+        self.reducer = reducer
+
+    def aggregate(self, key: str, value: Any, aggregate: Any) -> Any:
+        return value if aggregate is None else self.reducer(aggregate, value)
+
+    def merge(self, key: str, aggregate: Any, other: Any) -> Any:
+        if aggregate is None:
+            return other
+        return aggregate if other is None else self.reducer(aggregate, other)
