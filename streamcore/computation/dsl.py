@@ -74,6 +74,7 @@ from streamcore.computation.dsl_graph import (
     SinkInfo,
     SourceInfo,
     SubTopology,
+    computation_name_of,
     subtopologies,
 )
 from streamcore.computation.dsl_values import ValueCodecSpec, resolve_value_codec
@@ -255,6 +256,33 @@ class Stream:
         docs/aggregations.md). No repartition: put `through(...)` first after a key change."""
         return GroupedStream(self)
 
+    def group_by(self, selector: KeySelector, *, name: str | None = None) -> GroupedStream:
+        """The records grouped by the key `selector(key, value)` returns (Kafka Streams'
+        `groupBy`): each record is re-keyed, written to the internal stream
+        `<computation>-repartition` (`<computation>-<name>-repartition` with `name=`), which is
+        partitioned by the new key and has the input stream's partition count, and grouped by
+        key in a new computation reading it (docs/aggregations.md, "Repartitioning")."""
+        node = self._node
+        _check_callable(selector, "group_by", node)
+        label = f".group_by({_callable_name(selector)})"
+        where = f"{node.chain()}{label}"
+        computation = computation_name_of(node)
+        if name is not None and (not isinstance(name, str) or not name.isidentifier()):
+            raise DslDefinitionError(
+                f"{where}: name={name!r} must be a word (letters, digits, _), used in the "
+                "repartition stream's name <computation>-<name>-repartition"
+            )
+        suffix = "" if name is None else f"-{name}"
+        urn = _stream_name(f"{computation}{suffix}-repartition", where)
+        origin = node
+        while origin.kind != "source":
+            assert origin.parent is not None
+            origin = origin.parent
+        keyed = Stream(OperatorNode("select_key", node, node.codec, label, selector))
+        return keyed._through(
+            urn, node.codec, None, f".repartition({urn!r})", origin.payload.stream
+        ).group_by_key()
+
     def to_table(self, *, store: str | StoreSpec | None = None) -> Table:
         """The latest value per key, kept in the state store `store` (default `table`); None
         deletes the key."""
@@ -294,15 +322,21 @@ class Stream:
         `name`, or derived from `stream`)."""
         urn, value_codec = self._target(stream, codec, schema, "through")
         label = f".through({urn!r})"
+        return self._through(urn, value_codec, _computation_name(name, label), label, None)
+
+    def _through(
+        self, urn: str, codec: Codec[Any], name: str | None, label: str, copies: str | None
+    ) -> Stream:
+        """A sink to `urn` ending this chain, and the source of the computation reading it."""
         source = OperatorNode(
             "source",
             None,
-            value_codec,
+            codec,
             f"{self._node.chain()}{label}",
-            payload=SourceInfo(urn, _computation_name(name, label), None),
+            payload=SourceInfo(urn, name, None, copies),
         )
-        sink = OperatorNode("sink", self._node, value_codec, label, payload=SinkInfo(urn, source))
-        source.payload = SourceInfo(urn, source.payload.name, sink)
+        sink = OperatorNode("sink", self._node, codec, label, payload=SinkInfo(urn, source))
+        source.payload = SourceInfo(urn, name, sink, copies)
         return Stream(source)
 
     def _target(

@@ -78,6 +78,8 @@ class SourceInfo:
     stream: str
     name: str | None
     upstream: OperatorNode | None  # the `through` sink that feeds this source
+    # A `group_by` repartition: the stream whose partition count this (internal) stream copies.
+    copies: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +102,7 @@ class SubTopology:
     outputs: tuple[str, ...]
     root: OperatorNode
     stores: tuple[StoreSpec, ...] = ()
+    copies: str | None = None  # `source` is a repartition stream with this stream's count
 
 
 def _origin(node: OperatorNode) -> OperatorNode:
@@ -232,6 +235,7 @@ def subtopologies(*nodes: OperatorNode) -> list[SubTopology]:
         pending.extend(found.downstream)
         pending.extend(found.merged)
     _check_stateful_merges(walked)
+    _check_repartitions(walked)
     explicit = [root.payload.name for root, _ in walked if root.payload.name]
     taken = set(explicit)
     for name in explicit:
@@ -247,7 +251,11 @@ def subtopologies(*nodes: OperatorNode) -> list[SubTopology]:
         taken.add(name)
         outputs = tuple(dict.fromkeys(s.payload.stream for s in found.sinks))
         stores = _stores(found.steps)
-        out.append(SubTopology(name, info.stream, root.codec, outputs, _snapshot(root), stores))
+        out.append(
+            SubTopology(
+                name, info.stream, root.codec, outputs, _snapshot(root), stores, info.copies
+            )
+        )
     return out
 
 
@@ -267,3 +275,18 @@ def _check_stateful_merges(walked: list[tuple[OperatorNode, _Walk]]) -> None:
                     "stream .through('<stream>') first, then .process(...) reads one stream"
                 )
             reached[id(step)] = root
+
+
+def _check_repartitions(walked: list[tuple[OperatorNode, _Walk]]) -> None:
+    """Each `group_by` needs a repartition stream of its own: two computations reading one would
+    each get the records of both."""
+    readers: dict[str, OperatorNode] = {}
+    for root, _ in walked:
+        info: SourceInfo = root.payload
+        first = readers.setdefault(info.stream, root)
+        if first is not root and (info.copies or first.payload.copies):
+            raise DslDefinitionError(
+                f"{root.chain()} and {first.chain()} both read the repartition stream "
+                f"{info.stream!r}; give each group_by of one computation its own "
+                "name= (the stream is <computation>-<name>-repartition)"
+            )

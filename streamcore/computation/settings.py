@@ -161,6 +161,10 @@ class Settings:
     def partitions(self, stream: str) -> int:
         return self._partitions.get(_stream_key(stream), self.default_partitions)
 
+    def partitions_set(self, stream: str) -> bool:
+        """True if `set_partitions` gave `stream` its own count (not the default)."""
+        return _stream_key(stream) in self._partitions
+
     def codec(self, stream: str) -> str:
         return self._codecs.get(_stream_key(stream), self.default_codec)
 

@@ -4,7 +4,8 @@ unit (Nuxeo's `StreamProcessor` / `ComputationPool`).
 Each unit subscribes to its computation's input streams with the computation name as consumer
 group, so the units of a computation (in this process and in others) share the partitions and
 take over those of a unit that leaves. Streams missing at `start` are created with the settings'
-partitions (dead-letter streams with one partition).
+partitions (a DSL `group_by`'s repartition stream, unless set, with its input's count; dead-letter
+streams with one partition).
 
 Stopping:
 - `stop(timeout)`: every unit finishes its current batch (taking the checkpoint it asked for),
@@ -31,7 +32,11 @@ from streamcore.computation.runner import ComputationRunner, InputStream, Output
 from streamcore.computation.settings import Settings
 from streamcore.computation.stats import RUNNING, TERMINATED, SkipBudget, UnitStats
 from streamcore.computation.task_stores import task_stores
-from streamcore.computation.tasks import check_copartitioned, planned_partitions
+from streamcore.computation.tasks import (
+    check_copartitioned,
+    created_partitions,
+    planned_partitions,
+)
 from streamcore.computation.topology import Topology
 from streamcore.errors import ComputationError
 from streamcore.log import Latency, LogAppender, LogLag, LogManager
@@ -105,7 +110,8 @@ class StreamProcessor:
         return appender
 
     def _create_streams(self) -> None:
-        wanted = {s: self.settings.partitions(s) for s in self.topology.streams()}
+        created = created_partitions(self.topology, self.settings, self.manager.size)
+        wanted = {s: created(s) for s in self.topology.streams()}
         for name in self.topology.computation_names():
             dlq = self.settings.policy(name).dlq
             if dlq is not None:
@@ -193,7 +199,9 @@ class StreamProcessor:
                 raise ComputationError("this StreamProcessor was started already; make a new one")
             self._started = True
             # Before anything is created: a refused topology leaves no stream behind.
-            check_copartitioned(self.topology, planned_partitions(self.manager, self.settings))
+            check_copartitioned(
+                self.topology, planned_partitions(self.manager, self.settings, self.topology)
+            )
             self._create_streams()
             for name in self.topology.computation_names():
                 budget = SkipBudget(self.settings.policy(name).skip_first_failures)

@@ -20,7 +20,14 @@ if TYPE_CHECKING:
     from streamcore.computation.settings import Settings
     from streamcore.computation.topology import Topology
 
-__all__ = ["check_copartitioned", "planned_partitions", "task_count", "task_of", "tasks_of"]
+__all__ = [
+    "check_copartitioned",
+    "created_partitions",
+    "planned_partitions",
+    "task_count",
+    "task_of",
+    "tasks_of",
+]
 
 
 def task_of(partition: LogPartition) -> int:
@@ -33,13 +40,34 @@ def tasks_of(partitions: Iterable[LogPartition]) -> list[int]:
     return sorted({task_of(p) for p in partitions})
 
 
-def planned_partitions(manager: LogManager, settings: Settings) -> Callable[[str], int]:
-    """The partition count a stream will have when a processor starts: its size if it exists
-    (an existing stream keeps its count whatever the settings say), else the settings'."""
+def created_partitions(
+    topology: Topology, settings: Settings, size: Callable[[str], int] | None = None
+) -> Callable[[str], int]:
+    """The partition count a missing stream is created with: the settings' count given for it
+    (`set_partitions`), else for an internal stream of the topology (a `group_by` repartition)
+    that of the stream it copies (`size` of it, when given and it has one), else the settings'
+    default."""
 
     def partitions_of(stream: str) -> int:
-        return manager.size(stream) if manager.exists(stream) else settings.partitions(stream)
+        copied = topology.partitions_copied_from(stream)
+        if copied is None or settings.partitions_set(stream):
+            return settings.partitions(stream)
+        return size(copied) if size is not None else partitions_of(copied)
 
+    return partitions_of
+
+
+def planned_partitions(
+    manager: LogManager, settings: Settings, topology: Topology
+) -> Callable[[str], int]:
+    """The partition count a stream will have when a processor starts: its size if it exists
+    (an existing stream keeps its count whatever the settings say), else the count it is
+    created with (`created_partitions`)."""
+
+    def partitions_of(stream: str) -> int:
+        return manager.size(stream) if manager.exists(stream) else created(stream)
+
+    created = created_partitions(topology, settings, partitions_of)
     return partitions_of
 
 

@@ -26,7 +26,7 @@ from streamcore.computation.runner import ComputationRunner, InputStream, Output
 from streamcore.computation.settings import Settings
 from streamcore.computation.stats import TERMINATED, SkipBudget, UnitStats
 from streamcore.computation.task_stores import TaskStores
-from streamcore.computation.tasks import check_copartitioned
+from streamcore.computation.tasks import check_copartitioned, created_partitions
 from streamcore.computation.topology import Topology
 from streamcore.errors import ComputationError, InvalidArgumentError, TopologyError
 from streamcore.log import LogLag, LogPartition
@@ -59,9 +59,10 @@ class TopologyTestDriver:
         self._readers: dict[str, Any] = {}
         self._runners: list[ComputationRunner] = []
         self._closed = False
-        check_copartitioned(topology, self.settings.partitions)
+        partitions_of = created_partitions(topology, self.settings)
+        check_copartitioned(topology, partitions_of)
         for stream in topology.streams():
-            self.manager.create(stream, self.settings.partitions(stream))
+            self.manager.create(stream, partitions_of(stream))
         for name in topology.computation_names():
             dlq = self.settings.policy(name).dlq
             if dlq is not None and not self.manager.exists(dlq):

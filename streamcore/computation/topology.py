@@ -154,6 +154,7 @@ class TopologyBuilder:
         """The checked `Topology` of everything registered; the builder stays usable, and what
         is added to it afterwards does not change a topology built already."""
         wired = list(self._nodes.values())
+        copies: dict[str, str] = {}
         if self._streams:
             dsl: dict[str, _WiredComputation] = {}
             for sub in compile_streams(self._streams):
@@ -161,6 +162,8 @@ class TopologyBuilder:
                 mapping += [f"o{i}:{stream}" for i, stream in enumerate(sub.outputs, 1)]
                 node = _wire(DslComputation.supplier(sub), mapping, dsl)
                 _add(dsl, _with_stores(node, sub.stores))
+                if sub.copies is not None:
+                    copies[sub.source] = sub.copies
             at = len(wired) if self._dsl_at is None else self._dsl_at
             wired[at:at] = dsl.values()
         nodes: dict[str, _WiredComputation] = {}
@@ -172,7 +175,7 @@ class TopologyBuilder:
                 "stream first"
             )
         _check_acyclic(nodes)
-        return Topology(nodes)
+        return Topology(nodes, copies)
 
 
 def _wire(
@@ -320,8 +323,11 @@ def _check_acyclic(nodes: dict[str, _WiredComputation]) -> None:
 class Topology:
     """An immutable, checked DAG of computations and streams; build it with `Topology.builder()`."""
 
-    def __init__(self, nodes: dict[str, _WiredComputation]) -> None:
+    def __init__(
+        self, nodes: dict[str, _WiredComputation], copies: Mapping[str, str] | None = None
+    ) -> None:
         self._nodes = nodes
+        self._copies = dict(copies or {})
 
     @staticmethod
     def builder() -> TopologyBuilder:
@@ -370,6 +376,11 @@ class Topology:
     def stores(self, name: str) -> tuple[StoreSpec, ...]:
         """The state stores computation `name` declared (docs/state.md)."""
         return self._node(name).stores
+
+    def partitions_copied_from(self, stream: str) -> str | None:
+        """The stream whose partition count the internal stream `stream` is created with (a
+        DSL `group_by`'s repartition stream copies its input's), None for other streams."""
+        return self._copies.get(Name.of(stream).urn)
 
     def is_source(self, name: str) -> bool:
         return not self._node(name).inputs

@@ -71,7 +71,7 @@ def test_existing_streams_count_with_their_size_others_with_the_settings() -> No
     manager = MemoryLogManager()
     manager.create(ORDERS, 4)
     settings = Settings(default_partitions=2)
-    partitions_of = planned_partitions(manager, settings)
+    partitions_of = planned_partitions(manager, settings, joined())
     assert partitions_of(ORDERS) == 4 and partitions_of(CUSTOMERS) == 2
     with pytest.raises(TopologyError, match=r"has 4, .* has 2"):
         check_copartitioned(joined(), partitions_of)
