@@ -13,8 +13,9 @@ Reads are cached (Kafka Streams' caching store, for reads): the last `cache` key
 keep their decoded value (or their absence) when it is immutable (a number, a string, a bool), so
 a hot key's `get` reaches neither the engine nor the codec. Lists and dicts are decoded at every
 `get`: a caller changing the object it got must not change the store behind its back. A written
-value is cached as given only with the JSON codec, whose scalars decode to what was encoded; with
-other codecs (Avro's 32-bit floats, a codec of the user's) the next read decodes it.
+value is cached as given only when it decodes back to itself: a scalar with the JSON codec,
+`bytes` with the bytes codec; with other codecs (Avro's 32-bit floats, a codec of the user's) the
+next read decodes it.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ _DELETED = object()
 _MISSING = object()
 # Decoded values safe to hand out twice: nobody can change them.
 _IMMUTABLE = frozenset({int, float, str, bool, bytes})
+_RAW = frozenset({bytes})  # the bytes codec's: bytes in, the same bytes out
 
 
 class _UndoLog(list[tuple[bytes, Any]]):
@@ -85,7 +87,14 @@ class KeyValueStore(Generic[V]):
         # key -> decoded immutable value, None when absent; oldest first, at most `cache` keys.
         self._cache: dict[str, Any] = {}
         self._cache_size = cache
-        self._cache_writes = type(codec) is JsonCodec
+        # The types of written values that decode back to themselves, so cached as written.
+        self._exact: frozenset[type] = (
+            _IMMUTABLE
+            if type(codec) is JsonCodec
+            else _RAW
+            if getattr(codec, "name", None) == "bytes"
+            else frozenset()
+        )
         # Where each write records how to undo it (the runner's journal), when set.
         self.journal: list[Any] | None = None
         self._undo = _UndoLog(self)
@@ -161,7 +170,7 @@ class KeyValueStore(Generic[V]):
         # Encoded now: a failure belongs to the record that wrote it, and a value the caller
         # changes afterwards does not change what is stored.
         self._write(key.encode("utf-8"), _DELETED if value is None else self.codec.encode(value))
-        if self._cache_writes and (value is None or type(value) in _IMMUTABLE):
+        if value is None or type(value) in self._exact:
             self._remember(key, value)
         else:
             self._cache.pop(key, None)

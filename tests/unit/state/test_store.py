@@ -208,6 +208,10 @@ def test_a_written_value_is_read_back_through_its_codec_unless_json() -> None:
     floats = KeyValueStore("f", MemoryEngine(), resolve_value_codec("bytes", where="test"))
     floats.put("a", "text")  # the bytes codec takes a str: what it stores is its UTF-8
     assert floats.get("a") == b"text"
+    engine = _CountingEngine()
+    raw = KeyValueStore("raw", engine, resolve_value_codec("bytes", where="test"))
+    raw.put("b", b"\x00\x01")  # bytes decode to themselves: cached as written
+    assert raw.get("b") == b"\x00\x01" and engine.reads == 0
 
 
 def test_a_rolled_back_or_discarded_write_is_not_read_from_the_cache(
