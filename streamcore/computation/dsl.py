@@ -77,6 +77,7 @@ from streamcore.computation.dsl_graph import (
     computation_name_of,
     subtopologies,
 )
+from streamcore.computation.dsl_join import ValueJoiner, stream_table_join
 from streamcore.computation.dsl_values import ValueCodecSpec, resolve_value_codec
 from streamcore.computation.errors import DslDefinitionError, NotCallableError
 from streamcore.computation.processor import Processor
@@ -282,6 +283,17 @@ class Stream:
         return keyed._through(
             urn, node.codec, None, f".repartition({urn!r})", origin.payload.stream
         ).group_by_key()
+
+    def join(self, table: Table, joiner: ValueJoiner) -> Stream:
+        """Each record with a value in `table` for its key, as `joiner(value, table_value)`;
+        records whose key has none are dropped (docs/aggregations.md, "Joins"). The stream and
+        the table's source must be co-partitioned."""
+        return stream_table_join(self, table, joiner, left=False)
+
+    def left_join(self, table: Table, joiner: ValueJoiner) -> Stream:
+        """Each record as `joiner(value, table_value)`, `table_value` None when `table` has no
+        value for its key."""
+        return stream_table_join(self, table, joiner, left=True)
 
     def to_table(self, *, store: str | StoreSpec | None = None) -> Table:
         """The latest value per key, kept in the state store `store` (default `table`); None

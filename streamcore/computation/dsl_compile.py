@@ -4,7 +4,9 @@ The operator tree of a `SubTopology` is compiled once per computation instance i
 (each operator calls the next directly), so a record costs one decode, one call per operator and
 one encode per output, with no per-record interpretation of the tree. A node reached twice (after
 a `merge` of two branches) is compiled once, so a `process` step after it has one processor and
-one set of stores.
+one set of stores. A computation with a stream-table join reads several inputs (`i1` the
+stream's source, `i2...` the tables' sources): each input's records enter their own tree, and the
+trees share the computation's stores (a `join` step is a `process` step reading the table's).
 """
 
 from __future__ import annotations
@@ -54,16 +56,23 @@ class DslComputation(Computation):
     """Runs the operator tree of one `SubTopology` on each record of its input stream."""
 
     def __init__(self, subtopology: SubTopology) -> None:
-        super().__init__(subtopology.name, inputs=1, outputs=len(subtopology.outputs))
+        super().__init__(
+            subtopology.name, inputs=1 + len(subtopology.joined), outputs=len(subtopology.outputs)
+        )
         self.subtopology = subtopology
         self._produce: Callable[[str, Record], None] = _not_running
         self._watermark = 0
         self._record: Record | None = None  # the record the chain runs on (None: a timer)
         self._logical = {stream: f"o{i}" for i, stream in enumerate(subtopology.outputs, 1)}
-        self._decode = subtopology.codec.decode
         self._compiled: dict[int, Emit] = {}
         self._steps: list[ProcessStep] = []
-        self._root = _fan_out([self._compile(child) for child in subtopology.root.children])
+        # logical input -> (its stream, value decoder, the compiled tree of its source)
+        self._inputs: dict[str, tuple[str, Callable[[bytes], Any], Emit]] = {}
+        trees = [(subtopology.source, subtopology.codec, subtopology.root), *subtopology.joined]
+        for i, (stream, codec, root) in enumerate(trees, 1):
+            self._source = stream  # the stream the `process` steps compiled now read
+            tree = _fan_out([self._compile(child) for child in root.children])
+            self._inputs[f"i{i}"] = (stream, codec.decode, tree)
         logger.debug(
             "DSL computation %s: %s -> %s",
             subtopology.name,
@@ -94,7 +103,7 @@ class DslComputation(Computation):
         nxt = _fan_out([self._compile(child) for child in node.children])
         if kind in ("arm", "merge"):
             return nxt
-        if kind == "process":
+        if kind in ("process", "join"):
             return self._compile_process(node, nxt)
         fn = node.fn
         if kind == "filter":
@@ -185,7 +194,7 @@ class DslComputation(Computation):
         raise DslDefinitionError(f"unknown DSL node kind {kind!r}")
 
     def _compile_process(self, node: OperatorNode, nxt: Emit) -> Emit:
-        step = ProcessStep(node, self.metadata.name, self.subtopology.source, nxt, len(self._steps))
+        step = ProcessStep(node, self.metadata.name, self._source, nxt, len(self._steps))
         self._steps.append(step)
 
         def process(key: str, value: Any) -> None:
@@ -247,17 +256,16 @@ class DslComputation(Computation):
     ) -> None:
         if not record.data and record.flags & _CONTROL:
             return
+        stream, decode, root = self._inputs[input_stream]
         try:
-            value = self._decode(record.data)
+            value = decode(record.data)
         except Exception as exc:
-            exc.add_note(
-                f"decoding a value of {self.subtopology.source!r} (DSL {self.metadata.name})"
-            )
+            exc.add_note(f"decoding a value of {stream!r} (DSL {self.metadata.name})")
             raise
         self._produce = context.produce_record
         self._watermark = record.watermark
         self._record = record
-        self._root(record.key, value)
+        root(record.key, value)
         for step in self._steps:
             if step.stream_interval_ms:
                 step.start_stream_punctuation(context)

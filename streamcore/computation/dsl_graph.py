@@ -5,6 +5,11 @@ the source that starts the next. `subtopologies` cuts a graph at those links: ea
 `SubTopology`, run as one `DslComputation` (`dsl_compile`). The user-facing `Stream` (`dsl`) and
 the runtime (`dsl_compile`) both import this module and not each other.
 
+A `join` node (a stream-table join, `dsl_join`) reads the store of a table whose chain starts at
+another source: the two sources' trees are compiled into one computation with two inputs (the
+stream's source first), so the table's store is written by the table side and read by the stream
+side in the same task.
+
 A `merge` node has two parents (it is a child of both), so a graph is a DAG: each source's
 computation walks down into the merged chain, which is therefore compiled into the computation of
 every source that reaches it (see `dsl`, "merge"). Shared nodes stay shared within one
@@ -28,6 +33,7 @@ __all__ = [
     "SinkInfo",
     "SourceInfo",
     "SubTopology",
+    "TableLookup",
     "computation_name_of",
     "subtopologies",
 ]
@@ -36,8 +42,9 @@ __all__ = [
 class OperatorNode:
     """One operator of a chain. Kinds: source, filter, map, map_values, flat_map,
     flat_map_values, peek, select_key, process (`fn` the processor supplier, `payload` its
-    `StoreSpec`s), branch, arm (one output of a branch), merge (`parent` the stream `merge` was
-    called on, `payload` the other one; a child of both), sink."""
+    `StoreSpec`s), join (a process step whose `payload` is a `TableLookup`), branch, arm (one
+    output of a branch), merge (`parent` the stream `merge` was called on, `payload` the other
+    one; a child of both), sink."""
 
     __slots__ = ("children", "codec", "fn", "kind", "label", "parent", "payload")
 
@@ -90,11 +97,25 @@ class SinkInfo:
     downstream: OperatorNode | None  # the source `through` starts
 
 
+class TableLookup(tuple[StoreSpec, ...]):
+    """The payload of a join node: the table's store (the one spec its step reaches, declared by
+    the table's own step) and the table's node, whose source joins the computation."""
+
+    table: OperatorNode
+
+    def __new__(cls, spec: StoreSpec, table: OperatorNode) -> TableLookup:
+        lookup = super().__new__(cls, (spec,))
+        lookup.table = table
+        return lookup
+
+
 @dataclass(frozen=True)
 class SubTopology:
     """One computation of a compiled DSL graph: its name, its input stream and value codec,
-    its output streams (logical `o1..oN` in this order), the root of its operator tree, and the
-    state stores its `process` steps declare."""
+    its output streams (logical `o1..oN` in this order), the root of its operator tree, the
+    state stores its `process` steps declare, the internal streams it reads with the stream
+    whose partition count each copies, and the other sources a join brings in (logical `i2..`,
+    each `(stream, value codec, root)`)."""
 
     name: str
     source: str
@@ -102,7 +123,8 @@ class SubTopology:
     outputs: tuple[str, ...]
     root: OperatorNode
     stores: tuple[StoreSpec, ...] = ()
-    copies: str | None = None  # `source` is a repartition stream with this stream's count
+    copies: tuple[tuple[str, str], ...] = ()
+    joined: tuple[tuple[str, Codec[Any], OperatorNode], ...] = ()
 
 
 def _origin(node: OperatorNode) -> OperatorNode:
@@ -125,11 +147,20 @@ class _Walk:
     downstream: list[OperatorNode]  # sources `through` starts
     merged: list[OperatorNode]  # origins of the streams merged into this tree
     steps: list[OperatorNode]  # process steps
+    joined: list[OperatorNode]  # sources of the tables joined in this tree
+
+
+def _source_of(node: OperatorNode) -> OperatorNode:
+    """The source starting `node`'s chain (not following `through` upstream)."""
+    while node.kind != "source":
+        assert node.parent is not None
+        node = node.parent
+    return node
 
 
 def _walk(root: OperatorNode) -> _Walk:
     """What the tree under `root` holds; raises on dead ends (a `process` may end a chain)."""
-    found = _Walk([], [], [], [])
+    found = _Walk([], [], [], [], [])
     seen: set[int] = set()
     stack = [root]
     while stack:
@@ -147,6 +178,8 @@ def _walk(root: OperatorNode) -> _Walk:
             found.merged += [_origin(node.parent), _origin(node.payload)]
         elif node.kind == "process":
             found.steps.append(node)
+        elif node.kind == "join":
+            found.joined.append(_source_of(node.payload.table))
         if not node.children and node.kind != "process":
             raise UnfinishedStreamError(
                 f"{node.chain()} has no sink: end it with .to('<stream>') or .through(...), "
@@ -234,8 +267,10 @@ def subtopologies(*nodes: OperatorNode) -> list[SubTopology]:
         walked.append((root, found))
         pending.extend(found.downstream)
         pending.extend(found.merged)
+        pending.extend(found.joined)
     _check_stateful_merges(walked)
     _check_repartitions(walked)
+    hosts = _join_hosts(walked)
     explicit = [root.payload.name for root, _ in walked if root.payload.name]
     taken = set(explicit)
     for name in explicit:
@@ -246,17 +281,60 @@ def subtopologies(*nodes: OperatorNode) -> list[SubTopology]:
             )
     out = []
     for root, found in walked:
+        if id(root) in hosts:
+            continue  # a joined table's source: compiled into its host's computation
         info: Any = root.payload
         name = info.name or _default_name(info.stream, taken)
         taken.add(name)
-        outputs = tuple(dict.fromkeys(s.payload.stream for s in found.sinks))
-        stores = _stores(found.steps)
+        parts = [(root, found)] + [(r, f) for r, f in walked if hosts.get(id(r)) is root]
+        sinks = [s for _, f in parts for s in f.sinks]
+        outputs = tuple(dict.fromkeys(s.payload.stream for s in sinks))
+        stores = _stores([step for _, f in parts for step in f.steps])
+        copies = tuple((r.payload.stream, r.payload.copies) for r, _ in parts if r.payload.copies)
+        joined = tuple((r.payload.stream, r.codec, _snapshot(r)) for r, _ in parts[1:])
         out.append(
             SubTopology(
-                name, info.stream, root.codec, outputs, _snapshot(root), stores, info.copies
+                name, info.stream, root.codec, outputs, _snapshot(root), stores, copies, joined
             )
         )
     return out
+
+
+def _join_hosts(walked: list[tuple[OperatorNode, _Walk]]) -> dict[int, OperatorNode]:
+    """For the source of each joined table, the source of the stream joining it: the table's
+    tree runs in that stream's computation (one computation reads both, so one task holds the
+    store and sees both sides of a key)."""
+    hosts: dict[int, OperatorNode] = {}
+    for root, found in walked:
+        for table in found.joined:
+            if table is root:
+                continue  # a table of the stream's own source: in its computation already
+            first = hosts.setdefault(id(table), root)
+            if first is not root:
+                raise DslDefinitionError(
+                    f"the table of {table.chain()} is joined by streams of two computations, "
+                    f"{first.chain()} and {root.chain()}; join a table from one computation "
+                    "(merge the streams first) or build one table per stream"
+                )
+            if table.payload.stream == root.payload.stream:
+                raise DslDefinitionError(
+                    f"{root.chain()} joins a table of the same stream {root.payload.stream!r} "
+                    "read by another builder.stream(...); build the table from the same "
+                    "Stream (stream.to_table()) so one computation reads it once"
+                )
+            if table.payload.name:
+                raise DslDefinitionError(
+                    f"{table.chain()}: name={table.payload.name!r} is not used: the table is "
+                    f"joined by {root.chain()} and runs in that stream's computation; give "
+                    "name= to the stream's source instead"
+                )
+    for root, found in walked:
+        if id(root) in hosts and (found.joined or any(h is root for h in hosts.values())):
+            raise DslDefinitionError(
+                f"{root.chain()}: a joined table's chain joins another table itself; join the "
+                "tables in separate computations (write one side .through(...) first)"
+            )
+    return hosts
 
 
 def _check_stateful_merges(walked: list[tuple[OperatorNode, _Walk]]) -> None:

@@ -95,5 +95,6 @@ def check_copartitioned(topology: Topology, partitions_of: Callable[[str], int])
             f"stream, {most})) for streams not created yet, and recreate an existing stream "
             "with that count (streamcore delete -l STREAM --yes, then streamcore create -l "
             f"STREAM -p {most}), or repartition it through a computation that writes a stream "
-            "of that count"
+            "of that count (in the DSL: .through('<stream>') on a stream created with that "
+            "count, or group_by(...), whose repartition stream copies its input's count)"
         )

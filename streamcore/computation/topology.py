@@ -158,12 +158,12 @@ class TopologyBuilder:
         if self._streams:
             dsl: dict[str, _WiredComputation] = {}
             for sub in compile_streams(self._streams):
-                mapping = [f"i1:{sub.source}"]
+                sources = [sub.source, *(stream for stream, _, _ in sub.joined)]
+                mapping = [f"i{i}:{stream}" for i, stream in enumerate(sources, 1)]
                 mapping += [f"o{i}:{stream}" for i, stream in enumerate(sub.outputs, 1)]
                 node = _wire(DslComputation.supplier(sub), mapping, dsl)
                 _add(dsl, _with_stores(node, sub.stores))
-                if sub.copies is not None:
-                    copies[sub.source] = sub.copies
+                copies.update(sub.copies)
             at = len(wired) if self._dsl_at is None else self._dsl_at
             wired[at:at] = dsl.values()
         nodes: dict[str, _WiredComputation] = {}
