@@ -77,7 +77,12 @@ from streamcore.computation.dsl_graph import (
     computation_name_of,
     subtopologies,
 )
-from streamcore.computation.dsl_join import ValueJoiner, stream_table_join
+from streamcore.computation.dsl_join import (
+    JoinWindows,
+    ValueJoiner,
+    stream_stream_join,
+    stream_table_join,
+)
 from streamcore.computation.dsl_values import ValueCodecSpec, resolve_value_codec
 from streamcore.computation.errors import DslDefinitionError, NotCallableError
 from streamcore.computation.processor import Processor
@@ -284,16 +289,73 @@ class Stream:
             urn, node.codec, None, f".repartition({urn!r})", origin.payload.stream
         ).group_by_key()
 
-    def join(self, table: Table, joiner: ValueJoiner) -> Stream:
-        """Each record with a value in `table` for its key, as `joiner(value, table_value)`;
-        records whose key has none are dropped (docs/aggregations.md, "Joins"). The stream and
-        the table's source must be co-partitioned."""
-        return stream_table_join(self, table, joiner, left=False)
+    def join(
+        self,
+        other: Table | Stream,
+        joiner: ValueJoiner,
+        *,
+        windows: JoinWindows | None = None,
+        store: str | StoreSpec | None = None,
+        late: str | None = None,
+    ) -> Stream:
+        """With a `Table`: each record with a value in the table for its key, as
+        `joiner(value, table_value)`; records whose key has none are dropped. With a `Stream`
+        and `windows=JoinWindows(...)`: `joiner(left, right)` for each pair of records of one
+        key within the join window. The two streams must be co-partitioned; see
+        docs/aggregations.md, "Joins" (`store=`, `late=`: the windowed join's store and late
+        stream)."""
+        return self._join(other, joiner, windows, store, late, "join")
 
-    def left_join(self, table: Table, joiner: ValueJoiner) -> Stream:
-        """Each record as `joiner(value, table_value)`, `table_value` None when `table` has no
-        value for its key."""
-        return stream_table_join(self, table, joiner, left=True)
+    def left_join(
+        self,
+        other: Table | Stream,
+        joiner: ValueJoiner,
+        *,
+        windows: JoinWindows | None = None,
+        store: str | StoreSpec | None = None,
+        late: str | None = None,
+    ) -> Stream:
+        """`join`, and each record of this stream without a match as `joiner(value, None)` (for
+        a windowed join: once its window closed)."""
+        return self._join(other, joiner, windows, store, late, "left_join")
+
+    def outer_join(
+        self,
+        other: Stream,
+        joiner: ValueJoiner,
+        *,
+        windows: JoinWindows,
+        store: str | StoreSpec | None = None,
+        late: str | None = None,
+    ) -> Stream:
+        """A windowed `left_join` that also emits each record of `other` without a match, as
+        `joiner(None, value)`, once its window closed."""
+        return self._join(other, joiner, windows, store, late, "outer_join")
+
+    def _join(
+        self,
+        other: Any,
+        joiner: ValueJoiner,
+        windows: JoinWindows | None,
+        store: str | StoreSpec | None,
+        late: str | None,
+        kind: str,
+    ) -> Stream:
+        if isinstance(other, Stream):
+            if windows is None:
+                raise DslDefinitionError(
+                    f"{self._node.chain()}.{kind}({other._node.chain()}, ...): a stream-stream "
+                    "join needs windows=JoinWindows(before_ms, after_ms, grace_ms=...)"
+                )
+            return stream_stream_join(
+                self, other, joiner, windows, kind=kind, store=store, late=late
+            )
+        if windows is not None or store is not None or late is not None or kind == "outer_join":
+            raise DslDefinitionError(
+                f"{self._node.chain()}.{kind}(...): windows=, store= and late= (and outer_join) "
+                "are for stream-stream joins; a stream-table join reads the table's store"
+            )
+        return stream_table_join(self, other, joiner, left=kind == "left_join")
 
     def to_table(self, *, store: str | StoreSpec | None = None) -> Table:
         """The latest value per key, kept in the state store `store` (default `table`); None

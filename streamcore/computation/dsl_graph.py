@@ -268,9 +268,9 @@ def subtopologies(*nodes: OperatorNode) -> list[SubTopology]:
         pending.extend(found.downstream)
         pending.extend(found.merged)
         pending.extend(found.joined)
-    _check_stateful_merges(walked)
     _check_repartitions(walked)
     hosts = _join_hosts(walked)
+    _check_stateful_merges(walked, hosts)
     explicit = [root.payload.name for root, _ in walked if root.payload.name]
     taken = set(explicit)
     for name in explicit:
@@ -291,11 +291,15 @@ def subtopologies(*nodes: OperatorNode) -> list[SubTopology]:
         outputs = tuple(dict.fromkeys(s.payload.stream for s in sinks))
         stores = _stores([step for _, f in parts for step in f.steps])
         copies = tuple((r.payload.stream, r.payload.copies) for r, _ in parts if r.payload.copies)
-        joined = tuple((r.payload.stream, r.codec, _snapshot(r)) for r, _ in parts[1:])
+        # One snapshot of all the trees: a node they share (the merge after a stream-stream
+        # join) stays one node, compiled once.
+        shared: dict[int, OperatorNode] = {}
+        tree = _snapshot(root, None, shared)
+        joined = tuple(
+            (r.payload.stream, r.codec, _snapshot(r, None, shared)) for r, _ in parts[1:]
+        )
         out.append(
-            SubTopology(
-                name, info.stream, root.codec, outputs, _snapshot(root), stores, copies, joined
-            )
+            SubTopology(name, info.stream, root.codec, outputs, tree, stores, copies, joined)
         )
     return out
 
@@ -337,15 +341,20 @@ def _join_hosts(walked: list[tuple[OperatorNode, _Walk]]) -> dict[int, OperatorN
     return hosts
 
 
-def _check_stateful_merges(walked: list[tuple[OperatorNode, _Walk]]) -> None:
+def _check_stateful_merges(
+    walked: list[tuple[OperatorNode, _Walk]], hosts: dict[int, OperatorNode]
+) -> None:
     """A `process` step with stores after a merge of two sources would run in both sources'
-    computations, each with its own store: the state of one key would be split in two."""
+    computations, each with its own store: the state of one key would be split in two (not
+    when a join puts both sources in one computation)."""
     reached: dict[int, OperatorNode] = {}
     for root, found in walked:
+        host = hosts.get(id(root), root)
         for step in found.steps:
             if not step.payload:
                 continue
-            if id(step) in reached:
+            first = reached.get(id(step))
+            if first is not None and hosts.get(id(first), first) is not host:
                 raise DslDefinitionError(
                     f"{step.chain()}: this step keeps state stores but follows a merge of the "
                     f"streams {reached[id(step)].payload.stream!r} and {root.payload.stream!r}, "

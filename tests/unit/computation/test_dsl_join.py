@@ -148,7 +148,7 @@ def test_definitions_refused_name_the_fix() -> None:
     customers = builder.table(CUSTOMERS, codec="json")
     orders = builder.stream(ORDERS, codec="json")
     with pytest.raises(DslDefinitionError, match="expected a Table"):
-        orders.join(orders, joiner)  # type: ignore[arg-type]
+        orders.join("shop/customers", joiner)  # type: ignore[arg-type]
     with pytest.raises(NotCallableError, match="join"):
         orders.join(customers, "name")  # type: ignore[arg-type]
     with pytest.raises(DslDefinitionError, match=r"to_table\(store="):
