@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 from typing import Any
 
 import pytest
+from log_fixtures import make_config
 
-from streamcore.computation import Settings, Topology, TopologyTestDriver
+from streamcore.codecs import get_codec
+from streamcore.computation import Settings, StreamProcessor, Topology, TopologyTestDriver
 from streamcore.computation.errors import DslDefinitionError, NotCallableError
 from streamcore.errors import TopologyError
+from streamcore.log.local.manager import LocalLogManager
 from streamcore.record import Record
 from streamcore.watermark import Watermark
 
@@ -185,3 +189,29 @@ def test_both_sides_are_taken_in_timestamp_order() -> None:
         assert [json.loads(r.data) for r in driver.read_output(OUT)] == [
             {"order": 1, "name": "Ada"}
         ]
+
+
+def test_a_join_on_the_stream_processor_on_the_local_log(tmp_path: Path) -> None:
+    """The two-input DSL computation on the real processor: the table is built by a first run
+    (its store checkpointed, its changelog written), restored by a second one that joins."""
+    manager = LocalLogManager(tmp_path / "log", config=make_config(tmp_path))
+    codec = get_codec("avro")
+    settings = Settings(drain_quiet=0.3, state_dir=tmp_path / "state")
+    topology = join_topology(True)
+    manager.create(ORDERS, 2)
+    manager.create(CUSTOMERS, 2)
+    table = {f"c{i}": {"name": f"n{i}"} for i in range(0, 6, 2)}
+    with manager.appender(CUSTOMERS, codec) as appender:
+        appender.append_batch([(k, Record(k, js(v))) for k, v in table.items()])
+    with StreamProcessor(manager, topology, settings) as first:
+        assert first.drain_and_stop(60)
+    orders = [(f"c{i % 6}", {"order": i}) for i in range(60)]
+    with manager.appender(ORDERS, codec) as appender:
+        appender.append_batch([(k, Record(k, js(v))) for k, v in orders])
+    with StreamProcessor(manager, topology, settings) as second:
+        assert second.drain_and_stop(60)
+    with manager.tailer("test/reader", OUT, codec) as tailer:
+        out = [(item.message.key, json.loads(item.message.data)) for item in tailer]
+    expected = [(k, joiner(v, table.get(k))) for k, v in orders]
+    assert sorted(out, key=repr) == sorted(expected, key=repr)
+    manager.close()

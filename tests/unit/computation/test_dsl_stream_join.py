@@ -7,14 +7,20 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 from typing import Any
 
 import pytest
+from log_fixtures import make_config
 
-from streamcore.computation import Settings, Topology, TopologyTestDriver
+from streamcore.codecs import get_codec
+from streamcore.computation import Settings, StreamProcessor, Topology, TopologyTestDriver
 from streamcore.computation.dsl_join import JoinWindows
 from streamcore.computation.errors import DslDefinitionError
 from streamcore.errors import InvalidArgumentError
+from streamcore.log.local.manager import LocalLogManager
+from streamcore.record import Record
+from streamcore.watermark import Watermark
 
 LEFT, RIGHT, OUT = "shop/views", "shop/clicks", "shop/joined"
 LATE = "shop/views-dsl-late"
@@ -174,3 +180,40 @@ def test_an_aggregation_after_the_join_counts_each_result_once() -> None:
             driver.pipe(stream, key, json.dumps({"id": ident}).encode(), timestamp_ms=ts)
         counts = {r.key: json.loads(r.data) for r in driver.read_output(OUT)}
     assert sum(counts.values()) == len(expected) > 0
+
+
+def test_a_windowed_join_on_the_stream_processor_on_the_local_log(tmp_path: Path) -> None:
+    """On the real processor (2 partitions per stream), with a grace long enough that no record
+    is late whatever order the task takes the two streams in: every pair within the window."""
+    manager = LocalLogManager(tmp_path / "log", config=make_config(tmp_path))
+    codec = get_codec("avro")
+    builder = Topology.builder()
+    windows = JoinWindows(BEFORE, AFTER, grace_ms=10**9)
+    builder.stream(LEFT, codec="json").join(
+        builder.stream(RIGHT, codec="json"), joiner, windows=windows
+    ).to(OUT)
+    items = events(300, 4)
+    for stream in (LEFT, RIGHT):
+        manager.create(stream, 2)
+        with manager.appender(stream, codec) as appender:
+            appender.append_batch(
+                [
+                    (key, Record(key, json.dumps({"id": i}).encode(), Watermark.of(t).value))
+                    for s, key, t, i in items
+                    if s == stream
+                ]
+            )
+    settings = Settings(drain_quiet=0.3, state_dir=tmp_path / "state")
+    with StreamProcessor(manager, builder.build(), settings) as processor:
+        assert processor.drain_and_stop(60)
+    with manager.tailer("test/reader", OUT, codec) as tailer:
+        out = sorted(json.dumps(json.loads(item.message.data)) for item in tailer)
+    pairs = [
+        json.dumps(joiner({"id": i}, {"id": j}))
+        for s, k, t, i in items
+        if s == LEFT
+        for s2, k2, t2, j in items
+        if s2 == RIGHT and k2 == k and t - BEFORE <= t2 <= t + AFTER
+    ]
+    assert out == sorted(pairs) and pairs
+    manager.close()
