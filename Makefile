@@ -68,6 +68,7 @@ bench: $(STAMP) $(JARS_STAMP)
 	$(BIN)/python bench/recovery_bench.py --spark
 	$(BIN)/python bench/dag_latency_bench.py
 	$(BIN)/python bench/state_bench.py
+	$(BIN)/python bench/window_bench.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

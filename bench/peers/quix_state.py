@@ -1,12 +1,15 @@
-"""The Quix Streams side of bench/state_bench.py: a keyed count with Quix's RocksDB state, and the
-restore of a store from its changelog topic. Runs in its own venv (`.cache/bench/quix-venv`:
+"""The Quix Streams side of bench/state_bench.py and bench/window_bench.py: a keyed count with
+Quix's RocksDB state, the restore of a store from its changelog topic, and a tumbling-window
+count. Runs in its own venv (`.cache/bench/quix-venv`:
 quixstreams needs an older confluent-kafka than streamcore), one phase per invocation, each
 printing one JSON document on stdout; bench/state_bench.py runs each phase with a timeout.
 
 Phases (all on `--bootstrap`, topics and groups named from `--prefix`):
 
-- `produce TOPIC --records N --keys K`: N JSON values `1` keyed `k{i % K}` into a new
-  1-partition topic (a plain confluent-kafka producer, not timed as a figure).
+- `produce TOPIC --records N --keys K [--span-ms S]`: N JSON values `1` keyed `k{i % K}` into a
+  new 1-partition topic (a plain confluent-kafka producer, not timed as a figure); with
+  `--span-ms`, record i has the Kafka timestamp `1_700_000_000_000 + i * S // N` (event time
+  over S ms, what `window_bench.py` writes to our log too).
 - `count TOPIC --records N --state-dir D`: an Application (group `<prefix>count-<topic>`,
   earliest) running `sdf.apply(count, stateful=True)` (state.get / state.set per message, its
   RocksDB store, changelog on); it stops itself at the N-th message. Timed from `app.run()` to the
@@ -19,6 +22,11 @@ Phases (all on `--bootstrap`, topics and groups named from `--prefix`):
   recovery loop, until Quix marks the partitions recovered), and the records to restore are
   its partitions' high watermark minus their start offset, read before the call; then the
   wrapper stops the app. `start_to_restored_s` adds the application's start and group join.
+- `window TOPIC --records N --state-dir D --size-ms W --grace-ms G`: an Application (group
+  `<prefix>window-<topic>`) running `sdf.tumbling_window(W, grace_ms=G).count().final()` on the
+  record timestamps, its results sent to `<TOPIC>-windows`; a message counter before the window
+  stops the app at the N-th message. Timed from `app.run()` to the N-th message; `windows` is
+  the number of final results it produced by then (final results come as windows close).
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+BASE_MS = 1_700_000_000_000  # the event time of record 0 of `produce --span-ms`
 
 
 def produce(args: argparse.Namespace) -> dict[str, Any]:
@@ -46,9 +56,14 @@ def produce(args: argparse.Namespace) -> dict[str, Any]:
     start = time.perf_counter()
     for i in range(args.records):
         key = f"k{i % args.keys}"
+        stamp = (
+            {}
+            if args.span_ms is None
+            else {"timestamp": BASE_MS + i * args.span_ms // args.records}
+        )
         while True:
             try:
-                producer.produce(args.topic, b"1", key.encode())
+                producer.produce(args.topic, b"1", key.encode(), **stamp)
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -142,18 +157,48 @@ def restore(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def window(args: argparse.Namespace) -> dict[str, Any]:
+    app = application(args, f"{args.prefix}window-{args.topic}")
+    topic = app.topic(args.topic, key_deserializer="str", value_deserializer="json")
+    results = app.topic(f"{args.topic}-windows", value_serializer="json")
+    seen = {"n": 0, "last": 0.0, "windows": 0}
+
+    def counted(value: Any) -> None:
+        seen["n"] += 1
+        if seen["n"] == args.records:
+            seen["last"] = time.perf_counter()
+            app.stop()
+
+    def result(value: Any) -> None:
+        seen["windows"] += 1
+
+    sdf = app.dataframe(topic)
+    sdf = sdf.update(counted)
+    sdf = sdf.tumbling_window(duration_ms=args.size_ms, grace_ms=args.grace_ms).count().final()
+    sdf = sdf.update(result)
+    sdf.to_topic(results)
+    start = time.perf_counter()
+    app.run()
+    if seen["n"] != args.records:
+        raise RuntimeError(f"Quix processed {seen['n']} of {args.records} records")
+    return {"records": args.records, "seconds": seen["last"] - start, "windows": seen["windows"]}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("phase", choices=("produce", "count", "restore"))
+    parser.add_argument("phase", choices=("produce", "count", "restore", "window"))
     parser.add_argument("topic")
     parser.add_argument("--bootstrap", required=True)
     parser.add_argument("--prefix", required=True)
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--keys", type=int, default=10_000)
     parser.add_argument("--state-dir", type=Path)
+    parser.add_argument("--span-ms", type=int, default=None, help="event time span of produce")
+    parser.add_argument("--size-ms", type=int, default=60_000)
+    parser.add_argument("--grace-ms", type=int, default=10_000)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    phases = {"produce": produce, "count": count, "restore": restore}
+    phases = {"produce": produce, "count": count, "restore": restore, "window": window}
     print(json.dumps(phases[args.phase](args)))
     return 0
 
