@@ -9,6 +9,9 @@ Layers, bottom up:
   codec), buffering its writes until the processor's checkpoint.
 - `changelog` and `restore`: every checkpoint's changes appended to the store's changelog with
   the input positions that produced them, and the restore that rebuilds a store from it.
+- `windows`: window specs on event time, and the window and session stores laid out over a
+  `KeyValueStore` (so they get its changelog and restore), with the per-record aggregation step
+  the DSL's windowed aggregations run.
 """
 
 from streamcore.state.engine import StoreEngine
