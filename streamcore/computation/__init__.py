@@ -8,6 +8,8 @@ from streamcore.computation.computation import Computation, ComputationMetadata
 from streamcore.computation.context import ComputationContext
 from streamcore.computation.dlq import DeadLetter
 from streamcore.computation.dsl import Stream
+from streamcore.computation.dsl_aggregate import GroupedStream, Table
+from streamcore.computation.dsl_join import JoinWindows
 from streamcore.computation.filters import RecordFilter
 from streamcore.computation.health import HealthStatus
 from streamcore.computation.policy import ComputationPolicy
@@ -24,13 +26,16 @@ __all__ = [
     "ComputationMetadata",
     "ComputationPolicy",
     "DeadLetter",
+    "GroupedStream",
     "HealthStatus",
+    "JoinWindows",
     "Processor",
     "ProcessorContext",
     "RecordFilter",
     "Settings",
     "Stream",
     "StreamProcessor",
+    "Table",
     "Topology",
     "TopologyBuilder",
     "TopologyTestDriver",
