@@ -66,7 +66,6 @@ from streamcore.errors import (
     StateError,
 )
 from streamcore.log.api import LogManager, LogTailer
-from streamcore.log.capabilities import ColumnReader
 from streamcore.log.values import LogOffset, LogPartition
 from streamcore.names import Name
 from streamcore.state.changelog import (
@@ -79,6 +78,7 @@ from streamcore.state.changelog import (
     decode_positions,
 )
 from streamcore.state.engine import StoreEngine
+from streamcore.state.restore_read import read_lists, run_end
 
 __all__ = [
     "RestoreProgress",
@@ -234,50 +234,6 @@ def _start_point(
     return checkpoint.offset, ""
 
 
-def _run_end(values: list[bytes], start: int, header: bytes) -> int:
-    """The index of the first value from `start` on that does not begin with `header` (or the
-    length): the end of one append's run of puts. The values' heads are sliced and compared
-    at C level, in windows that double from 64 (a run is usually the rest of the read, or one
-    append of a few thousand records)."""
-    head = itemgetter(slice(0, len(header)))
-    count, end, step = len(values), start, 64
-    while end < count:
-        heads = list(map(head, values[end : end + step]))
-        same = heads.count(header)
-        if same < len(heads):
-            return end + next(k for k, h in enumerate(heads) if h != header)
-        end += same
-        step *= 2
-    return end
-
-
-_ReadLists = tuple[list[bytes], list[bytes], Callable[[int], int]]
-"""One read of the restore: the keys (bytes), the values and the offset of the i-th record."""
-
-
-def _read_lists(tailer: LogTailer[Any], max_records: int, timeout: float) -> _ReadLists | None:
-    """The next read, as Python lists: straight from a `ColumnReader` (Kafka: no Arrow arrays
-    built to be converted back), else from `read_arrow` (the local log's batches are its mapped
-    segments, converted once here)."""
-    if isinstance(tailer, ColumnReader):
-        columns = tailer.read_columns(max_records, timeout)
-        if columns is None:
-            return None
-        return columns.keys, columns.values, columns.offsets.__getitem__
-    batch = tailer.read_arrow(max_records, timeout)
-    if batch is None:
-        return None
-    import pyarrow as pa
-
-    offsets = batch.column("offset")
-    return (
-        # The UTF-8 keys as bytes: a view of the same buffers (a cast costs 20 times more).
-        batch.column("key").view(pa.binary()).to_pylist(),
-        batch.column("value").to_pylist(),
-        lambda i: int(offsets[i].as_py()),
-    )
-
-
 class _Restore:
     """One restore's state (see `restore`)."""
 
@@ -405,7 +361,7 @@ class _Restore:
                 changes: dict[bytes, bytes | None] = {}
                 rows, new_position, timeout, purged = 0, position, wait, 0
                 while rows < settings.batch_size and new_position < end:
-                    read = _read_lists(tailer, settings.batch_size - rows, timeout)
+                    read = read_lists(tailer, settings.batch_size - rows, timeout)
                     timeout = 0.0
                     count = 0 if read is None else len(read[0])
                     first = read[2](0) if read is not None and count else new_position
@@ -474,11 +430,11 @@ class _Restore:
         changes: dict[bytes, bytes | None],
     ) -> None:
         """Add one read's non-void changes to `changes` (the next engine write): its keys, its
-        values and the offset of its i-th record (`_read_lists`).
+        values and the offset of its i-th record (`read_lists`).
 
         The puts of one append share their header (`streamcore.state.changelog`): its positions
         are decoded once per append (and once per distinct header per restore), the run of
-        records behind it is found by `_run_end` and applied with one dict update, so there is no
+        records behind it is found by `run_end` and applied with one dict update, so there is no
         Python bytecode per record, only C-level slices, comparisons and dict entries. (A run
         found by Arrow's `starts_with` was as fast for large appends and three times slower for
         small ones, its cost being per call.) Deletes take the record-by-record path."""
@@ -497,7 +453,7 @@ class _Restore:
                     void = self.headers[header] = _void(
                         self._positions(header[4:], offset_at, i), self.committed
                     )
-                end = _run_end(values, i + 1, header)
+                end = run_end(values, i + 1, header)
                 if void:
                     void_keys.update(keys[i:end])
                     skipped += end - i
