@@ -49,7 +49,9 @@ from streamcore.state.windows import (
     LateRecord,
     SessionStore,
     SessionWindows,
+    TimeWindowSpec,
     TimeWindowStore,
+    WindowCache,
     WindowedValue,
     WindowSpec,
     aggregate_session,
@@ -121,6 +123,7 @@ class _WindowedStep(Processor):
         # The window store of each task's key-value store, kept for its close and expiry hints
         # (init runs again after a rebalance, when the key-value stores are new ones).
         self._stores: dict[int, tuple[Any, TimeWindowStore[Any] | SessionStore[Any]]] = {}
+        self._caches: dict[int, WindowCache] = {}  # of tumbling and hopping window stores
         self._kept: dict[int, tuple[Any, int]] = {}  # the stream time kept in each store
 
     def _window_store(self) -> TimeWindowStore[Any] | SessionStore[Any]:
@@ -129,6 +132,8 @@ class _WindowedStep(Processor):
         if known is None or known[0] is not kv:
             maker = SessionStore if isinstance(self.windows, SessionWindows) else TimeWindowStore
             known = self._stores[id(kv)] = (kv, maker(kv, self.windows, self.codec))  # type: ignore[arg-type]
+            if isinstance(self.windows, TimeWindowSpec):
+                self._caches[id(kv)] = WindowCache(known[1])  # type: ignore[arg-type]
         return known[1]
 
     def process(self, key: str, value: Any) -> None:
@@ -140,6 +145,7 @@ class _WindowedStep(Processor):
         store = self._window_store()
         now = self._stream_time(store, max(context.stream_time, timestamp))
         written: list[WindowedValue[Any]]
+        cache = None
         if isinstance(store, SessionStore):
             assert self.merger is not None
             session = aggregate_session(
@@ -153,9 +159,15 @@ class _WindowedStep(Processor):
                 for merged in session.merged:
                     context.forward(key, _result(merged, None))
         else:
-            windows = aggregate_windowed(
-                store, key, value, timestamp, now, self.initializer, self.aggregator
-            )
+            cache = self._caches.get(id(store.store))
+            if cache is None:
+                windows = aggregate_windowed(
+                    store, key, value, timestamp, now, self.initializer, self.aggregator
+                )
+            else:
+                windows = cache.aggregate(
+                    key, value, timestamp, now, self.initializer, self.aggregator
+                )
             if isinstance(windows, LateRecord):
                 self._send_late(key, value, windows)
                 return
@@ -163,6 +175,10 @@ class _WindowedStep(Processor):
         if self.emit == "update":
             for update in written:
                 context.forward(key, _result(update, update.value))
+        if cache is not None:
+            if now < cache.due:
+                return  # nothing closes or expires yet
+            cache.flush()  # closing and expiry read the store
         # Both skip their scan until stream time reaches the store's next close or expiry time.
         if self.emit == "final":
             for closed in store.take_closed(now):

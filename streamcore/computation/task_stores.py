@@ -203,6 +203,8 @@ class TaskStores:
             if partition.partition in self.tasks:
                 known[partition] = offset
         for task, stores in self.tasks.items():
+            for store in stores.values():
+                store.prepare_checkpoint()
             dirty = [store for store in stores.values() if store.dirty]
             if not dirty:
                 continue

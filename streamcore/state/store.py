@@ -10,18 +10,19 @@ moved, or its checkpoint failed) drops the buffer, so the engine only ever holds
 state.
 
 Reads are cached (Kafka Streams' caching store, for reads): the last `cache` keys read or written
-keep their decoded value (or their absence) when it is immutable (a number, a string, a bool), so
-a hot key's `get` reaches neither the engine nor the codec. Lists and dicts are decoded at every
-`get`: a caller changing the object it got must not change the store behind its back. A written
-value is cached as given only when it decodes back to itself: a scalar with the JSON codec,
-`bytes` with the bytes codec; with other codecs (Avro's 32-bit floats, a codec of the user's) the
-next read decodes it.
+(a full cache drops its oldest tenth) keep their decoded value, or their absence, when it is
+immutable (a number, a string, a bool), so a hot key's `get` reaches neither the engine nor the
+codec. Lists and dicts are decoded at every `get`: a caller changing the object it got must not
+change the store behind its back. A written value is cached as given only when it decodes back
+to itself: a scalar with the JSON codec, `bytes` with the bytes codec; with other codecs (Avro's
+32-bit floats, a codec of the user's) the next read decodes it.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from itertools import islice
 from typing import Any, Generic, TypeVar
 
 from streamcore.codecs import Codec
@@ -98,6 +99,10 @@ class KeyValueStore(Generic[V]):
         # Where each write records how to undo it (the runner's journal), when set.
         self.journal: list[Any] | None = None
         self._undo = _UndoLog(self)
+        # A layer above that keeps writes of its own (the DSL's window cache) writes them here
+        # before a checkpoint takes the buffered writes, and drops them with the buffer.
+        self.before_checkpoint: list[Callable[[], None]] = []
+        self.on_discard: list[Callable[[], None]] = []
 
     # -- reads ----------------------------------------------------------------------------------
     def get(self, key: str) -> V | None:
@@ -122,7 +127,10 @@ class KeyValueStore(Generic[V]):
         cache = self._cache
         cache[key] = value
         if len(cache) > self._cache_size:
-            del cache[next(iter(cache))]
+            # The oldest tenth goes at once, into a new dict: deleting a dict's first entries one
+            # at a time leaves a run of dead slots that every `next(iter(...))` walks again.
+            drop = max(1, self._cache_size // 10)
+            self._cache = dict(islice(cache.items(), drop, None))
 
     def range(self, start: str | None = None, end: str | None = None) -> Iterator[tuple[str, V]]:
         """The entries with `start <= key < end` (None: unbounded) in key order, buffered writes
@@ -197,6 +205,12 @@ class KeyValueStore(Generic[V]):
         return old
 
     # -- the checkpoint (the processor's side) ------------------------------------------------
+    def prepare_checkpoint(self) -> None:
+        """Let the layers above write what they keep (`before_checkpoint`), before the
+        checkpoint looks at `dirty` and takes `changes()`."""
+        for hook in self.before_checkpoint:
+            hook()
+
     @property
     def dirty(self) -> bool:
         """True when writes are buffered since the last checkpoint."""
@@ -244,6 +258,8 @@ class KeyValueStore(Generic[V]):
         self._pending.clear()
         self._undo.clear()
         self._cache.clear()
+        for hook in self.on_discard:
+            hook()
 
     def __repr__(self) -> str:
         return f"KeyValueStore({self.name!r}, {type(self.engine).__name__})"

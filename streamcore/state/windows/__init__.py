@@ -7,6 +7,8 @@ checkpoint and restore included), and the per-record aggregation a windowed DSL 
 - `store`: `TimeWindowStore` and `SessionStore`: the key layout, fetches, closing and expiry.
 - `aggregate`: `aggregate_windowed` and `aggregate_session`: update a record's windows or say it
   is late (`LateRecord`), never dropping it silently.
+- `cache`: `WindowCache`, tumbling and hopping aggregates kept decoded in memory and written to
+  their store once per checkpoint.
 """
 
 from streamcore.state.windows.aggregate import (
@@ -15,6 +17,7 @@ from streamcore.state.windows.aggregate import (
     aggregate_session,
     aggregate_windowed,
 )
+from streamcore.state.windows.cache import WindowCache
 from streamcore.state.windows.specs import (
     HoppingWindows,
     SessionWindows,
@@ -37,6 +40,7 @@ __all__ = [
     "TimeWindowStore",
     "TumblingWindows",
     "Window",
+    "WindowCache",
     "WindowSpec",
     "WindowedValue",
     "aggregate_session",

@@ -21,7 +21,13 @@ from typing import Any, Generic, TypeVar
 from streamcore.state.windows.specs import SlidingWindows, TimeWindowSpec, Window
 from streamcore.state.windows.store import SessionStore, TimeWindowStore, WindowedValue
 
-__all__ = ["LateRecord", "SessionUpdate", "aggregate_session", "aggregate_windowed"]
+__all__ = [
+    "LateRecord",
+    "SessionUpdate",
+    "aggregate_session",
+    "aggregate_windowed",
+    "late_reason",
+]
 
 A = TypeVar("A")
 
@@ -66,7 +72,7 @@ def aggregate_windowed(
     now = store.stream_time(max(stream_time, timestamp))
     spec = store.spec
     if spec.is_late(timestamp, now):
-        return LateRecord(key, timestamp, now, _late_reason(spec, timestamp, now))
+        return LateRecord(key, timestamp, now, late_reason(spec, timestamp, now))
     if isinstance(spec, SlidingWindows):
         return _sliding(store, spec, key, value, timestamp, initializer, aggregator)
     updated = []
@@ -155,7 +161,7 @@ def aggregate_session(
     spec = store.spec
     now = store.stream_time(max(stream_time, timestamp))
     if spec.is_late(timestamp, now):
-        return LateRecord(key, timestamp, now, _late_reason(spec, timestamp, now))
+        return LateRecord(key, timestamp, now, late_reason(spec, timestamp, now))
     gap = spec.inactivity_gap_ms
     found = store.find_sessions(key, timestamp - gap, timestamp + gap)
     aggregate, start, end, latest = initializer(), timestamp, timestamp, timestamp
@@ -172,7 +178,8 @@ def aggregate_session(
     return SessionUpdate(WindowedValue(key, window, aggregate, latest), merged)
 
 
-def _late_reason(spec: Any, timestamp: int, now: int) -> str:
+def late_reason(spec: Any, timestamp: int, now: int) -> str:
+    """Why a record at `timestamp` is late at stream time `now` (a `LateRecord`'s reason)."""
     if isinstance(spec, TimeWindowSpec):
         last = spec.windows_for(timestamp)[-1]
         return (

@@ -256,3 +256,55 @@ def test_bad_window_arguments_name_the_fix() -> None:
     sessions = grouped.windowed_by(SessionWindows(1_000, grace_ms=0))
     with pytest.raises(DslDefinitionError, match="merger="):
         sessions.aggregate(int, lambda k, v, a: a + v)
+
+
+def test_a_retried_record_counts_once_in_its_windows() -> None:
+    from streamcore.computation import ComputationPolicy
+
+    failed: set[tuple[str, int]] = set()
+
+    def flaky(key: str, value: Any, count: int) -> int:
+        if (key, count) not in failed:  # the first attempt at each count fails
+            failed.add((key, count))
+            raise RuntimeError("once")
+        return count + 1
+
+    builder = Topology.builder()
+    (
+        builder.stream(IN, codec="json")
+        .group_by_key()
+        .windowed_by(HoppingWindows(10_000, 5_000, grace_ms=0))
+        .aggregate(int, flaky, emit="final")
+        .to_stream()
+        .to(OUT)
+    )
+    policy = ComputationPolicy(max_retries=3, delay=0.0, max_delay=0.0)
+    events = [("a", 1_000_000 + i * 1_000) for i in range(40)]
+    driver = TopologyTestDriver(builder.build(), Settings().set_policy(NAME, policy))
+    with driver:
+        for key, t in events:
+            driver.pipe_record(IN, record(key, t))
+        got = {(start, end): value for _k, start, end, value in emitted(driver)}
+        for (start, end), value in got.items():
+            assert value == sum(1 for _, t in events if start <= t < end)
+        assert len(got) >= 6
+
+
+def test_list_aggregates_are_written_through_and_match_the_reference() -> None:
+    size, grace = 60_000, 20_000
+    times = shuffled_times(200, 3)
+    rng = random.Random(3)
+    events = [(f"u{rng.randrange(3)}", t) for t in times]
+    closed, _counts, _late = tumbling_reference(events, size, grace)
+    builder = Topology.builder()
+    (
+        builder.stream(IN, codec="json")
+        .group_by_key()
+        .windowed_by(TumblingWindows(size, grace_ms=grace))
+        .aggregate(list, lambda k, v, seen: [*seen, v], emit="final")
+        .to_stream()
+        .to(OUT)
+    )
+    with run(builder.build(), [record(k, t) for k, t in events]) as driver:
+        got = [(k, s, e, len(v)) for k, s, e, v in emitted(driver)]
+        assert got == closed
