@@ -31,7 +31,8 @@ Streams doing both on the same Kafka broker.
    engine and an empty RocksDB engine, default `RestoreSettings` (engine writes of 10,000),
    timed around the `restore()` call (its tailer, end-offset capture and last checkpoint
    included). One untimed restore of a small changelog runs first in the process (the first
-   restore of a process loads pyarrow and warms up: about 0.5 s). Target: >= 500k keys/s.
+   restore of a process loads pyarrow and warms up: about 0.5 s). `--rounds` restores into each
+   engine, alternated; each row gives the median. Target: >= 500k keys/s.
 3. Peer, Quix Streams 3.28.1 (in its own venv, `.cache/bench/quix-venv`, made with uv from the
    package index when missing: it needs confluent-kafka < 2.13; bench/peers/quix_state.py):
    - keyed count: the same N records over K keys (JSON `1`, its native format) in a 1-partition
@@ -304,6 +305,17 @@ def timed_restore(manager: LogManager, name: str, engine_kind: str, folder: Path
     return elapsed
 
 
+def restore_rounds(
+    manager: LogManager, name: str, folder: Path, n: int, rounds: int
+) -> dict[str, float]:
+    """The median seconds of `rounds` restores into each engine, alternated."""
+    times: dict[str, list[float]] = {"memory": [], "rocksdb": []}
+    for _ in range(rounds):
+        for kind, seconds in times.items():
+            seconds.append(timed_restore(manager, name, kind, folder, n))
+    return {kind: statistics.median(seconds) for kind, seconds in times.items()}
+
+
 # -- 3. Quix Streams --------------------------------------------------------------------------
 def quix_python() -> Path:
     """The Python of the Quix venv, made (uv venv + uv pip install) when missing or stale."""
@@ -389,9 +401,7 @@ def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
         timed_restore(local, warm, "memory", folder, KEYS_PER_APPEND)
         name = changelog_name("bench/restore", STORE)
         write_changelog(local, name, n, "local")
-        figures["restore_local"] = {
-            kind: timed_restore(local, name, kind, folder, n) for kind in ("memory", "rocksdb")
-        }
+        figures["restore_local"] = restore_rounds(local, name, folder, n, args.rounds)
     finally:
         local.close()
 
@@ -406,9 +416,7 @@ def run(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
         progress(f"2. restore of {n:,} keys, Kafka ({bootstrap}) ...")
         name = changelog_name("bench/restore", STORE)
         write_changelog(kafka, name, n, "Kafka")
-        figures["restore_kafka"] = {
-            kind: timed_restore(kafka, name, kind, folder, n) for kind in ("memory", "rocksdb")
-        }
+        figures["restore_kafka"] = restore_rounds(kafka, name, folder, n, args.rounds)
         progress("3. keyed count, Kafka ...")
         fill_events(kafka, n, keys)
         proc_s, _ = count_processor(kafka, n, folder / "state-kafka", "rocksdb", "Kafka, RocksDB")
@@ -610,7 +618,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000, help="records and restored keys")
     parser.add_argument("--keys", type=int, default=10_000, help="keys of the count (10,000)")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of the local keyed count")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the count and restores")
     parser.add_argument("--no-kafka", action="store_true", help="local log only (no Quix either)")
     parser.add_argument("--no-quix", action="store_true", help="skip Quix Streams")
     parser.add_argument("--quix-timeout", type=float, default=300.0, help="s per Quix phase")
