@@ -91,6 +91,48 @@ def _result(update: WindowedValue[Any], value: Any) -> dict[str, Any]:
     return {"start": update.window.start, "end": update.window.end, "value": value}
 
 
+class _TaskWindows:
+    """What the step keeps per task (per key-value store): its window store, the window cache
+    (tumbling and hopping windows) and the task's stream time. A restarted task's stream time
+    starts again from its first record, so without the stored one a record late before a crash
+    could count after it, and a replay would not give the live run's windows: it is written to
+    the store at each checkpoint (with the windows, so a restart goes on from the checkpoint's)
+    and read back after a rewind."""
+
+    def __init__(self, kv: Any, windows: WindowSpec, codec: Codec[Any]) -> None:
+        self.kv = kv
+        self.store: TimeWindowStore[Any] | SessionStore[Any]
+        self.cache: WindowCache | None = None
+        if isinstance(windows, SessionWindows):
+            self.store = SessionStore(kv, windows, codec)
+        else:
+            self.store = TimeWindowStore(kv, windows, codec)  # type: ignore[arg-type]
+            if isinstance(windows, TimeWindowSpec):
+                self.cache = WindowCache(self.store)
+        self.time = self.written = self._stored_time()
+        kv.before_checkpoint.append(self.write_time)
+        kv.on_discard.append(self.reload_time)
+
+    def _stored_time(self) -> int:
+        raw = self.kv.get(_STREAM_TIME)
+        return _UNKNOWN if raw is None else int(_TIME.unpack(raw)[0])
+
+    def write_time(self) -> None:
+        if self.time > self.written:
+            self.kv.put(_STREAM_TIME, _TIME.pack(self.time))
+            self.written = self.time
+
+    def reload_time(self) -> None:
+        self.time = self.written = self._stored_time()
+
+    def detach(self) -> None:
+        """Unhook from the key-value store (the step made a new one for it)."""
+        self.kv.before_checkpoint.remove(self.write_time)
+        self.kv.on_discard.remove(self.reload_time)
+        if self.cache is not None:
+            self.cache.detach()
+
+
 class _WindowedStep(Processor):
     """Aggregates each record into its windows (see the module doc); one instance per unit, one
     window store per task."""
@@ -120,21 +162,18 @@ class _WindowedStep(Processor):
 
     def init(self, context: ProcessorContext) -> None:
         self.context = context
-        # The window store of each task's key-value store, kept for its close and expiry hints
-        # (init runs again after a rebalance, when the key-value stores are new ones).
-        self._stores: dict[int, tuple[Any, TimeWindowStore[Any] | SessionStore[Any]]] = {}
-        self._caches: dict[int, WindowCache] = {}  # of tumbling and hopping window stores
-        self._kept: dict[int, tuple[Any, int]] = {}  # the stream time kept in each store
+        for task in getattr(self, "_tasks", {}).values():  # init again: after a rebalance
+            task.detach()
+        self._tasks: dict[int, _TaskWindows] = {}
 
-    def _window_store(self) -> TimeWindowStore[Any] | SessionStore[Any]:
+    def _task(self) -> _TaskWindows:
         kv = self.context.get_state_store(self.store_name)
-        known = self._stores.get(id(kv))
-        if known is None or known[0] is not kv:
-            maker = SessionStore if isinstance(self.windows, SessionWindows) else TimeWindowStore
-            known = self._stores[id(kv)] = (kv, maker(kv, self.windows, self.codec))  # type: ignore[arg-type]
-            if isinstance(self.windows, TimeWindowSpec):
-                self._caches[id(kv)] = WindowCache(known[1])  # type: ignore[arg-type]
-        return known[1]
+        task = self._tasks.get(id(kv))
+        if task is None or task.kv is not kv:
+            if task is not None:
+                task.detach()
+            task = self._tasks[id(kv)] = _TaskWindows(kv, self.windows, self.codec)
+        return task
 
     def process(self, key: str, value: Any) -> None:
         if value is None:
@@ -142,8 +181,13 @@ class _WindowedStep(Processor):
         context = self.context
         timestamp = context.timestamp
         assert timestamp is not None  # process runs for a record
-        store = self._window_store()
-        now = self._stream_time(store, max(context.stream_time, timestamp))
+        task = self._task()
+        store = task.store
+        now = max(context.stream_time, timestamp)
+        if now > task.time:
+            task.time = now
+        else:
+            now = task.time
         written: list[WindowedValue[Any]]
         cache = None
         if isinstance(store, SessionStore):
@@ -159,14 +203,20 @@ class _WindowedStep(Processor):
                 for merged in session.merged:
                     context.forward(key, _result(merged, None))
         else:
-            cache = self._caches.get(id(store.store))
+            cache = task.cache
             if cache is None:
                 windows = aggregate_windowed(
                     store, key, value, timestamp, now, self.initializer, self.aggregator
                 )
             else:
                 windows = cache.aggregate(
-                    key, value, timestamp, now, self.initializer, self.aggregator
+                    key,
+                    value,
+                    timestamp,
+                    now,
+                    self.initializer,
+                    self.aggregator,
+                    updates=self.emit == "update",
                 )
             if isinstance(windows, LateRecord):
                 self._send_late(key, value, windows)
@@ -184,22 +234,6 @@ class _WindowedStep(Processor):
             for closed in store.take_closed(now):
                 context.forward(closed.key, _result(closed, closed.value))
         store.expire(now)
-
-    def _stream_time(self, store: TimeWindowStore[Any] | SessionStore[Any], now: int) -> int:
-        """The task's stream time, kept in the store: a restarted task's stream time starts
-        again from its first record, so without it a record late before a crash could count
-        after it, and a replay would not give the live run's windows. Stored with the windows,
-        it is checkpointed with them: the restarted task goes on from the checkpoint's."""
-        kv = store.store
-        kept = self._kept.get(id(kv))
-        if kept is None or kept[0] is not kv:
-            raw = kv.get(_STREAM_TIME)
-            kept = (kv, _UNKNOWN if raw is None else _TIME.unpack(raw)[0])
-        if now > kept[1]:
-            kv.put(_STREAM_TIME, _TIME.pack(now))
-            kept = (kv, now)
-        self._kept[id(kv)] = kept
-        return kept[1]
 
     def _send_late(self, key: str, value: Any, verdict: LateRecord) -> None:
         self.context.forward(key, _Late(value))

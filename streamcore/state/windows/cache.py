@@ -36,7 +36,7 @@ _SCALARS = frozenset({int, float, str, bool, bytes})
 _NEVER = 1 << 63
 
 
-class _Undo(list[tuple[tuple[str, Window], Any]]):
+class _Undo(list[tuple[tuple[str, int], Any]]):
     """The cache's (window, previous entry) per update since its last flush; itself the runner's
     journal entry of each update (see `streamcore.state.store._UndoLog`)."""
 
@@ -65,9 +65,9 @@ class WindowCache:
             )
         self.store = store
         self.spec: TimeWindowSpec = store.spec
-        # (key, window) -> (aggregate, largest timestamp, new: not in the store yet)
-        self._entries: dict[tuple[str, Window], tuple[Any, int, bool]] = {}
-        self._dirty: set[tuple[str, Window]] = set()
+        # (key, window start) -> (aggregate, largest timestamp, new: not in the store yet, window)
+        self._entries: dict[tuple[str, int], tuple[Any, int, bool, Window]] = {}
+        self._dirty: set[tuple[str, int]] = set()
         self._undo = _Undo(self)
         self._store_due: int | None = None  # the store's next close or expiry time, when known
         self._new_due = _NEVER  # the earliest close time of the new windows in the cache
@@ -93,9 +93,11 @@ class WindowCache:
         stream_time: int,
         initializer: Callable[[], Any],
         aggregator: Callable[[str, Any, Any], Any],
+        updates: bool = True,
     ) -> list[WindowedValue[Any]] | LateRecord:
-        """`aggregate_windowed` through the cache: the updated windows by start, or a
-        `LateRecord` when none is open at `stream_time` (this record's included)."""
+        """`aggregate_windowed` through the cache: the updated windows by start (none unless
+        `updates`: emitting only final results needs none), or a `LateRecord` when none is open
+        at `stream_time` (this record's included)."""
         spec = self.spec
         if spec.is_late(timestamp, stream_time):
             reason = late_reason(spec, timestamp, stream_time)
@@ -107,7 +109,7 @@ class WindowCache:
         for window in spec.windows_for(timestamp):
             if spec.is_closed(window, stream_time):
                 continue
-            at = (key, window)
+            at = (key, window.start)
             old = entries.get(at)
             if old is None:
                 stored = self.store.entry(key, window)
@@ -116,12 +118,12 @@ class WindowCache:
                 else:
                     aggregate, latest, new = stored.value, stored.timestamp, False
             else:
-                aggregate, latest, new = old
+                aggregate, latest, new, _window = old
             aggregate = aggregator(key, value, aggregate)
             if timestamp > latest:
                 latest = timestamp
             if type(aggregate) in _SCALARS:
-                entries[at] = (aggregate, latest, new)
+                entries[at] = (aggregate, latest, new, window)
                 dirty.add(at)
                 if new and spec.close_time(window) < self._new_due:
                     self._new_due = spec.close_time(window)
@@ -132,7 +134,8 @@ class WindowCache:
             if journal is not None:
                 undo.append((at, old))
                 journal.append(undo)
-            updated.append(WindowedValue(key, window, aggregate, latest))
+            if updates:
+                updated.append(WindowedValue(key, window, aggregate, latest))
         return updated
 
     def flush(self) -> None:
@@ -142,9 +145,15 @@ class WindowCache:
         store = self.store
         entries = self._entries
         for at in self._dirty:
-            aggregate, latest, new = entries[at]
-            store.write(at[0], at[1], aggregate, latest, new=new)
+            aggregate, latest, new, window = entries[at]
+            store.write(at[0], window, aggregate, latest, new=new)
         self.drop()
+
+    def detach(self) -> None:
+        """Unhook from the key-value store (its owner made a new cache for it)."""
+        kv = self.store.store
+        kv.before_checkpoint.remove(self.flush)
+        kv.on_discard.remove(self.drop)
 
     def drop(self) -> None:
         """Forget every cached update (after a flush, or when the store's buffered writes were
