@@ -641,15 +641,20 @@ def main(argv: list[str] | None = None) -> int:
         f"read_batch {READ_BATCH:,}; restores of {args.records:,} keys from changelogs written "
         f"{KEYS_PER_APPEND:,} keys per append"
     )
+    print(table(rows, "records/keys"))
+    return 0
+
+
+def table(rows: list[list[Any]], count_title: str) -> str:
+    """The figures' table: figure, log, count, seconds, per s, ratio, target, result."""
     columns = [
         TextColumn("figure"),
         TextColumn("log"),
-        *(TextColumn(title, "right") for title in ("records/keys", "seconds", "per s", "ratio")),
+        *(TextColumn(title, "right") for title in (count_title, "seconds", "per s", "ratio")),
         TextColumn("target"),
         TextColumn("result"),
     ]
-    print(render_table(columns, [_cells(row) for row in rows]))
-    return 0
+    return render_table(columns, [_cells(row) for row in rows])
 
 
 def _cells(row: list[Any]) -> list[Any]:

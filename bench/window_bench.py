@@ -54,6 +54,7 @@ from state_bench import (
     progress,
     quix,
     quix_python,
+    table,
 )
 
 from streamcore.codecs import get_codec
@@ -64,7 +65,7 @@ from streamcore.log import LocalLogManager, LogManager
 from streamcore.record import Record
 from streamcore.state.engines import open_engine
 from streamcore.state.windows import TumblingWindows
-from streamcore.text import Progress, TextColumn, render_table
+from streamcore.text import Progress
 from streamcore.watermark import Watermark
 
 TARGET_LOOP_RATIO = 0.5
@@ -364,29 +365,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{figures['local']['windows']:,} final windows; window store after the run: "
         f"{store['keys']:,} keys, {store['bytes']:,} bytes"
     )
-    columns = [
-        TextColumn("figure"),
-        TextColumn("log"),
-        *(TextColumn(title, "right") for title in ("records", "seconds", "per s", "ratio")),
-        TextColumn("target"),
-        TextColumn("result"),
-    ]
-    print(render_table(columns, [_cells(row) for row in rows]))
+    print(table(rows, "records"))
     return 0
-
-
-def _cells(row: list[Any]) -> list[Any]:
-    figure, log, count, seconds, per_s, ratio, target, result = row
-    return [
-        figure,
-        log,
-        f"{count:,}",
-        f"{seconds:.2f}",
-        f"{per_s:,.0f}",
-        "" if ratio is None else f"{ratio:.2f}x",
-        target,
-        result,
-    ]
 
 
 if __name__ == "__main__":

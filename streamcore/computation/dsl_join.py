@@ -43,13 +43,13 @@ from __future__ import annotations
 
 import logging
 import struct
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from streamcore.computation.dsl_aggregate import Table
 from streamcore.computation.dsl_graph import OperatorNode, TableLookup, computation_name_of
+from streamcore.computation.dsl_late import LateLog, route_late
 from streamcore.computation.errors import DslDefinitionError, NotCallableError
 from streamcore.computation.processor import Processor, ProcessorContext
 from streamcore.errors import InvalidArgumentError
@@ -151,7 +151,6 @@ _OFFSET = 1 << 63
 _WIDTH = 16
 _MARKS = struct.Struct(">qq")  # stream time, next sequence number
 _INDEX = b"\x01"
-_LOG_EVERY = 10.0  # s between two warnings about late records of one side
 
 
 def _t(ms: int) -> str:
@@ -167,27 +166,6 @@ def _parse(rest: str) -> tuple[str, str, int]:
     stop = rest.index("\x00\x00", 1)
     key = rest[1:stop].replace("\x00\x01", "\x00")
     return rest[0], key, int(rest[stop + 2 : stop + 2 + _WIDTH], 16) - _OFFSET
-
-
-class _Late:
-    """A late record's value on its way to the late stream (the branch after the join)."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-
-def _is_late(key: str, value: Any) -> bool:
-    return type(value) is _Late
-
-
-def _on_time(key: str, value: Any) -> bool:
-    return True
-
-
-def _unwrap(value: _Late) -> Any:
-    return value.value
 
 
 class _JoinSide(Processor):
@@ -217,8 +195,7 @@ class _JoinSide(Processor):
         self.unmatched = unmatched
         self.codec = codec
         self.where = where
-        self.late = self._logged_late = 0
-        self._logged_at = -_LOG_EVERY
+        self.late = LateLog(where)
 
     def init(self, context: ProcessorContext) -> None:
         self.context = context
@@ -238,7 +215,8 @@ class _JoinSide(Processor):
         now = max(kept, context.stream_time, timestamp)
         if timestamp + self.close_lag[self.side] < now:
             kv.put("m", _MARKS.pack(now, seq))
-            self._send_late(key, value, timestamp, now)
+            why = f"at {timestamp}, its join window closed (stream time {now})"
+            self.late.send(self.context, key, value, why)
             self._advance(kv, now)
             return
         esc = _esc(key)
@@ -277,22 +255,6 @@ class _JoinSide(Processor):
         for index_key, _ in list(kv.range("x", "x" + _t(now))):
             kv.put("d" + index_key[1 + _WIDTH :], None)
             kv.put(index_key, None)
-
-    def _send_late(self, key: str, value: Any, timestamp: int, now: int) -> None:
-        self.context.forward(key, _Late(value))
-        self.context.count_late_record()
-        self.late += 1
-        clock = time.monotonic()
-        if clock - self._logged_at >= _LOG_EVERY:
-            logger.warning(
-                "%s: %d late record(s) sent to the late stream since the last warning, the "
-                "last one at %d, its join window closed (stream time %d)",
-                self.where,
-                self.late - self._logged_late,
-                timestamp,
-                now,
-            )
-            self._logged_at, self._logged_late = clock, self.late
 
 
 def stream_stream_join(
@@ -353,6 +315,5 @@ def stream_stream_join(
     )
     merged = OperatorNode("merge", left_step, codec, f"{lnode.chain()}{label}", payload=right_step)
     right_step.children.append(merged)
-    late_arm, results = Stream(merged).branch(_is_late, _on_time)
-    late_arm.map_values(_unwrap).to(late_stream)
+    results = route_late(Stream(merged), late_stream)
     return results

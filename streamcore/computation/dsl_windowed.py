@@ -33,14 +33,13 @@ from __future__ import annotations
 
 import logging
 import struct
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from streamcore.codecs import Codec
 from streamcore.computation.dsl_aggregate import Aggregator, Initializer, Reducer, Table
 from streamcore.computation.dsl_graph import computation_name_of
+from streamcore.computation.dsl_late import LateLog, route_late
 from streamcore.computation.dsl_values import resolve_value_codec
 from streamcore.computation.errors import DslDefinitionError, NotCallableError
 from streamcore.computation.processor import Processor, ProcessorContext
@@ -64,27 +63,11 @@ logger = logging.getLogger(__name__)
 
 Emit = Literal["update", "final"]
 Merger = Callable[[str, Any, Any], Any]
-_LOG_EVERY = 10.0  # s between two warnings about late records of one step
 # The task's stream time in the window store's key-value store: a key of its own kind ("t"),
 # beside the window store's "w", "x" and "m" entries (docs/state.md, "Windows").
 _STREAM_TIME = "t"
 _TIME = struct.Struct(">q")
 _UNKNOWN = -(1 << 63)
-
-
-@dataclass(frozen=True, slots=True)
-class _Late:
-    """A late record's value on its way to the late stream (the branch after the step)."""
-
-    value: Any
-
-
-def _is_late(key: str, value: Any) -> bool:
-    return type(value) is _Late
-
-
-def _unwrap(value: _Late) -> Any:
-    return value.value
 
 
 def _result(update: WindowedValue[Any], value: Any) -> dict[str, Any]:
@@ -156,9 +139,7 @@ class _WindowedStep(Processor):
         self.merger = merger
         self.emit = emit
         self.where = where
-        self.late = 0
-        self._logged_late = 0
-        self._logged_at = 0.0
+        self.late = LateLog(where)
 
     def init(self, context: ProcessorContext) -> None:
         self.context = context
@@ -196,7 +177,7 @@ class _WindowedStep(Processor):
                 store, key, value, timestamp, now, self.initializer, self.aggregator, self.merger
             )
             if isinstance(session, LateRecord):
-                self._send_late(key, value, session)
+                self.late.send(context, key, value, session.reason)
                 return
             written = [session.session]
             if self.emit == "update":
@@ -219,7 +200,7 @@ class _WindowedStep(Processor):
                     updates=self.emit == "update",
                 )
             if isinstance(windows, LateRecord):
-                self._send_late(key, value, windows)
+                self.late.send(context, key, value, windows.reason)
                 return
             written = windows
         if self.emit == "update":
@@ -234,21 +215,6 @@ class _WindowedStep(Processor):
             for closed in store.take_closed(now):
                 context.forward(closed.key, _result(closed, closed.value))
         store.expire(now)
-
-    def _send_late(self, key: str, value: Any, verdict: LateRecord) -> None:
-        self.context.forward(key, _Late(value))
-        self.context.count_late_record()
-        self.late += 1
-        clock = time.monotonic()
-        if clock - self._logged_at >= _LOG_EVERY:
-            logger.warning(
-                "%s: %d late record(s) sent to the late stream since the last warning, the last "
-                "one %s",
-                self.where,
-                self.late - self._logged_late,
-                verdict.reason,
-            )
-            self._logged_at, self._logged_late = clock, self.late
 
 
 class WindowedGroupedStream:
@@ -350,9 +316,7 @@ class WindowedGroupedStream:
 
         label = f".group_by_key().windowed_by({windows!r}).{operator}(emit={emit!r})"
         step = stream._step(make, (spec,), label)
-        late_arm, results = step.branch(_is_late, _on_time)
-        late_arm.map_values(_unwrap).to(late_stream)
-        return Table(results, spec.name)
+        return Table(route_late(step, late_stream), spec.name)
 
     @staticmethod
     def _store(
@@ -378,10 +342,6 @@ def _callable(fn: Any, where: str, example: str) -> None:
             f"{where}: expected a function, got {type(fn).__name__} {fn!r}; pass a callable such "
             f"as `{example}`"
         )
-
-
-def _on_time(key: str, value: Any) -> bool:
-    return True
 
 
 def _plus_one(key: str, value: Any, count: int) -> int:

@@ -6,16 +6,11 @@ number of its input records (state exactly-once, docs/state.md "Checkpoints").""
 
 from __future__ import annotations
 
-import os
 import random
-import selectors
 import shutil
-import signal
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
+import killed_child
 import pytest
 
 from streamcore.codecs import get_codec
@@ -99,42 +94,10 @@ def run_until_killed(
     root: Path, state: Path, kill_at: tuple[str, int], kafka_prefix: str = "", interval: float = 0.0
 ) -> None:
     """Start the child processor and SIGKILL it at its `n`-th line of `kind` ("rec" or "ckpt")."""
-    script = root / "child.py"
-    script.write_text(textwrap.dedent(CHILD))
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            str(script),
-            str(root),
-            str(state),
-            str(Path(__file__).parent),
-            kafka_prefix,
-            str(interval),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    here = str(Path(__file__).parent)
+    killed_child.run_until_killed(
+        root, CHILD, [str(root), str(state), here, kafka_prefix, str(interval)], kill_at
     )
-    kind, n = kill_at
-    seen = 0
-    try:
-        with selectors.DefaultSelector() as selector:
-            selector.register(proc.stdout, selectors.EVENT_READ)
-            while seen < n:
-                # A bound against a hung child (it would fail the test, not stall it).
-                assert selector.select(timeout=120), (
-                    f"the child printed nothing for 120 s ({kill_at})"
-                )
-                line = proc.stdout.readline()
-                assert line, f"the child ended early: {proc.stderr.read()}"
-                seen += line.strip() == kind
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def stored_counts(state: Path) -> dict[str, int]:

@@ -9,16 +9,11 @@ records per key, byte for byte (docs/aggregations.md, "Windows")."""
 from __future__ import annotations
 
 import json
-import os
 import random
-import selectors
 import shutil
-import signal
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
+import killed_child
 import pytest
 
 from streamcore.codecs import get_codec
@@ -90,37 +85,11 @@ def windowed_processor(
 
 
 def run_until_killed(root: Path, state: Path, kill_at: int, kafka_prefix: str) -> None:
-    script = root / "child.py"
-    script.write_text(textwrap.dedent(CHILD))
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            str(script),
-            str(root),
-            str(state),
-            str(Path(__file__).parent),
-            kafka_prefix,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    """Start the child processor and SIGKILL it at its `kill_at`-th record."""
+    here = str(Path(__file__).parent)
+    killed_child.run_until_killed(
+        root, CHILD, [str(root), str(state), here, kafka_prefix], ("rec", kill_at)
     )
-    seen = 0
-    try:
-        with selectors.DefaultSelector() as selector:
-            selector.register(proc.stdout, selectors.EVENT_READ)
-            while seen < kill_at:
-                assert selector.select(timeout=120), "the child printed nothing for 120 s"
-                line = proc.stdout.readline()
-                assert line, f"the child ended early: {proc.stderr.read()}"
-                seen += line.strip() == "rec"
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def reference(events: list[tuple[str, int]], partitions: dict[str, int]) -> dict:
