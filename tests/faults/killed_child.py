@@ -4,18 +4,21 @@
 from __future__ import annotations
 
 import os
-import selectors
+import queue
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
+
+SILENCE = 120.0  # s without a line from the child before the test fails (never stalls)
 
 
 def run_until_killed(root: Path, source: str, args: list[str], kill_at: tuple[str, int]) -> None:
     """Write `source` to `root/child.py`, run it with `args` and SIGKILL it at its `n`-th output
-    line reading `kind` (`kill_at = (kind, n)`). A child silent for 120 s, or ending first,
-    fails the test (it never stalls it)."""
+    line reading `kind` (`kill_at = (kind, n)`). A child silent for `SILENCE` s, or ending first,
+    fails the test with the end of its stderr."""
     script = root / "child.py"
     script.write_text(textwrap.dedent(source))
     proc = subprocess.Popen(
@@ -25,21 +28,49 @@ def run_until_killed(root: Path, source: str, args: list[str], kill_at: tuple[st
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
+    # Both pipes are read by threads: waiting on the pipe (select) while reading it through
+    # Python's buffered reader misses the lines the reader has already buffered, and a child
+    # whose stderr pipe fills up blocks.
+    lines: queue.Queue[str | None] = queue.Queue()
+    errors: list[str] = []
+
+    def read_out() -> None:
+        for line in proc.stdout:  # type: ignore[union-attr]
+            lines.put(line)
+        lines.put(None)
+
+    readers = [
+        threading.Thread(target=read_out, daemon=True),
+        threading.Thread(target=lambda: errors.extend(proc.stderr), daemon=True),  # type: ignore[arg-type]
+    ]
+    for reader in readers:
+        reader.start()
     kind, n = kill_at
     seen = 0
     try:
-        with selectors.DefaultSelector() as selector:
-            selector.register(proc.stdout, selectors.EVENT_READ)
-            while seen < n:
-                assert selector.select(timeout=120), (
-                    f"the child printed nothing for 120 s ({kill_at})"
-                )
-                line = proc.stdout.readline()
-                assert line, f"the child ended early: {proc.stderr.read()}"
-                seen += line.strip() == kind
+        while seen < n:
+            try:
+                line = lines.get(timeout=SILENCE)
+            except queue.Empty:
+                raise AssertionError(
+                    f"the child printed nothing for {SILENCE:g} s ({kill_at}, {seen} seen); "
+                    f"its stderr ends with:\n{_stop(proc, readers, errors)}"
+                ) from None
+            if line is None:
+                raise AssertionError(f"the child ended early: {_stop(proc, readers, errors)}")
+            seen += line.strip() == kind
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _stop(proc: subprocess.Popen[str], readers: list[threading.Thread], errors: list[str]) -> str:
+    """Kill the child, let the readers finish, and give the end of its stderr."""
+    proc.kill()
+    proc.wait()
+    for reader in readers:
+        reader.join(timeout=30)
+    return "".join(errors[-40:])
