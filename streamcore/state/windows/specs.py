@@ -132,6 +132,13 @@ class TimeWindowSpec(WindowSpec):
     def expiry_time(self, window: Window) -> int:
         return window.start + self.retention
 
+    def _check_grace_and_retention(self, name: str) -> None:
+        """Check `grace_ms` and settle `retention_ms` (default and minimum: size + grace)."""
+        _ms(name, "grace_ms", self.grace_ms, 0, "give 0 for no grace period")
+        minimum = self.size_ms + self.grace_ms
+        retention = _retention(name, self.retention_ms, minimum, "size_ms + grace_ms")
+        object.__setattr__(self, "retention_ms", retention)
+
     def is_late(self, timestamp: int, stream_time: int) -> bool:
         # The last window holding the record closes last.
         last_start = timestamp // self.advance * self.advance
@@ -149,12 +156,8 @@ class TumblingWindows(TimeWindowSpec):
     retention_ms: int | None = None
 
     def __post_init__(self) -> None:
-        name = "TumblingWindows"
-        _ms(name, "size_ms", self.size_ms, 1, "a window lasts at least 1 ms")
-        _ms(name, "grace_ms", self.grace_ms, 0, "give 0 for no grace period")
-        minimum = self.size_ms + self.grace_ms
-        retention = _retention(name, self.retention_ms, minimum, "size_ms + grace_ms")
-        object.__setattr__(self, "retention_ms", retention)
+        _ms("TumblingWindows", "size_ms", self.size_ms, 1, "a window lasts at least 1 ms")
+        self._check_grace_and_retention("TumblingWindows")
 
     @property
     def advance(self) -> int:
@@ -182,10 +185,7 @@ class HoppingWindows(TimeWindowSpec):
                 "records between windows would belong to none; give advance_ms <= size_ms "
                 "(advance_ms == size_ms: TumblingWindows)"
             )
-        _ms(name, "grace_ms", self.grace_ms, 0, "give 0 for no grace period")
-        minimum = self.size_ms + self.grace_ms
-        retention = _retention(name, self.retention_ms, minimum, "size_ms + grace_ms")
-        object.__setattr__(self, "retention_ms", retention)
+        self._check_grace_and_retention(name)
 
     @property
     def advance(self) -> int:
