@@ -69,6 +69,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from streamcore.computation.dsl_aggregate import GroupedStream, Table, to_table
+from streamcore.computation.dsl_functions import callable_name, require_callable
 from streamcore.computation.dsl_graph import (
     OperatorNode,
     SinkInfo,
@@ -104,20 +105,8 @@ KeySelector = Callable[[str, Any], str]
 Action = Callable[[str, Any], object]
 
 
-def _callable_name(fn: Any) -> str:
-    """`parse`, `Enricher.enrich`, `<lambda>`: short enough to read in an error message."""
-    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
-    if not isinstance(name, str):
-        return type(fn).__name__
-    return name.rsplit("<locals>.", 1)[-1]
-
-
 def _check_callable(fn: Any, operator: str, node: OperatorNode) -> None:
-    if not callable(fn):
-        raise NotCallableError(
-            f"{node.chain()}.{operator}(...): expected a function, got {type(fn).__name__} "
-            f"{fn!r}; pass a callable such as `lambda key, value: ...`"
-        )
+    require_callable(fn, f"{node.chain()}.{operator}(...)", "lambda key, value: ...")
 
 
 def _stream_name(stream: Any, where: str) -> str:
@@ -156,7 +145,7 @@ class Stream:
 
     def _then(self, kind: str, operator: str, fn: Any) -> Stream:
         _check_callable(fn, operator, self._node)
-        label = f".{operator}({_callable_name(fn)})"
+        label = f".{operator}({callable_name(fn)})"
         return Stream(OperatorNode(kind, self._node, self._node.codec, label, fn))
 
     def filter(self, predicate: Predicate) -> Stream:
@@ -229,7 +218,7 @@ class Stream:
                 f"{node.chain()}.process(...): expected a Processor subclass or a function "
                 f"returning one, got {type(processor).__name__} {processor!r}"
             )
-        label = f".process({_callable_name(processor)})"
+        label = f".process({callable_name(processor)})"
         where = f"{node.chain()}{label}"
         if isinstance(processor, type) and not issubclass(processor, Processor):
             raise DslDefinitionError(
@@ -270,7 +259,7 @@ class Stream:
         key in a new computation reading it (docs/aggregations.md, "Repartitioning")."""
         node = self._node
         _check_callable(selector, "group_by", node)
-        label = f".group_by({_callable_name(selector)})"
+        label = f".group_by({callable_name(selector)})"
         where = f"{node.chain()}{label}"
         computation = computation_name_of(node)
         if name is not None and (not isinstance(name, str) or not name.isidentifier()):
@@ -372,7 +361,7 @@ class Stream:
             )
         for predicate in predicates:
             _check_callable(predicate, "branch", self._node)
-        names = ", ".join(_callable_name(p) for p in predicates)
+        names = ", ".join(callable_name(p) for p in predicates)
         node = OperatorNode("branch", self._node, self._node.codec, f".branch({names})", predicates)
         return tuple(
             Stream(OperatorNode("arm", node, node.codec, f"[{i}]")) for i in range(len(predicates))

@@ -30,7 +30,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from streamcore.computation.errors import DslDefinitionError, NotCallableError
+from streamcore.computation.dsl_functions import Reduced, callable_name, plus_one, require_callable
+from streamcore.computation.errors import DslDefinitionError
 from streamcore.computation.processor import Processor, ProcessorContext
 from streamcore.state.spec import StoreSpec
 
@@ -38,22 +39,15 @@ if TYPE_CHECKING:
     from streamcore.computation.dsl_windowed import WindowedGroupedStream
     from streamcore.state.windows import WindowSpec
 
-__all__ = ["GroupedStream", "Table", "to_table"]
+__all__ = ["GroupedStream", "Table", "store_spec", "to_table"]
 
 Initializer = Callable[[], Any]
 Aggregator = Callable[[str, Any, Any], Any]
 Reducer = Callable[[Any, Any], Any]
 
 
-def _callable(fn: Any, where: str, example: str) -> None:
-    if not callable(fn):
-        raise NotCallableError(
-            f"{where}: expected a function, got {type(fn).__name__} {fn!r}; pass a callable such "
-            f"as `{example}`"
-        )
-
-
-def _spec(store: str | StoreSpec | None, default: str, where: str) -> StoreSpec:
+def store_spec(store: str | StoreSpec | None, default: str, where: str) -> StoreSpec:
+    """The spec of `store=` (a name, a StoreSpec, or None for `default`)."""
     if store is None:
         return StoreSpec(default)
     if isinstance(store, (str, StoreSpec)):
@@ -83,26 +77,6 @@ class _Aggregate(Processor):
         if current is None:
             current = self.initializer()
         updated = self.aggregator(key, value, current)
-        store.put(key, updated)
-        self.context.forward(key, updated)
-
-
-class _Reduce(Processor):
-    """The first value of each key, then `reducer(aggregate, value)` per record."""
-
-    def __init__(self, store: str, reducer: Reducer) -> None:
-        self.store_name = store
-        self.reducer = reducer
-
-    def init(self, context: ProcessorContext) -> None:
-        self.context = context
-
-    def process(self, key: str, value: Any) -> None:
-        if value is None:
-            return
-        store = self.context.get_state_store(self.store_name)
-        current = store.get(key)
-        updated = value if current is None else self.reducer(current, value)
         store.put(key, updated)
         self.context.forward(key, updated)
 
@@ -143,23 +117,25 @@ class GroupedStream:
 
     def count(self, *, store: str | StoreSpec | None = None) -> Table:
         """The number of records (with a non-None value) per key."""
-        spec = _spec(store, "count", self._where("count"))
+        spec = store_spec(store, "count", self._where("count"))
 
         def make() -> Processor:
-            return _Aggregate(spec.name, int, _plus_one)
+            return _Aggregate(spec.name, int, plus_one)
 
         return self._table(make, spec, "count()")
 
     def reduce(self, reducer: Reducer, *, store: str | StoreSpec | None = None) -> Table:
         """Per key: the first value, then `reducer(aggregate, value)` for each next one."""
         where = self._where("reduce")
-        _callable(reducer, where, "lambda aggregate, value: aggregate + value")
-        spec = _spec(store, "reduce", where)
+        require_callable(reducer, where, "lambda aggregate, value: aggregate + value")
+        spec = store_spec(store, "reduce", where)
+
+        reduced = Reduced(reducer)
 
         def make() -> Processor:
-            return _Reduce(spec.name, reducer)
+            return _Aggregate(spec.name, reduced.initial, reduced.aggregate)
 
-        return self._table(make, spec, f"reduce({_name(reducer)})")
+        return self._table(make, spec, f"reduce({callable_name(reducer)})")
 
     def aggregate(
         self,
@@ -172,26 +148,19 @@ class GroupedStream:
         aggregate)` for each record. The aggregate goes through the store's codec (JSON unless
         `store=StoreSpec(..., codec=...)`)."""
         where = self._where("aggregate")
-        _callable(initializer, where, "lambda: 0")
-        _callable(aggregator, where, "lambda key, value, aggregate: aggregate + value")
-        spec = _spec(store, "aggregate", where)
+        require_callable(initializer, where, "lambda: 0")
+        require_callable(aggregator, where, "lambda key, value, aggregate: aggregate + value")
+        spec = store_spec(store, "aggregate", where)
 
         def make() -> Processor:
             return _Aggregate(spec.name, initializer, aggregator)
 
-        return self._table(make, spec, f"aggregate({_name(initializer)}, {_name(aggregator)})")
+        return self._table(
+            make, spec, f"aggregate({callable_name(initializer)}, {callable_name(aggregator)})"
+        )
 
     def _table(self, make: Callable[[], Processor], spec: StoreSpec, label: str) -> Table:
         return Table(self._stream._step(make, (spec,), f".group_by_key().{label}"), spec.name)
-
-
-def _plus_one(key: str, value: Any, count: int) -> int:
-    return count + 1
-
-
-def _name(fn: Any) -> str:
-    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
-    return name.rsplit("<locals>.", 1)[-1] if isinstance(name, str) else type(fn).__name__
 
 
 class Table:
@@ -211,28 +180,32 @@ class Table:
     def filter(self, predicate: Callable[[str, Any], bool]) -> Table:
         """The table of the entries for which `predicate(key, value)` is true: an update that
         fails it is emitted as (key, None), removing the key downstream."""
-        _callable(predicate, f"{self._stream._node.chain()}.filter(...)", "lambda key, value: ...")
+        require_callable(
+            predicate, f"{self._stream._node.chain()}.filter(...)", "lambda key, value: ..."
+        )
 
         def keep(key: str, value: Any) -> tuple[str, Any]:
             return key, value if value is not None and predicate(key, value) else None
 
-        keep.__qualname__ = f"table_filter({_name(predicate)})"
+        keep.__qualname__ = f"table_filter({callable_name(predicate)})"
         return Table(self._stream.map(keep), self.store_name)
 
     def map_values(self, mapper: Callable[[Any], Any]) -> Table:
         """The table with each value replaced by `mapper(value)` (a deleted key stays deleted)."""
-        _callable(mapper, f"{self._stream._node.chain()}.map_values(...)", "lambda value: ...")
+        require_callable(
+            mapper, f"{self._stream._node.chain()}.map_values(...)", "lambda value: ..."
+        )
 
         def mapped(value: Any) -> Any:
             return None if value is None else mapper(value)
 
-        mapped.__qualname__ = f"table_map_values({_name(mapper)})"
+        mapped.__qualname__ = f"table_map_values({callable_name(mapper)})"
         return Table(self._stream.map_values(mapped), self.store_name)
 
 
 def to_table(stream: Any, store: str | StoreSpec | None = None) -> Table:
     """`stream` as a table: the latest value per key in a store (`Stream.to_table`)."""
-    spec = _spec(store, "table", f"{stream._node.chain()}.to_table(...)")
+    spec = store_spec(store, "table", f"{stream._node.chain()}.to_table(...)")
 
     def make() -> Processor:
         return _Latest(spec.name)

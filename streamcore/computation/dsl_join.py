@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from streamcore.computation.dsl_aggregate import Table
+from streamcore.computation.dsl_functions import callable_name
 from streamcore.computation.dsl_graph import OperatorNode, TableLookup, computation_name_of
 from streamcore.computation.dsl_late import LateLog, route_late
 from streamcore.computation.errors import DslDefinitionError, NotCallableError
@@ -86,11 +87,6 @@ class _StreamTableJoin(Processor):
         self.context.forward(key, self.joiner(value, current))
 
 
-def _name(fn: Any) -> str:
-    name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
-    return name.rsplit("<locals>.", 1)[-1] if isinstance(name, str) else type(fn).__name__
-
-
 def stream_table_join(stream: Stream, table: Table, joiner: ValueJoiner, *, left: bool) -> Stream:
     """`stream` joined with `table` (`Stream.join` / `Stream.left_join`)."""
     from streamcore.computation.dsl import Stream  # dsl imports this module
@@ -116,7 +112,7 @@ def stream_table_join(stream: Stream, table: Table, joiner: ValueJoiner, *, left
             f"{table.store_name!r} holds (a filtered, mapped or windowed table); materialize "
             "it first: table.to_stream().to_table(store='<name>')"
         )
-    label = f".{operator}({step.chain()}, {_name(joiner)})"
+    label = f".{operator}({step.chain()}, {callable_name(joiner)})"
     spec = specs[0]
 
     def make() -> Processor:
@@ -308,7 +304,7 @@ def stream_stream_join(
 
         return make
 
-    label = f".{kind}({rnode.chain()}, {_name(joiner)}, {windows!r})"
+    label = f".{kind}({rnode.chain()}, {callable_name(joiner)}, {windows!r})"
     right_step = OperatorNode("process", rnode, codec, f"{label}[right]", side("r"), (spec,))
     left_step = OperatorNode(
         "join", lnode, codec, f"{label}[left]", side("l"), TableLookup(spec, right_step)

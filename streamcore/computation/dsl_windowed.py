@@ -37,11 +37,12 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from streamcore.codecs import Codec
-from streamcore.computation.dsl_aggregate import Aggregator, Initializer, Reducer, Table
+from streamcore.computation.dsl_aggregate import Aggregator, Initializer, Reducer, Table, store_spec
+from streamcore.computation.dsl_functions import Reduced, plus_one, require_callable, sum_counts
 from streamcore.computation.dsl_graph import computation_name_of
 from streamcore.computation.dsl_late import LateLog, route_late
 from streamcore.computation.dsl_values import resolve_value_codec
-from streamcore.computation.errors import DslDefinitionError, NotCallableError
+from streamcore.computation.errors import DslDefinitionError
 from streamcore.computation.processor import Processor, ProcessorContext
 from streamcore.state.spec import StoreSpec
 from streamcore.state.windows import (
@@ -247,7 +248,7 @@ class WindowedGroupedStream:
         late: str | None = None,
     ) -> Table:
         """The number of records (with a non-None value) per key and window."""
-        return self._aggregate(int, _plus_one, _add, emit, store, late, "count")
+        return self._aggregate(int, plus_one, sum_counts, emit, store, late, "count")
 
     def reduce(
         self,
@@ -259,9 +260,13 @@ class WindowedGroupedStream:
     ) -> Table:
         """Per key and window: the first value, then `reducer(aggregate, value)` for each next
         one (sessions merge with `reducer` too)."""
-        _callable(reducer, self._where("reduce"), "lambda aggregate, value: aggregate + value")
-        first = _Reduced(reducer)
-        return self._aggregate(_nothing, first.aggregate, first.merge, emit, store, late, "reduce")
+        require_callable(
+            reducer, self._where("reduce"), "lambda aggregate, value: aggregate + value"
+        )
+        reduced = Reduced(reducer)
+        return self._aggregate(
+            reduced.initial, reduced.aggregate, reduced.merge, emit, store, late, "reduce"
+        )
 
     def aggregate(
         self,
@@ -277,15 +282,15 @@ class WindowedGroupedStream:
         record. Session windows need `merger(key, aggregate, other)` to merge two sessions a
         record bridges."""
         where = self._where("aggregate")
-        _callable(initializer, where, "lambda: 0")
-        _callable(aggregator, where, "lambda key, value, aggregate: aggregate + value")
+        require_callable(initializer, where, "lambda: 0")
+        require_callable(aggregator, where, "lambda key, value, aggregate: aggregate + value")
         if isinstance(self._windows, SessionWindows):
             if merger is None:
                 raise DslDefinitionError(
                     f"{where}: session windows merge when a record bridges two sessions: give "
                     "merger=lambda key, aggregate, other: ... (for a sum: aggregate + other)"
                 )
-            _callable(merger, where, "lambda key, aggregate, other: aggregate + other")
+            require_callable(merger, where, "lambda key, aggregate, other: aggregate + other")
         return self._aggregate(initializer, aggregator, merger, emit, store, late, "aggregate")
 
     def _aggregate(
@@ -324,48 +329,6 @@ class WindowedGroupedStream:
     ) -> tuple[StoreSpec, Codec[Any]]:
         """The key-value store the window store lays out (bytes) and the aggregate's codec (the
         given StoreSpec's, JSON by default)."""
-        if store is None:
-            store = default
-        if isinstance(store, str):
-            store = StoreSpec.of(store)
-        if not isinstance(store, StoreSpec):
-            raise DslDefinitionError(
-                f"{where}: store= takes a store name or a StoreSpec, got {type(store).__name__}"
-            )
-        codec = resolve_value_codec(store.codec, store.schema, where=where)
-        return StoreSpec(store.name, "bytes", None, store.engine, store.cache), codec
-
-
-def _callable(fn: Any, where: str, example: str) -> None:
-    if not callable(fn):
-        raise NotCallableError(
-            f"{where}: expected a function, got {type(fn).__name__} {fn!r}; pass a callable such "
-            f"as `{example}`"
-        )
-
-
-def _plus_one(key: str, value: Any, count: int) -> int:
-    return count + 1
-
-
-def _add(key: str, count: int, other: int) -> int:
-    return count + other
-
-
-def _nothing() -> None:
-    return None
-
-
-class _Reduced:
-    """`reduce` as an aggregation: the initial aggregate is None (no value yet)."""
-
-    def __init__(self, reducer: Reducer) -> None:
-        self.reducer = reducer
-
-    def aggregate(self, key: str, value: Any, aggregate: Any) -> Any:
-        return value if aggregate is None else self.reducer(aggregate, value)
-
-    def merge(self, key: str, aggregate: Any, other: Any) -> Any:
-        if aggregate is None:
-            return other
-        return aggregate if other is None else self.reducer(aggregate, other)
+        spec = store_spec(store, default, where)
+        codec = resolve_value_codec(spec.codec, spec.schema, where=where)
+        return StoreSpec(spec.name, "bytes", None, spec.engine, spec.cache), codec
