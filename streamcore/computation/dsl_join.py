@@ -55,6 +55,7 @@ from streamcore.computation.errors import DslDefinitionError, NotCallableError
 from streamcore.computation.processor import Processor, ProcessorContext
 from streamcore.errors import InvalidArgumentError
 from streamcore.state.spec import StoreSpec
+from streamcore.state.windows.keys import TIME_WIDTH, escape_key, time_of, time_text
 
 if TYPE_CHECKING:
     from streamcore.codecs import Codec
@@ -143,25 +144,16 @@ class JoinWindows:
         object.__setattr__(self, "grace_ms", grace_ms)
 
 
-_OFFSET = 1 << 63
-_WIDTH = 16
 _MARKS = struct.Struct(">qq")  # stream time, next sequence number
+_NO_TIME = -(1 << 63)
 _INDEX = b"\x01"
-
-
-def _t(ms: int) -> str:
-    return format(ms + _OFFSET, "016x")
-
-
-def _esc(key: str) -> str:
-    return key.replace("\x00", "\x00\x01") + "\x00\x00"
 
 
 def _parse(rest: str) -> tuple[str, str, int]:
     """Side, key and timestamp of an entry key without its first character and time prefix."""
     stop = rest.index("\x00\x00", 1)
     key = rest[1:stop].replace("\x00\x01", "\x00")
-    return rest[0], key, int(rest[stop + 2 : stop + 2 + _WIDTH], 16) - _OFFSET
+    return rest[0], key, time_of(rest[stop + 2 : stop + 2 + TIME_WIDTH])
 
 
 class _JoinSide(Processor):
@@ -207,7 +199,7 @@ class _JoinSide(Processor):
         assert timestamp is not None  # process runs for a record
         kv = context.get_state_store(self.store_name)
         raw = kv.get("m")
-        kept, seq = (-_OFFSET, 0) if raw is None else _MARKS.unpack(raw)
+        kept, seq = (_NO_TIME, 0) if raw is None else _MARKS.unpack(raw)
         now = max(kept, context.stream_time, timestamp)
         if timestamp + self.close_lag[self.side] < now:
             kv.put("m", _MARKS.pack(now, seq))
@@ -215,24 +207,24 @@ class _JoinSide(Processor):
             self.late.send(self.context, key, value, why)
             self._advance(kv, now)
             return
-        esc = _esc(key)
+        esc = escape_key(key)
         before, after = self.reach
         other = "d" + self.other + esc
         matched = False
         decode = self.codec.decode
         for data_key, stored in kv.range(
-            other + _t(timestamp - before), other + _t(timestamp + after + 1)
+            other + time_text(timestamp - before), other + time_text(timestamp + after + 1)
         ):
             matched = True
             context.forward(key, self._join(value, decode(stored)))
             if self.other in self.unmatched:
                 _, _, ts = _parse(data_key[1:])
-                kv.put("u" + _t(ts + self.close_lag[self.other]) + data_key[1:], None)
-        entry = self.side + esc + _t(timestamp) + _t(seq)
+                kv.put("u" + time_text(ts + self.close_lag[self.other]) + data_key[1:], None)
+        entry = self.side + esc + time_text(timestamp) + time_text(seq)
         kv.put("d" + entry, self.codec.encode(value))
-        kv.put("x" + _t(timestamp + self.expiry_lag) + entry, _INDEX)
+        kv.put("x" + time_text(timestamp + self.expiry_lag) + entry, _INDEX)
         if self.side in self.unmatched and not matched:
-            kv.put("u" + _t(timestamp + self.close_lag[self.side]) + entry, _INDEX)
+            kv.put("u" + time_text(timestamp + self.close_lag[self.side]) + entry, _INDEX)
         kv.put("m", _MARKS.pack(now, seq + 1))
         self._advance(kv, now)
 
@@ -240,16 +232,16 @@ class _JoinSide(Processor):
         """Emit the unmatched records whose window closed before `now`, then delete the records
         whose retention passed."""
         forward = self.context.forward
-        for index_key, _ in list(kv.range("u", "u" + _t(now))):
-            entry = index_key[1 + _WIDTH :]
+        for index_key, _ in list(kv.range("u", "u" + time_text(now))):
+            entry = index_key[1 + TIME_WIDTH :]
             side, key, _ts = _parse(entry)
             stored = kv.get("d" + entry)
             kv.put(index_key, None)
             if stored is not None:
                 value = self.codec.decode(stored)
                 forward(key, self.joiner(value, None) if side == "l" else self.joiner(None, value))
-        for index_key, _ in list(kv.range("x", "x" + _t(now))):
-            kv.put("d" + index_key[1 + _WIDTH :], None)
+        for index_key, _ in list(kv.range("x", "x" + time_text(now))):
+            kv.put("d" + index_key[1 + TIME_WIDTH :], None)
             kv.put(index_key, None)
 
 

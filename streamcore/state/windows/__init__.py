@@ -7,6 +7,7 @@ checkpoint and restore included), and the per-record aggregation a windowed DSL 
 - `store`: `TimeWindowStore` and `SessionStore`: the key layout, fetches, closing and expiry.
 - `aggregate`: `aggregate_windowed` and `aggregate_session`: update a record's windows or say it
   is late (`LateRecord`), never dropping it silently.
+- `keys`: the sortable text of times and record keys the window layouts share.
 - `cache`: `WindowCache`, tumbling and hopping aggregates kept decoded in memory and written to
   their store once per checkpoint.
 """

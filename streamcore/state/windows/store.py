@@ -31,6 +31,13 @@ from typing import Generic, TypeVar
 from streamcore.codecs import Codec
 from streamcore.errors import ArgumentTypeError, InvalidArgumentError
 from streamcore.state.store import KeyValueStore
+from streamcore.state.windows.keys import (
+    TIME_WIDTH,
+    escape_key,
+    time_of,
+    time_text,
+    unescape_key,
+)
 from streamcore.state.windows.specs import (
     SessionWindows,
     SlidingWindows,
@@ -43,36 +50,12 @@ __all__ = ["SessionStore", "TimeWindowStore", "WindowedValue"]
 
 V = TypeVar("V")
 
-_OFFSET = 1 << 63
-_WIDTH = 16
 _META = "m"
 _STAMP = struct.Struct(">q")
 _MARKS = struct.Struct(">qq")
 _INDEXED = b"\x01"
 _NO_TIME = -(1 << 63)
 _NEVER = 1 << 64
-
-
-def _t(ms: int) -> str:
-    return format(ms + _OFFSET, "016x")
-
-
-def _untime(text: str) -> int:
-    return int(text, 16) - _OFFSET
-
-
-def _esc(key: str) -> str:
-    if type(key) is not str:
-        raise ArgumentTypeError(
-            f"a window store key must be a str (a Record key), got {type(key).__name__} {key!r}"
-        )
-    return key.replace("\x00", "\x00\x01") + "\x00\x00"
-
-
-def _unesc(text: str, at: int) -> tuple[str, int]:
-    """The key escaped at `text[at:]` and the position after its terminator."""
-    stop = text.index("\x00\x00", at)
-    return text[at:stop].replace("\x00\x01", "\x00"), stop + 2
 
 
 @dataclass(frozen=True)
@@ -109,21 +92,21 @@ class _WindowedStore(Generic[V]):
         # voids them.
         self._close_hint: tuple[bytes | None, int] | None = None
         self._expiry_hint: tuple[bytes | None, int] | None = None
-        self._escaped = ("", _esc(""))
+        self._escaped = ("", escape_key(""))
         self._last = ("", Window(0, 0), "")
 
     # -- entries --------------------------------------------------------------------------------
     def _esc(self, key: str) -> str:
         last, escaped = self._escaped
         if key is not last:
-            escaped = _esc(key)
+            escaped = escape_key(key)
             self._escaped = (key, escaped)
         return escaped
 
     def _data_key(self, key: str, window: Window) -> str:
         last_key, last_window, data_key = self._last
         if key is not last_key or window is not last_window:  # an aggregation reads, then writes
-            data_key = "w" + self._esc(key) + _t(window.start) + _t(window.end)
+            data_key = "w" + self._esc(key) + time_text(window.start) + time_text(window.end)
             self._last = (key, window, data_key)
         return data_key
 
@@ -143,7 +126,9 @@ class _WindowedStore(Generic[V]):
             self._data_key(key, window), _STAMP.pack(timestamp) + self.codec.encode(value)
         )
         if new:
-            self.store.put("x" + _t(window.end) + self._esc(key) + _t(window.start), _INDEXED)
+            self.store.put(
+                "x" + time_text(window.end) + self._esc(key) + time_text(window.start), _INDEXED
+            )
             if self._close_hint is not None:
                 marks, upcoming = self._close_hint
                 self._close_hint = (marks, min(upcoming, window.end + self._close_lag))
@@ -155,25 +140,27 @@ class _WindowedStore(Generic[V]):
         old = self.store.delete(self._data_key(key, window))
         if old is None:
             return None
-        self.store.delete("x" + _t(window.end) + _esc(key) + _t(window.start))
+        self.store.delete("x" + time_text(window.end) + escape_key(key) + time_text(window.start))
         return self._decode(key, window, old)
 
     def _scan(self, key: str, lo: int, hi: int) -> Iterator[WindowedValue[V]]:
         """A key's windows with `lo <= start < hi`, by start."""
-        prefix = "w" + _esc(key)
+        prefix = "w" + escape_key(key)
         size = len(prefix)
-        for text, raw in self.store.range(prefix + _t(lo), prefix + _t(hi)):
-            window = Window(_untime(text[size : size + _WIDTH]), _untime(text[size + _WIDTH :]))
+        for text, raw in self.store.range(prefix + time_text(lo), prefix + time_text(hi)):
+            window = Window(
+                time_of(text[size : size + TIME_WIDTH]), time_of(text[size + TIME_WIDTH :])
+            )
             yield self._decode(key, window, raw)
 
     def _by_end(self, lo: int) -> Iterator[tuple[str, Window, str]]:
         """The windows with `lo <= end` as (key, window, data key), by end, then key (UTF-8
         bytes), then start."""
-        for text, _ in self.store.range("x" + _t(max(lo, _NO_TIME)), "y"):
-            key, at = _unesc(text, 1 + _WIDTH)
-            end = text[1 : 1 + _WIDTH]
-            data_key = "w" + text[1 + _WIDTH : at] + text[at:] + end
-            yield key, Window(_untime(text[at:]), _untime(end)), data_key
+        for text, _ in self.store.range("x" + time_text(max(lo, _NO_TIME)), "y"):
+            key, at = unescape_key(text, 1 + TIME_WIDTH)
+            end = text[1 : 1 + TIME_WIDTH]
+            data_key = "w" + text[1 + TIME_WIDTH : at] + text[at:] + end
+            yield key, Window(time_of(text[at:]), time_of(end)), data_key
 
     # -- stream time ----------------------------------------------------------------------------
     def _marks(self) -> tuple[bytes | None, int, int]:
@@ -241,7 +228,7 @@ class _WindowedStore(Generic[V]):
         for data_key in gone:  # the index entry is the data key's parts in another order
             # None deletes (KeyValueStore.put) without reading the value first, as delete does.
             put(data_key, None)  # type: ignore[arg-type]
-            put("x" + data_key[-_WIDTH:] + data_key[1:-_WIDTH], None)  # type: ignore[arg-type]
+            put("x" + data_key[-TIME_WIDTH:] + data_key[1:-TIME_WIDTH], None)  # type: ignore[arg-type]
         if stream_time > expired_at:
             raw = self._set_marks(raw, closed_at, stream_time)
         self._expiry_hint = (raw, upcoming)
@@ -332,10 +319,10 @@ class TimeWindowStore(_WindowedStore[V]):
         bytes): windows of one spec all have the same length, so the index by end is in that
         order."""
         length = self.spec.window_at(0).end
-        lo, hi = "x" + _t(time_from + length), "x" + _t(time_to + length + 1)
+        lo, hi = "x" + time_text(time_from + length), "x" + time_text(time_to + length + 1)
         for text, _ in self.store.range(lo, hi):
-            key, at = _unesc(text, 1 + _WIDTH)
-            entry = self.entry(key, self.spec.window_at(_untime(text[at:])))
+            key, at = unescape_key(text, 1 + TIME_WIDTH)
+            entry = self.entry(key, self.spec.window_at(time_of(text[at:])))
             if entry is not None:
                 yield entry
 
