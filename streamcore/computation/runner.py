@@ -204,8 +204,7 @@ class UnitContext(ComputationContext):
         if stores is None:
             return super().get_state_store(name, task)
         if task is None:
-            record = self._record
-            task = self._task() if self._in_timer or record is None else record.partition.partition
+            task = self._task()
         return stores.store(name, task)
 
     @property
