@@ -26,6 +26,7 @@ __all__ = [
     "LogNotFoundError",
     "LogWriteError",
     "PartitionNotFoundError",
+    "ProducerFencedError",
     "RecordFieldError",
     "RecordTooLargeError",
     "RestoreAbandonedError",
@@ -37,6 +38,8 @@ __all__ = [
     "TableError",
     "TailerConflictError",
     "TopologyError",
+    "TransactionAbortedError",
+    "TransactionTimeoutError",
     "UndecodableRecordError",
     "UnsupportedOperationError",
 ]
@@ -186,6 +189,29 @@ class PartitionNotFoundError(LogError, ValueError):
 
 class UnsupportedOperationError(LogError, NotImplementedError):
     """The backend does not implement this call (a `LogManager` without `subscribe`)."""
+
+
+# Kafka transactions (`streamcore.log.kafka.transaction`): what a checkpoint's commit can meet.
+
+
+class ProducerFencedError(LogError):
+    """Another member opened a transactional producer with the same transactional id (it took
+    the task over): this one is a zombie, and Kafka refuses everything it sends. This member must
+    stop working on the task; its uncommitted work is redone by the new owner."""
+
+
+class TransactionAbortedError(LogError):
+    """A Kafka transaction was aborted (an abortable broker error): none of its records or
+    input positions is visible to read_committed readers. Rewind the inputs to the group's
+    committed positions and redo the checkpoint in a new transaction."""
+
+    retryable = True
+
+
+class TransactionTimeoutError(TransactionAbortedError):
+    """A Kafka transaction stayed open longer than `transaction.timeout.ms`, or its commit did
+    not finish within the timeout: it is (or will be) aborted. Redo the checkpoint; checkpoint
+    more often or raise `transaction.timeout.ms`."""
 
 
 class TopologyError(StreamcoreError):

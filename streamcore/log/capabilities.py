@@ -8,6 +8,7 @@ caller's "not here" path.
 | `Purgeable` | manager | local: retention on demand, with the groups' guard |
 | `Compactable` | manager | local: key compaction (Kafka's broker compacts its topics itself) |
 | `TopicConfigurable` | manager | Kafka: the topic's configs as the broker reports them |
+| `Transactional` | manager | Kafka: transactions for exactly-once checkpoints (`transactions_of`) |
 | `Inspectable` | manager | local, Kafka: `info(name)` (records, bytes, retention) |
 | `Segmented` | manager | local: per-log retention and segment roll times |
 | `OnDisk` | manager | local: the folder of the logs and of each log |
@@ -20,6 +21,9 @@ caller's "not here" path.
 
 A protocol checks that the members exist, not their signatures: the signatures below are the
 contract an implementation keeps.
+
+`transactions_of(manager)` is the one helper here: it names the guarantee a backend without
+transactions gives instead of failing on a missing attribute.
 """
 
 from __future__ import annotations
@@ -49,6 +53,8 @@ __all__ = [
     "Segmented",
     "TopicConfigurable",
     "TopicDescription",
+    "Transactional",
+    "transactions_of",
 ]
 
 
@@ -94,6 +100,36 @@ class TopicConfigurable(Protocol):
     def topic_config(self, name: str | Name) -> dict[str, str]:
         """The log's configs as the broker reports them."""
         ...
+
+
+@runtime_checkable
+class Transactional(Protocol):
+    """Appends to several logs and a group's input positions committed as one atomic unit
+    (Kafka transactions, `streamcore.log.kafka.transaction.KafkaTransactions`): what
+    `processing_guarantee = "exactly_once"` needs. The local and memory logs have none."""
+
+    def transactions(
+        self, transactional_id: str, *, transaction_timeout: float | None = None
+    ) -> Any:
+        """A transactional producer of that stable id (group + task); opening it fences any
+        other producer of the same id."""
+        ...
+
+
+def transactions_of(manager: Any) -> Transactional:
+    """`manager` as a `Transactional`; raises `UnsupportedOperationError` saying what the
+    backend guarantees instead (at-least-once outputs, exactly-once state) and what to do."""
+    if isinstance(manager, Transactional):
+        return manager
+    from streamcore.errors import UnsupportedOperationError
+
+    raise UnsupportedOperationError(
+        f"{type(manager).__name__} has no transactions, so exactly-once outputs cannot be "
+        "promised on it: its guarantee is at-least-once outputs (a crash between appending a "
+        "checkpoint's records and committing its input positions appends them again) and "
+        "exactly-once state (the restore drops the changes of inputs processed again). Use "
+        "processing_guarantee='at_least_once' on this log, or a Kafka log for 'exactly_once'"
+    )
 
 
 @runtime_checkable

@@ -79,6 +79,7 @@ if TYPE_CHECKING:
     from streamcore.log.kafka.partitioner import kafka_partition_for_key as kafka_partition_for_key
     from streamcore.log.kafka.partitioner import murmur2 as murmur2
     from streamcore.log.kafka.tailer import KafkaTailer as KafkaTailer
+    from streamcore.log.kafka.transaction import KafkaTransactions as KafkaTransactions
 
 # Exports are imported on first use (PEP 562): the registry imports `streamcore.log.kafka.backend`
 # to load a configuration naming Kafka, which must not need confluent-kafka.
@@ -86,6 +87,7 @@ _EXPORTS = {
     "KafkaAppender": "appender",
     "KafkaLogManager": "manager",
     "KafkaTailer": "tailer",
+    "KafkaTransactions": "transaction",
     "kafka_partition_for_key": "partitioner",
     "murmur2": "partitioner",
 }

@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from streamcore.errors import (
     ArgumentTypeError,
@@ -65,12 +65,21 @@ class _Batch:
 
 class KafkaAppender(LogAppender[Any]):
     """Produces to one topic through the manager's (pooled) idempotent producer and waits for the
-    delivery reports, so every append returns where its records landed. Thread-safe."""
+    delivery reports, so every append returns where its records landed. Thread-safe.
+
+    `producer`: another producer to append through instead of the pooled one (a transaction's,
+    `streamcore.log.kafka.transaction`: the same checks, encoding and delivery reports)."""
 
     def __init__(
-        self, manager: KafkaLogManager, name: Name, codec: Codec[Any] | None, size: int
+        self,
+        manager: KafkaLogManager,
+        name: Name,
+        codec: Codec[Any] | None,
+        size: int,
+        producer: Producer | None = None,
     ) -> None:
         self.manager = manager
+        self._producer = producer
         self.name = name
         self.codec = codec
         self.topic = manager.topic(name)
@@ -147,7 +156,7 @@ class KafkaAppender(LogAppender[Any]):
             check_keys_encode([k for k, _ in items])  # names the key, if a key it is
             raise
         clients = self.manager.clients
-        producer = clients.producer()
+        producer = self._producer or clients.producer()
         batch = _Batch(len(encoded))
         deadline = time.monotonic() + clients.timeout
         target = -1 if partition is None else partition
@@ -212,7 +221,7 @@ class KafkaAppender(LogAppender[Any]):
             time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
 
     def flush(self) -> None:
-        self.manager.clients.producer().flush(self.manager.timeout)
+        (self._producer or self.manager.clients.producer()).flush(self.manager.timeout)
 
     def close(self) -> None:
         self._closed = True

@@ -36,6 +36,7 @@ from streamcore.errors import (
     LogClosedError,
     LogError,
     LogNotFoundError,
+    ProducerFencedError,
     StreamcoreError,
 )
 from streamcore.names import Name
@@ -64,6 +65,9 @@ UNAVAILABLE = {
     KafkaError.LEADER_NOT_AVAILABLE,
     KafkaError.NETWORK_EXCEPTION,
 }
+# Another producer took the transactional id over (or the broker aborted a transaction that
+# outlived transaction.timeout.ms and bumped the epoch): this producer can send nothing more.
+FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 AUTHENTICATION = {KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED}
 # The last authentication failure librdkafka reported per (bootstrap servers, sasl.username): it
 # comes through the error callback while the operation itself only times out, so the timeout
@@ -267,6 +271,13 @@ class KafkaClients:
             return self.unavailable(what, "timed out")
         if isinstance(error, KafkaError):
             code = error.code()
+            if code in FENCED:
+                return ProducerFencedError(
+                    f"{what}: this producer was fenced ({error.str()}): another member opened "
+                    "transactions with the same transactional id and took the task over, so this "
+                    "one is a zombie whose writes and commits Kafka refuses. Stop working on the "
+                    "task here; its uncommitted work is redone by the new owner"
+                )
             if code in UNAVAILABLE or (code == KafkaError._NOENT and "leader" in error.str()):
                 return self.unavailable(what, error.str())
             if code in (KafkaError._INVALID_ARG, KafkaError._INVALID_TYPE):

@@ -38,6 +38,7 @@ from streamcore.names import Name
 
 if TYPE_CHECKING:
     from streamcore.codecs import Codec
+    from streamcore.log.kafka.transaction import KafkaTransactions
 
 __all__ = ["KafkaLogManager"]
 
@@ -72,6 +73,7 @@ class KafkaLogManager(LogManager):
         self._tailers: dict[tuple[str, LogPartition], Any] = {}  # a tailer, or a claim
         self._subscribed: list[LogTailer[Any]] = []
         self._appenders: list[KafkaAppender] = []
+        self._transactions: list[KafkaTransactions] = []
         self._lock = threading.RLock()
         self._closed = False
 
@@ -528,6 +530,27 @@ class KafkaLogManager(LogManager):
             self._subscribed.append(tailer)
         return tailer
 
+    def transactions(
+        self, transactional_id: str, *, transaction_timeout: float | None = None
+    ) -> KafkaTransactions:
+        """A transactional producer for exactly-once checkpoints (`streamcore.log.kafka.
+        transaction`): `transactional.id` = topic prefix + `transactional_id`, a stable id the
+        caller gives (group + task). Opening it fences any other producer of that id and
+        aborts (or completes) the transaction it left open. Close it, or close the manager."""
+        from streamcore.log.kafka.transaction import KafkaTransactions
+
+        self._check_open()
+        transactions = KafkaTransactions(
+            self, transactional_id, transaction_timeout=transaction_timeout
+        )
+        with self._lock:
+            self._transactions.append(transactions)
+        return transactions
+
+    def _transactions_closed(self, transactions: KafkaTransactions) -> None:
+        with self._lock:
+            self._transactions = [t for t in self._transactions if t is not transactions]
+
     def _tailer_closed(self, tailer: LogTailer[Any]) -> None:
         with self._lock:
             self._forget_tailer(self._tailers, tailer)
@@ -544,5 +567,7 @@ class KafkaLogManager(LogManager):
                 tailer.close()
             for appender in self._appenders:
                 appender.close()
+            for transactions in list(self._transactions):
+                transactions.close()
             self.clients.close()
             self._closed = True

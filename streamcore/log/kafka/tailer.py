@@ -734,6 +734,19 @@ class KafkaTailer(LogTailer[Any]):
     def position(self, partition: LogPartition) -> int:
         return self._pos[self._check(partition)]
 
+    def positions(self) -> dict[LogPartition, int]:
+        """The read position of every assigned partition: what `commit()` would commit, and
+        what a transaction sends as the group's offsets (`KafkaTransactions.send_offsets`)."""
+        self._check_open()
+        return {p: self._pos[p] for p in self._assigned}
+
+    def group_metadata(self) -> Any:
+        """The consumer group metadata `send_offsets_to_transaction` needs: the group id and,
+        for a subscribed member, its generation and member id, so that the group coordinator
+        refuses the offsets of a member the group has moved on from (a zombie)."""
+        self._check_open()
+        return self._consumer.consumer_group_metadata()
+
     def skip_one(self) -> LogOffset:
         self._check_open()
         failed = self._undecodable
