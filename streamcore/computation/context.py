@@ -57,6 +57,12 @@ class ComputationContext(abc.ABC):
         return -1
 
     @property
+    def task_id(self) -> int | None:
+        """The task (input partition number) of the record being processed, or of the
+        stream-time timer running; None outside them."""
+        return None
+
+    @property
     def record_timestamp_ms(self) -> int:
         """The timestamp (epoch ms) the computation's timestamp extractor gave the record being
         processed (the Record watermark's by default; docs/state.md, "Stream time"); -1 outside

@@ -149,12 +149,13 @@ class _WindowedStep(Processor):
         self._tasks: dict[int, _TaskWindows] = {}
 
     def _task(self) -> _TaskWindows:
-        kv = self.context.get_state_store(self.store_name)
-        task = self._tasks.get(id(kv))
-        if task is None or task.kv is not kv:
-            if task is not None:
-                task.detach()
-            task = self._tasks[id(kv)] = _TaskWindows(kv, self.windows, self.codec)
+        # By task id: a task's store changes only in a rebalance, after which init starts again.
+        task = self._tasks.get(self.context.task_id)  # type: ignore[arg-type]
+        if task is None:
+            kv = self.context.get_state_store(self.store_name)
+            task = self._tasks[self.context.task_id] = _TaskWindows(  # type: ignore[index]
+                kv, self.windows, self.codec
+            )
         return task
 
     def process(self, key: str, value: Any) -> None:
@@ -165,7 +166,9 @@ class _WindowedStep(Processor):
         assert timestamp is not None  # process runs for a record
         task = self._task()
         store = task.store
-        now = max(context.stream_time, timestamp)
+        now = context.stream_time
+        if timestamp > now:
+            now = timestamp
         if now > task.time:
             task.time = now
         else:
@@ -210,12 +213,13 @@ class _WindowedStep(Processor):
         if cache is not None:
             if now < cache.due:
                 return  # nothing closes or expires yet
-            cache.flush()  # closing and expiry read the store
+            cache.flush_closed(now)  # closing and expiry read the store
         # Both skip their scan until stream time reaches the store's next close or expiry time.
         if self.emit == "final":
-            for closed in store.take_closed(now):
+            for closed in store.take_closed_and_expire(now):
                 context.forward(closed.key, _result(closed, closed.value))
-        store.expire(now)
+        else:
+            store.expire(now)
 
 
 class WindowedGroupedStream:

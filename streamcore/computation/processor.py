@@ -31,6 +31,7 @@ How it maps onto the computation model (`ProcessorComputation`):
 | `context.schedule(interval_ms)` + `punctuate(timestamp)` | `set_timer` / `process_timer` |
 | `context.schedule(interval_ms, PunctuationType.STREAM_TIME)` | `set_stream_timer` per task |
 | `context.stream_time` | `stream_time_ms` |
+| `context.task_id` | `task_id` |
 | `context.commit()` | `ask_for_checkpoint` |
 | `close()` | `destroy` |
 
@@ -146,6 +147,12 @@ class ProcessorContext:
         """The stream time (ms) of the current record's task (of the punctuated task in a
         stream-time `punctuate`): the largest timestamp it has processed; -1 before any."""
         return self._context.stream_time_ms
+
+    @property
+    def task_id(self) -> int | None:
+        """The task (input partition number) of the record being processed, of the punctuated
+        task in a stream-time `punctuate`; None in a wall-clock one (KIP-28's `taskId()`)."""
+        return self._context.task_id
 
     def count_late_record(self) -> None:
         """Count a record sent to a late stream (the metric `streamcore_computation_late_total`;

@@ -171,6 +171,10 @@ class UnitContext(ComputationContext):
         return self._runner.stream_times.get(task, UNKNOWN)
 
     @property
+    def task_id(self) -> int | None:
+        return self._task()
+
+    @property
     def record_timestamp_ms(self) -> int:
         return UNKNOWN if self._record is None or self._in_timer else self._timestamp
 

@@ -1,20 +1,24 @@
 """`WindowCache`: the aggregates of a task's tumbling or hopping windows kept decoded in memory and
 written to their `TimeWindowStore` once per checkpoint, not once per record (Kafka Streams'
-caching window store). A window updated by every record of its key costs a dict update per
-record; its key, encoding and store write come once per checkpoint.
+caching window store). A window updated by every record of its key costs two dict lookups and an
+update per record; its key text, encoding and store write come once per checkpoint, and its store
+read once in its life (or once after a restart).
 
 How it stays exact:
 - **Checkpoint.** It registers with the key-value store under the window store
   (`KeyValueStore.before_checkpoint`): the processor's checkpoint writes every changed window into
   the store before taking the store's buffered writes, so the changelog and the store's
-  checkpoint hold them with the input positions, as if written at once.
+  checkpoint hold them with the input positions, as if written at once. The written windows stay
+  cached (clean) while open; above `limit` cached windows, the checkpoint forgets them all.
 - **Failed records.** Each update puts an undo entry in the runner's journal (the store's
   `journal`), as the store's own writes do: a record that raises and is retried leaves no trace.
 - **Rewinds.** It registers `KeyValueStore.on_discard`: a rewind to the last checkpoint drops
-  the cached updates with the store's buffered writes.
+  every cached window with the store's buffered writes.
 - **Closing and expiry** read the store: `due` says when `take_closed` or `expire` would find
   something (the store's next close and expiry times, lowered by the windows created in the
-  cache), and the caller `flush`es before calling them then.
+  cache), and the caller calls `flush_closed(stream_time)` before calling them then. It writes
+  the closed windows and forgets them (a closed window takes no more records); that write is in
+  the journal too, so a record that fails after it restores the cache as it was.
 - **Mutable aggregates** are not cached: an aggregator may change the aggregate it is given, which
   would change the undo entry's copy. A window whose aggregate is not an int, float, str, bool or
   bytes is written through to the store at once (which encodes it), as without the cache.
@@ -35,42 +39,85 @@ __all__ = ["WindowCache"]
 _SCALARS = frozenset({int, float, str, bool, bytes})
 _NEVER = 1 << 63
 
+# A cached window of one key: (aggregate, largest record timestamp, new: not in the store yet).
+_Entry = tuple[Any, int, bool]
 
-class _Undo(list[tuple[tuple[str, int], Any]]):
-    """The cache's (window, previous entry) per update since its last flush; itself the runner's
-    journal entry of each update (see `streamcore.state.store._UndoLog`)."""
+
+class _Group:
+    """The cached windows starting at one time: one per key, and the keys changed since the
+    last write."""
+
+    __slots__ = ("close", "dirty", "entries", "window")
+
+    def __init__(self, window: Window, close: int) -> None:
+        self.window = window
+        self.close = close
+        self.entries: dict[str, _Entry] = {}
+        self.dirty: set[str] = set()
+
+
+class _Undo(list[tuple[_Group, str, _Entry | None]]):
+    """The cache's (group, key, previous entry) per update; itself the runner's journal entry of
+    each update (see `streamcore.state.store._UndoLog`). Emptied at each checkpoint, which the
+    journal's entries do not outlive."""
 
     def __init__(self, cache: WindowCache) -> None:
         super().__init__()
         self.cache = cache
 
     def pop(self) -> None:  # type: ignore[override]
-        at, old = super().pop()
-        cache = self.cache
+        group, key, old = super().pop()
         if old is None:
-            cache._entries.pop(at, None)
-            cache._dirty.discard(at)
+            group.entries.pop(key, None)
+            group.dirty.discard(key)
         else:
-            cache._entries[at] = old
-            cache._dirty.add(at)  # written again at the flush: the same value, harmless
+            group.entries[key] = old
+            group.dirty.add(key)  # written again at the next write: the same value, harmless
+
+
+class _Unflush:
+    """The journal entry of a `flush_closed`: undoing it puts the closed windows back in the
+    cache as they were (the store's writes it made are undone by the store's own entries, which
+    come after it in the journal)."""
+
+    __slots__ = ("cache", "groups")
+
+    def __init__(
+        self, cache: WindowCache, groups: list[tuple[_Group, set[str], dict[str, _Entry]]]
+    ):
+        self.cache = cache
+        self.groups = groups
+
+    def pop(self) -> None:
+        cache = self.cache
+        for group, dirty, entries in self.groups:
+            group.dirty = dirty
+            group.entries = entries
+            cache._groups[group.window.start] = group
+        cache._due = None
 
 
 class WindowCache:
-    """The cached windows of one task's `TimeWindowStore` of tumbling or hopping windows."""
+    """The cached windows of one task's `TimeWindowStore` of tumbling or hopping windows; at most
+    about `limit` of them are kept past a checkpoint."""
 
-    def __init__(self, store: TimeWindowStore[Any]) -> None:
+    def __init__(self, store: TimeWindowStore[Any], limit: int = 100_000) -> None:
         if not isinstance(store.spec, TimeWindowSpec):
             raise ArgumentTypeError(
                 f"WindowCache caches tumbling and hopping windows, got {type(store.spec).__name__}"
             )
         self.store = store
         self.spec: TimeWindowSpec = store.spec
-        # (key, window start) -> (aggregate, largest timestamp, new: not in the store yet, window)
-        self._entries: dict[tuple[str, int], tuple[Any, int, bool, Window]] = {}
-        self._dirty: set[tuple[str, int]] = set()
+        self.limit = limit
+        self._size = store.spec.size_ms
+        self._advance = store.spec.advance
+        self._tumbling = self._advance == self._size
+        self._lifetime = store.spec.size_ms + store.spec.grace_ms  # from start to close
+        self._groups: dict[int, _Group] = {}  # window start -> its cached windows
         self._undo = _Undo(self)
         self._store_due: int | None = None  # the store's next close or expiry time, when known
-        self._new_due = _NEVER  # the earliest close time of the new windows in the cache
+        self._new_due = _NEVER  # the earliest close time of the windows not in the store yet
+        self._due: int | None = None  # min of both, when known
         kv = store.store
         kv.before_checkpoint.append(self.flush)
         kv.on_discard.append(self.drop)
@@ -78,12 +125,15 @@ class WindowCache:
     @property
     def due(self) -> int:
         """The stream time from which the store's `take_closed` or `expire` finds something,
-        the new windows still in the cache included: `flush` before calling them then."""
-        if self._store_due is None:
-            store = self.store
-            times = [t for t in (store.next_close_time(), store.next_expiry_time()) if t]
-            self._store_due = min(times, default=_NEVER)
-        return min(self._store_due, self._new_due)
+        the new windows still in the cache included: `flush_closed` before calling them then."""
+        due = self._due
+        if due is None:
+            if self._store_due is None:
+                store = self.store
+                times = [t for t in (store.next_close_time(), store.next_expiry_time()) if t]
+                self._store_due = min(times, default=_NEVER)
+            due = self._due = min(self._store_due, self._new_due)
+        return due
 
     def aggregate(
         self,
@@ -98,56 +148,105 @@ class WindowCache:
         """`aggregate_windowed` through the cache: the updated windows by start (none unless
         `updates`: emitting only final results needs none), or a `LateRecord` when none is open
         at `stream_time` (this record's included)."""
-        spec = self.spec
-        if spec.is_late(timestamp, stream_time):
-            reason = late_reason(spec, timestamp, stream_time)
-            return LateRecord(key, timestamp, stream_time, reason)
-        entries, dirty = self._entries, self._dirty
+        advance, lifetime = self._advance, self._lifetime
+        # The last window holding the record closes last (TimeWindowSpec.is_late).
+        last = timestamp - timestamp % advance
+        if last + lifetime <= stream_time:
+            spec = self.spec
+            return LateRecord(
+                key, timestamp, stream_time, late_reason(spec, timestamp, stream_time)
+            )
+        # The starts are the multiples of the advance in (timestamp - size, timestamp], none
+        # below 0 (TimeWindowSpec.windows_for): a tumbling window's is the last one.
+        starts: tuple[int, ...] | range
+        if self._tumbling:
+            starts = (last,) if timestamp >= 0 else ()
+        else:
+            first = max(0, timestamp - self._size + advance) // advance * advance
+            starts = range(first, timestamp + 1, advance)
+        groups = self._groups
         journal = self.store.store.journal
         undo = self._undo
         updated = []
-        for window in spec.windows_for(timestamp):
-            if spec.is_closed(window, stream_time):
+        for start in starts:
+            group = groups.get(start)
+            if group is None:
+                if start + lifetime <= stream_time:
+                    continue  # closed: the record's later windows are still open
+                group = groups[start] = _Group(self.spec.window_at(start), start + lifetime)
+            elif group.close <= stream_time:
                 continue
-            at = (key, window.start)
-            old = entries.get(at)
+            entries = group.entries
+            old = entries.get(key)
             if old is None:
-                stored = self.store.entry(key, window)
+                stored = self.store.entry(key, group.window)
                 if stored is None:
                     aggregate, latest, new = initializer(), timestamp, True
+                    if group.close < self._new_due:
+                        self._new_due = group.close
+                        if self._due is not None and group.close < self._due:
+                            self._due = group.close
                 else:
                     aggregate, latest, new = stored.value, stored.timestamp, False
             else:
-                aggregate, latest, new, _window = old
+                aggregate, latest, new = old
             aggregate = aggregator(key, value, aggregate)
             if timestamp > latest:
                 latest = timestamp
             if type(aggregate) in _SCALARS:
-                entries[at] = (aggregate, latest, new, window)
-                dirty.add(at)
-                if new and spec.close_time(window) < self._new_due:
-                    self._new_due = spec.close_time(window)
+                entries[key] = (aggregate, latest, new)
+                group.dirty.add(key)
             else:  # an aggregator may change this object later: the store encodes it now
-                entries.pop(at, None)
-                dirty.discard(at)
-                self.store.write(key, window, aggregate, latest, new=new)
+                entries.pop(key, None)
+                group.dirty.discard(key)
+                self.store.write(key, group.window, aggregate, latest, new=new)
             if journal is not None:
-                undo.append((at, old))
+                undo.append((group, key, old))
                 journal.append(undo)
             if updates:
-                updated.append(WindowedValue(key, window, aggregate, latest))
+                updated.append(WindowedValue(key, group.window, aggregate, latest))
         return updated
 
+    def _write(self, group: _Group) -> None:
+        """Write `group`'s changed windows to the store; they stay cached, clean."""
+        entries = group.entries
+        items = []
+        for key in group.dirty:
+            aggregate, latest, new = entries[key]
+            items.append((key, aggregate, latest, new))
+            if new:
+                entries[key] = (aggregate, latest, False)
+        self.store.write_all(group.window, items)
+        group.dirty = set()
+
     def flush(self) -> None:
-        """Write every changed window to the store (the checkpoint's hook; before the store's
-        closing and expiry), then forget the cached ones: the next record of a window reads it
-        from the store's own read cache."""
-        store = self.store
-        entries = self._entries
-        for at in self._dirty:
-            aggregate, latest, new, window = entries[at]
-            store.write(at[0], window, aggregate, latest, new=new)
-        self.drop()
+        """Write every changed window to the store (the checkpoint's hook); past the checkpoint
+        the journal's undo entries are gone, and so are the cached windows when more than
+        `limit` are kept."""
+        count = 0
+        for group in self._groups.values():
+            if group.dirty:
+                self._write(group)
+            count += len(group.entries)
+        self._undo.clear()
+        self._new_due = _NEVER
+        self._store_due = self._due = None
+        if count > self.limit:
+            self._groups.clear()
+
+    def flush_closed(self, stream_time: int) -> None:
+        """Write the windows closed at `stream_time` to the store and forget them (they take no
+        more records), before the store's `take_closed` and `expire` read it."""
+        closed = [g for g in self._groups.values() if g.close <= stream_time]
+        journal = self.store.store.journal
+        if journal is not None and closed:
+            journal.append(_Unflush(self, [(g, set(g.dirty), dict(g.entries)) for g in closed]))
+        for group in closed:
+            if group.dirty:
+                self._write(group)
+            del self._groups[group.window.start]
+        self._new_due = min((g.close for g in self._groups.values() if g.dirty), default=_NEVER)
+        self._store_due = self._due = None
 
     def detach(self) -> None:
         """Unhook from the key-value store (its owner made a new cache for it)."""
@@ -156,10 +255,8 @@ class WindowCache:
         kv.on_discard.remove(self.drop)
 
     def drop(self) -> None:
-        """Forget every cached update (after a flush, or when the store's buffered writes were
-        dropped: a rewind)."""
-        self._entries.clear()
-        self._dirty.clear()
+        """Forget every cached window (the store's buffered writes were dropped: a rewind)."""
+        self._groups.clear()
         self._undo.clear()
-        self._store_due = None
         self._new_due = _NEVER
+        self._store_due = self._due = None

@@ -24,7 +24,7 @@ digits, fixed width, so ASCII order is numeric order (negative starts included).
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -129,12 +129,32 @@ class _WindowedStore(Generic[V]):
             self.store.put(
                 "x" + time_text(window.end) + self._esc(key) + time_text(window.start), _INDEXED
             )
-            if self._close_hint is not None:
-                marks, upcoming = self._close_hint
-                self._close_hint = (marks, min(upcoming, window.end + self._close_lag))
-            if self._expiry_hint is not None:
-                marks, upcoming = self._expiry_hint
-                self._expiry_hint = (marks, min(upcoming, window.end + self._expiry_lag))
+            self._indexed(window)
+
+    def write_all(self, window: Window, items: Iterable[tuple[str, V, int, bool]]) -> None:
+        """`write` for many keys of one window: (key, value, timestamp, new) each (the window
+        cache's checkpoint: the window's part of the keys is made once)."""
+        start, end = time_text(window.start), time_text(window.end)
+        times = start + end
+        put, encode, pack = self.store.put, self.codec.encode, _STAMP.pack
+        written_new = False
+        for key, value, timestamp, new in items:
+            escaped = escape_key(key)
+            put("w" + escaped + times, pack(timestamp) + encode(value))
+            if new:
+                put("x" + end + escaped + start, _INDEXED)
+                written_new = True
+        if written_new:
+            self._indexed(window)
+
+    def _indexed(self, window: Window) -> None:
+        """A new window was written: the next close and expiry times may come sooner."""
+        if self._close_hint is not None:
+            marks, upcoming = self._close_hint
+            self._close_hint = (marks, min(upcoming, window.end + self._close_lag))
+        if self._expiry_hint is not None:
+            marks, upcoming = self._expiry_hint
+            self._expiry_hint = (marks, min(upcoming, window.end + self._expiry_lag))
 
     def _delete(self, key: str, window: Window) -> WindowedValue[V] | None:
         old = self.store.delete(self._data_key(key, window))
@@ -224,15 +244,48 @@ class _WindowedStore(Generic[V]):
                 upcoming = window.end + lag
                 break
             gone.append(data_key)
-        put = self.store.put
-        for data_key in gone:  # the index entry is the data key's parts in another order
-            # None deletes (KeyValueStore.put) without reading the value first, as delete does.
-            put(data_key, None)  # type: ignore[arg-type]
-            put("x" + data_key[-TIME_WIDTH:] + data_key[1:-TIME_WIDTH], None)  # type: ignore[arg-type]
+        self._delete_all(gone)
         if stream_time > expired_at:
             raw = self._set_marks(raw, closed_at, stream_time)
         self._expiry_hint = (raw, upcoming)
         return len(gone)
+
+    def take_closed_and_expire(self, stream_time: int) -> list[WindowedValue[V]]:
+        """`take_closed(stream_time)` then `expire(stream_time)`, in one scan of the index when a
+        window expires as it closes (retention = size + grace, the default): `emit="final"`'s
+        step, once per record that reaches a close time."""
+        if self._close_lag != self._expiry_lag:
+            found = self.take_closed(stream_time)
+            self.expire(stream_time)
+            return found
+        raw, closed_at, expired_at = self._marks()
+        hint = self._expiry_hint
+        if hint is not None and hint[0] == raw and stream_time < hint[1]:
+            return []
+        # Nothing closed stays in the store past this call, so the scan starts at the oldest.
+        lag, found, gone, upcoming = self._close_lag, [], [], _NEVER
+        get = self.store.get
+        for key, window, data_key in self._by_end(_NO_TIME):
+            if window.end + lag > stream_time:
+                upcoming = window.end + lag
+                break
+            stored = get(data_key)
+            if stored is not None:
+                found.append(self._decode(key, window, stored))
+            gone.append(data_key)
+        self._delete_all(gone)
+        if stream_time > closed_at or stream_time > expired_at:
+            raw = self._set_marks(raw, max(stream_time, closed_at), max(stream_time, expired_at))
+        self._close_hint = self._expiry_hint = (raw, upcoming)
+        return found
+
+    def _delete_all(self, data_keys: list[str]) -> None:
+        """Delete windows by data key, with their index entries, without reading them."""
+        put = self.store.put
+        for data_key in data_keys:  # the index entry is the data key's parts in another order
+            # None deletes (KeyValueStore.put) without reading the value first, as delete does.
+            put(data_key, None)  # type: ignore[arg-type]
+            put("x" + data_key[-TIME_WIDTH:] + data_key[1:-TIME_WIDTH], None)  # type: ignore[arg-type]
 
     def next_close_time(self) -> int | None:
         """The stream time from which `take_closed` returns something: the close time of the

@@ -290,6 +290,46 @@ def test_a_retried_record_counts_once_in_its_windows() -> None:
         assert len(got) >= 6
 
 
+def test_a_record_failing_after_the_windows_it_closed_were_written_loses_no_count() -> None:
+    """The record that closes windows writes them from the cache to the store before sending
+    them; when sending fails, the retry must find every key's window as before the failure."""
+    from streamcore.computation import ComputationPolicy
+
+    sent_once: set[tuple[str, int]] = set()
+
+    def fail_first(key: str, result: dict[str, Any]) -> dict[str, Any]:
+        # Each window's first send fails: the closing record's retries get one further each.
+        if (key, result["start"]) not in sent_once:
+            sent_once.add((key, result["start"]))
+            raise RuntimeError("sink down once")
+        return result
+
+    builder = Topology.builder()
+    (
+        builder.stream(IN, codec="json")
+        .group_by_key()
+        .windowed_by(TumblingWindows(10_000, grace_ms=0))
+        .count(emit="final")
+        .to_stream()
+        .map(lambda key, result: (key, fail_first(key, result)))
+        .to(OUT)
+    )
+    policy = ComputationPolicy(max_retries=6, delay=0.0, max_delay=0.0)
+    events = [(f"k{i % 5}", 1_000_000 + i * 500) for i in range(200)]
+    driver = TopologyTestDriver(builder.build(), Settings().set_policy(NAME, policy))
+    with driver:
+        for key, t in events:
+            driver.pipe_record(IN, record(key, t))
+        got = {(key, start): value for key, start, _end, value in emitted(driver)}
+    expected: dict[tuple[str, int], int] = {}
+    for key, t in events:
+        start = t - t % 10_000
+        if start + 10_000 <= events[-1][1]:  # closed by the last record
+            expected[key, start] = expected.get((key, start), 0) + 1
+    assert got == expected
+    assert len(expected) == 45
+
+
 def test_list_aggregates_are_written_through_and_match_the_reference() -> None:
     size, grace = 60_000, 20_000
     times = shuffled_times(200, 3)

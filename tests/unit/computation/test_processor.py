@@ -255,3 +255,25 @@ def test_a_retried_record_leaves_no_duplicate_sends():
     assert Flaky.failed
     assert driver.stats("app/flaky").retried == 1
     driver.close()
+
+
+def test_task_id_is_the_partition_of_the_record_being_processed():
+    seen: list[tuple[int | None, int]] = []
+
+    class Tasks(Processor):
+        def init(self, context) -> None:
+            self.context = context
+
+        def process(self, key, value) -> None:
+            seen.append((self.context.task_id, self.context.offset.partition.partition))
+
+    builder = Topology.builder().add_processor(
+        "app/tasks", Tasks, inputs=["app/in"], outputs=["app/a"], codec="json"
+    )
+    driver = driver_for(builder.build(), Settings().set_partitions("app/in", 3))
+    for i in range(30):
+        driver.pipe("app/in", f"k{i}", js(i))
+    driver.close()
+    assert len(seen) == 30
+    assert all(task == partition for task, partition in seen)
+    assert {partition for _task, partition in seen} == {0, 1, 2}
