@@ -352,8 +352,13 @@ class KafkaClients:
             return None
 
     # -- offsets --------------------------------------------------------------------------------
-    def list_offsets(self, partitions: list[TopicPartition], spec: Any) -> list[int]:
-        """The offsets `spec` names (earliest, latest) of `partitions`, read committed."""
+    def list_offsets(
+        self, partitions: list[TopicPartition], spec: Any, committed: bool = True
+    ) -> list[int]:
+        """The offsets `spec` names (earliest, latest) of `partitions`, read committed (latest
+        is the last stable offset: before the first record of a transaction still open) or,
+        with `committed=False`, uncommitted (latest is the high watermark)."""
+        isolation = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
         if not partitions:
             return []
         topic = partitions[0].topic
@@ -361,7 +366,7 @@ class KafkaClients:
         def call() -> list[int]:
             futures = self.polled_admin().list_offsets(
                 {TopicPartition(tp.topic, tp.partition): spec for tp in partitions},
-                isolation_level=IsolationLevel.READ_COMMITTED,
+                isolation_level=isolation,
                 request_timeout=self.timeout,
             )
             by_key = {(k.topic, k.partition): f for k, f in futures.items()}

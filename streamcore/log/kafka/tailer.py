@@ -156,6 +156,11 @@ class KafkaTailer(LogTailer[Any]):
         )
         if names is not None and len(set(names)) > 1:
             conf = copartitioned(conf, group)
+        # librdkafka's default: a transaction's records are returned once it commits, an
+        # aborted one's never; the end of a partition is its last stable offset.
+        self.read_committed = str(conf.get("isolation.level", "read_committed")).lower() != (
+            "read_uncommitted"
+        )
         strategy = str(conf.get("partition.assignment.strategy", "")).lower()
         protocol = str(conf.get("group.protocol", "classic")).lower()
         self._incremental = "cooperative" in strategy or protocol == "consumer"
@@ -387,10 +392,36 @@ class KafkaTailer(LogTailer[Any]):
             if offset < expected:
                 continue  # below a seek target
             if offset > expected:
-                self._lost += offset - expected
+                self._lost += self._lost_before(partition, expected, offset)
             pos[partition] = offset + 1
             return partition, msg
         return None
+
+    def _lost_before(self, partition: LogPartition, expected: int, first: int) -> int:
+        """How many of the offsets from `expected` to `first` (the next record) retention
+        deleted: those below the log start of the last fetch. The others are offsets without a
+        record (transaction markers, aborted records read_committed skips, compacted keys),
+        not lost records."""
+        low, _ = self._consumer.get_watermark_offsets(self._tp(partition), cached=True)
+        if low < 0:  # not known yet: count the whole gap, as before a fetch told the start
+            return first - expected
+        return max(0, min(first, low) - expected)
+
+    def _past_markers(self, parts: list[LogPartition]) -> None:
+        """Move the read positions up to the consumer's where it is further: librdkafka moves
+        its position past offsets that hold no record for this reader (transaction markers,
+        and the aborted records read_committed skips), which "last record + 1" never passes,
+        so a reader would wait for them forever. Called only when every fetched record has been
+        taken (the consumer's position is then the tailer's plus such offsets). After a seek the
+        consumer's position is unknown (negative) until the next fetch: nothing moves."""
+        try:
+            found = self._consumer.position([self._tp(p) for p in parts])
+        except KafkaException:
+            return  # a position is an optimisation here: the broker check still follows
+        pos = self._pos
+        for p, tp in zip(parts, found, strict=True):
+            if tp.error is None and tp.offset > pos.get(p, tp.offset):
+                pos[p] = tp.offset
 
     def _skip_stale(self) -> bool:
         """Drop the fetched records `_take` would skip; True if one to take is next."""
@@ -460,24 +491,30 @@ class KafkaTailer(LogTailer[Any]):
 
     def _waiting(self, exact: bool) -> bool:
         """Does the broker hold a record at or after a read position (fetched or not)? The
-        watermarks of the last fetch answer when they show one, or when not `exact` and they
-        are known for every partition; else one ListOffsets request asks the broker."""
+        positions first move past transaction markers (`_past_markers`). The watermarks of the
+        last fetch answer when they show one (read uncommitted), or when not `exact` and they
+        are known for every partition and show none; else one ListOffsets request asks the
+        broker: for a read_committed reader the end is the last stable offset, which the
+        cached high watermark may be past (an open transaction), so it always asks then."""
         parts = list(self._assigned)
         if not parts:
             return False
-        known = True
+        self._past_markers(parts)
+        known, behind = True, False
         for p in parts:
             low, high = self._consumer.get_watermark_offsets(self._tp(p), cached=True)
             if low < 0 or high < 0:
                 known = False
             elif max(self._pos[p], low) < high:
-                return True
-        if known and not exact:
+                if not self.read_committed:
+                    return True
+                behind = True
+        if known and not exact and not behind:
             return False
         tps = [self._tp(p) for p in parts]
         from confluent_kafka.admin import OffsetSpec
 
-        highs = self._clients.list_offsets(tps, OffsetSpec.latest())
+        highs = self._clients.list_offsets(tps, OffsetSpec.latest(), self.read_committed)
         candidates = [
             (p, tp, high)
             for p, tp, high in zip(parts, tps, highs, strict=True)
@@ -721,7 +758,8 @@ class KafkaTailer(LogTailer[Any]):
                 bad = (self._undecodable, window[lo + count])
             else:
                 end = offsets[lo + n - 1] + 1
-            self._lost += end - expected - count
+            if offsets[lo] > expected:
+                self._lost += self._lost_before(partition, expected, offsets[lo])
             pos[partition] = end
             out.partitions += [partition.partition] * count
             out.offsets += offsets[lo : lo + count]
@@ -774,7 +812,8 @@ class KafkaTailer(LogTailer[Any]):
         self._purge(parts)
         from confluent_kafka.admin import OffsetSpec
 
-        highs = self._clients.list_offsets([self._tp(p) for p in parts], OffsetSpec.latest())
+        tps = [self._tp(p) for p in parts]
+        highs = self._clients.list_offsets(tps, OffsetSpec.latest(), self.read_committed)
         self._place(dict(zip(parts, highs, strict=True)))
 
     def to_last_committed(self) -> None:
