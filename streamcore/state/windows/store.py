@@ -216,15 +216,7 @@ class _WindowedStore(Generic[V]):
             return []
         # Every close time is the end plus the spec's lag: the windows not returned yet are
         # those with an end above closed_at - lag, and the closed ones among them come first.
-        lag, found, upcoming = self._close_lag, [], _NEVER
-        get = self.store.get
-        for key, window, data_key in self._by_end(closed_at - lag + 1):
-            if window.end + lag > stream_time:
-                upcoming = window.end + lag
-                break
-            stored = get(data_key)
-            if stored is not None:
-                found.append(self._decode(key, window, stored))
+        found, _keys, upcoming = self._closed(closed_at - self._close_lag + 1, stream_time)
         if stream_time > closed_at:
             raw = self._set_marks(raw, stream_time, expired_at)
         self._close_hint = (raw, upcoming)
@@ -263,21 +255,28 @@ class _WindowedStore(Generic[V]):
         if hint is not None and hint[0] == raw and stream_time < hint[1]:
             return []
         # Nothing closed stays in the store past this call, so the scan starts at the oldest.
-        lag, found, gone, upcoming = self._close_lag, [], [], _NEVER
-        get = self.store.get
-        for key, window, data_key in self._by_end(_NO_TIME):
-            if window.end + lag > stream_time:
-                upcoming = window.end + lag
-                break
-            stored = get(data_key)
-            if stored is not None:
-                found.append(self._decode(key, window, stored))
-            gone.append(data_key)
+        found, gone, upcoming = self._closed(_NO_TIME, stream_time)
         self._delete_all(gone)
         if stream_time > closed_at or stream_time > expired_at:
             raw = self._set_marks(raw, max(stream_time, closed_at), max(stream_time, expired_at))
         self._close_hint = self._expiry_hint = (raw, upcoming)
         return found
+
+    def _closed(self, lo: int, stream_time: int) -> tuple[list[WindowedValue[V]], list[str], int]:
+        """The windows with `lo <= end` closed at `stream_time` (by end, then key, then start),
+        their data keys, and the close time of the next window (`_NEVER`: none)."""
+        lag = self._close_lag
+        found: list[WindowedValue[V]] = []
+        data_keys: list[str] = []
+        get = self.store.get
+        for key, window, data_key in self._by_end(lo):
+            if window.end + lag > stream_time:
+                return found, data_keys, window.end + lag
+            stored = get(data_key)
+            if stored is not None:
+                found.append(self._decode(key, window, stored))
+            data_keys.append(data_key)
+        return found, data_keys, _NEVER
 
     def _delete_all(self, data_keys: list[str]) -> None:
         """Delete windows by data key, with their index entries, without reading them."""
