@@ -5,12 +5,13 @@ whose transactional id another one opened since) can commit nothing."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
 from kafka_broker import scratch_prefix
 
-from streamcore.errors import LogError, ProducerFencedError
+from streamcore.errors import LogError, ProducerFencedError, TransactionTimeoutError
 from streamcore.log import LogPartition
 from streamcore.log.capabilities import Transactional, transactions_of
 from streamcore.log.kafka import KafkaLogManager
@@ -166,3 +167,25 @@ def test_misuse_says_what_to_do(kafka: KafkaLogManager) -> None:
     assert not tx.open
     with pytest.raises(LogError, match="closed"):
         tx.begin()
+
+
+def test_a_transaction_open_past_its_timeout_is_aborted_and_says_so(
+    kafka: KafkaLogManager,
+) -> None:
+    kafka.create("test/out", 1)
+    tx = kafka.transactions("g/0", transaction_timeout=1.0)
+    tx.begin()
+    tx.appender("test/out").append("k", b"too late")  # offset 0
+    # The coordinator aborts expired transactions on its cleanup interval (10 s by default):
+    # the abort marker then moves the last stable offset past the record.
+    deadline = time.monotonic() + 60
+    while kafka.end_offsets("test/out") == [0]:
+        assert time.monotonic() < deadline, "the broker never aborted the expired transaction"
+        tx.producer.poll(0.2)
+    with pytest.raises(TransactionTimeoutError, match=r"longer than transaction\.timeout\.ms"):
+        tx.commit()
+    tx.close()
+    again = kafka.transactions("g/0")  # a new producer of the id redoes the checkpoint
+    with again.transaction():
+        again.appender("test/out").append("k", b"redone")
+    assert read_all(kafka, "reader", "test/out") == [b"redone"]

@@ -3,8 +3,12 @@
 
 Mapping
 - A log is a topic named `topic_prefix + Name.id` (`streamcore-bulk-command` for `bulk/command`);
-  a partition is a topic partition; an offset is a Kafka offset (contiguous from 0: the producer is
-  idempotent and never transactional, so there are no control records).
+  a partition is a topic partition; an offset is a Kafka offset. Appenders use the shared
+  idempotent producer: its offsets are contiguous. `transactions(id)` (`transaction.py`) writes in
+  Kafka transactions: each commit or abort leaves a marker (a control record holding an offset
+  no reader returns), and read_committed readers (the default `isolation.level`) skip aborted
+  records, so offsets have gaps. A tailer's position is then the consumer's (past markers), its
+  end the last stable offset, and `lost` counts only offsets below the log start.
 - A consumer group `g` is the Kafka group `topic_prefix + Name.of(g).id`; `list_logs` and
   `list_groups` only see topics and groups of the manager's prefix.
 - `tailer(group, source)` is a consumer with a static `assign`; `subscribe(group, names,
@@ -43,7 +47,8 @@ Differences from the local log (documented, and asserted in the tests)
 4. `append_batch` is all or nothing as far as Kafka allows: keys and values are checked and
    encoded before the first record is produced (a bad item writes nothing), but if the broker
    rejects or times out part of a batch the acknowledged records stay, and the error says how many
-   landed. Kafka transactions would make it atomic at the cost of gaps in the offsets.
+   landed. A transaction's appender (`KafkaTransactions.appender`) makes a checkpoint atomic, with
+   gaps in the offsets; the local and memory logs have no transactions.
 5. Retention is the broker's (`log.retention.*`, 7 days on `make kafka`'s broker; `create(...,
    retention="2d")` sets the topic's `retention.ms`); there is no `purge()`.
 6. `list_groups` lists groups that committed on the log; a group that reads by static assignment

@@ -9,11 +9,15 @@ elsewhere: names and offsets in `client.py`, the undecodable-record errors in
 
 Positions are tracked here, per partition, as the offset after the last record `read()` returned
 (what `commit()` commits), so `position()` answers without the broker and a record fetched before
-a seek is never returned after it. librdkafka fetches ahead in the background; `read()` takes one
-polled record plus whatever else is already fetched, and hands them out one by one. `read_arrow()`
-takes them in bulk instead (`_take_many`: the same rules, with the positions moved once per run of
-records of one partition and the columns built without Python per record), in consumes of 1,000
-records turned into lists at once; `read_columns()` hands those lists over without building Arrow
+a seek is never returned after it; once every fetched record is taken, they move up to the
+consumer's position, which librdkafka moves past transaction markers and the aborted records
+read_committed skips (`_past_markers`).
+
+librdkafka fetches ahead in the background; `read()` takes one polled record plus whatever else
+is already fetched, and hands them out one by one. `read_arrow()` takes them in bulk instead
+(`_take_many`: the same rules, with the positions moved once per run of records of one partition
+and the columns built without Python per record), in consumes of 1,000 records turned into lists
+at once; `read_columns()` hands those lists over without building Arrow
 arrays (the restore's read: `streamcore.log.capabilities.ColumnReader`).
 
 `read(0)` returns None only when the broker says no record is waiting at the tailer's positions

@@ -100,10 +100,10 @@ class KafkaTransactions:
                 )
             conf["transaction.timeout.ms"] = max(1, int(transaction_timeout * 1000))
         self.transaction_timeout_ms = int(conf.get("transaction.timeout.ms", _DEFAULT_TIMEOUT_MS))
-        # librdkafka refuses a message timeout longer than the transaction's.
-        conf["message.timeout.ms"] = min(
-            int(conf["message.timeout.ms"]), self.transaction_timeout_ms
-        )
+        # librdkafka refuses message and socket timeouts longer than the transaction's.
+        txn_ms = self.transaction_timeout_ms
+        conf["message.timeout.ms"] = min(int(conf["message.timeout.ms"]), txn_ms)
+        conf["socket.timeout.ms"] = min(int(conf["socket.timeout.ms"]), txn_ms + 100)
         with clients.errors(f"cannot create the transactional producer {self.transactional_id}"):
             self.producer = Producer(conf)
         self._began: float | None = None  # monotonic time of begin(), while a transaction is open
