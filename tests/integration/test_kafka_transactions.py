@@ -11,7 +11,12 @@ from collections.abc import Iterator
 import pytest
 from kafka_broker import scratch_prefix
 
-from streamcore.errors import LogError, ProducerFencedError, TransactionTimeoutError
+from streamcore.errors import (
+    InvalidArgumentError,
+    LogError,
+    ProducerFencedError,
+    TransactionTimeoutError,
+)
 from streamcore.log import LogPartition
 from streamcore.log.capabilities import Transactional, transactions_of
 from streamcore.log.kafka import KafkaLogManager
@@ -163,6 +168,8 @@ def test_misuse_says_what_to_do(kafka: KafkaLogManager) -> None:
     tx.begin()
     with pytest.raises(LogError, match="a transaction is open already"):
         tx.begin()
+    with pytest.raises(InvalidArgumentError, match="a tailer of the Kafka manager"):
+        tx.send_offsets(object())  # type: ignore[arg-type]
     tx.close()  # aborts it
     assert not tx.open
     with pytest.raises(LogError, match="closed"):

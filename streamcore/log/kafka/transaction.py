@@ -59,8 +59,8 @@ from streamcore.names import Name
 
 if TYPE_CHECKING:
     from streamcore.codecs import Codec
+    from streamcore.log.api import LogTailer
     from streamcore.log.kafka.manager import KafkaLogManager
-    from streamcore.log.kafka.tailer import KafkaTailer
     from streamcore.log.values import LogPartition
 
 __all__ = ["KafkaTransactions", "TransactionAppender"]
@@ -191,13 +191,21 @@ class KafkaTransactions:
         return TransactionAppender(self, name, codec, self.manager.size(name))
 
     def send_offsets(
-        self, tailer: KafkaTailer, offsets: Mapping[LogPartition, int] | None = None
+        self, tailer: LogTailer[Any], offsets: Mapping[LogPartition, int] | None = None
     ) -> None:
         """Make the group's committed positions part of the transaction: `offsets` (next offset
         to read per partition; default: `tailer.positions()`, what it has read) become the
         group's committed offsets when, and only when, the transaction commits. `tailer` is a
-        member of the group (its group metadata lets the coordinator refuse a zombie's)."""
+        member of the group (its group metadata lets the coordinator refuse a zombie's): a
+        tailer of this manager (`KafkaTailer`)."""
+        from streamcore.log.kafka.tailer import KafkaTailer
+
         self._check(True)
+        if not isinstance(tailer, KafkaTailer):
+            raise InvalidArgumentError(
+                f"send_offsets needs a tailer of the Kafka manager of these transactions (its "
+                f"consumer group metadata), got {type(tailer).__name__}"
+            )
         positions = tailer.positions() if offsets is None else dict(offsets)
         if not positions:
             return
