@@ -57,6 +57,13 @@ class ComputationContext(abc.ABC):
         return -1
 
     @property
+    def record_times(self) -> tuple[int, int, int] | None:
+        """`(task_id, record_timestamp_ms, stream_time_ms)` of the record being processed, in
+        one call (a windowed aggregation reads the three for every record); None outside a
+        record."""
+        return None
+
+    @property
     def task_id(self) -> int | None:
         """The task (input partition number) of the record being processed, or of the
         stream-time timer running; None outside them."""

@@ -87,13 +87,13 @@ class _TaskWindows:
         self.kv = kv
         self.store: TimeWindowStore[Any] | SessionStore[Any]
         self.cache: WindowCache | None = None
+        self.time = self.written = self._stored_time()
         if isinstance(windows, SessionWindows):
             self.store = SessionStore(kv, windows, codec)
         else:
             self.store = TimeWindowStore(kv, windows, codec)  # type: ignore[arg-type]
             if isinstance(windows, TimeWindowSpec):
-                self.cache = WindowCache(self.store)
-        self.time = self.written = self._stored_time()
+                self.cache = WindowCache(self.store, self.time)
         kv.before_checkpoint.append(self.write_time)
         kv.on_discard.append(self.reload_time)
 
@@ -148,25 +148,24 @@ class _WindowedStep(Processor):
             task.detach()
         self._tasks: dict[int, _TaskWindows] = {}
 
-    def _task(self) -> _TaskWindows:
-        # By task id: a task's store changes only in a rebalance, after which init starts again.
-        task = self._tasks.get(self.context.task_id)  # type: ignore[arg-type]
-        if task is None:
-            kv = self.context.get_state_store(self.store_name)
-            task = self._tasks[self.context.task_id] = _TaskWindows(  # type: ignore[index]
-                kv, self.windows, self.codec
-            )
+    def _open_task(self, task_id: int) -> _TaskWindows:
+        """The windows of a task met for the first time since `init`: by task id, as a task's
+        store changes only in a rebalance, after which `init` starts again."""
+        kv = self.context.get_state_store(self.store_name)
+        task = self._tasks[task_id] = _TaskWindows(kv, self.windows, self.codec)
         return task
 
     def process(self, key: str, value: Any) -> None:
         if value is None:
             return
         context = self.context
-        timestamp = context.timestamp
-        assert timestamp is not None  # process runs for a record
-        task = self._task()
+        times = context.record_times
+        assert times is not None  # process runs for a record
+        task_id, timestamp, now = times
+        task = self._tasks.get(task_id)
+        if task is None:
+            task = self._open_task(task_id)
         store = task.store
-        now = context.stream_time
         if timestamp > now:
             now = timestamp
         if now > task.time:

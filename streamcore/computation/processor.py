@@ -149,6 +149,12 @@ class ProcessorContext:
         return self._context.stream_time_ms
 
     @property
+    def record_times(self) -> tuple[int, int, int] | None:
+        """`(task_id, timestamp, stream_time)` of the record being processed in one call (for
+        a processor that needs the three for every record); None in `punctuate`."""
+        return self._context.record_times if self._record is not None else None
+
+    @property
     def task_id(self) -> int | None:
         """The task (input partition number) of the record being processed, of the punctuated
         task in a stream-time `punctuate`; None in a wall-clock one (KIP-28's `taskId()`)."""

@@ -175,6 +175,14 @@ class UnitContext(ComputationContext):
         return self._task()
 
     @property
+    def record_times(self) -> tuple[int, int, int] | None:
+        record = self._record
+        if record is None or self._in_timer:
+            return None
+        task = record.partition.partition
+        return task, self._timestamp, self._runner.stream_times.get(task, UNKNOWN)
+
+    @property
     def record_timestamp_ms(self) -> int:
         return UNKNOWN if self._record is None or self._in_timer else self._timestamp
 

@@ -5,6 +5,9 @@ update per record; its key text, encoding and store write come once per checkpoi
 read once in its life (or once after a restart).
 
 How it stays exact:
+- **Reads.** A window not cached is read from the store, unless it starts after the stream time
+  of the store's checkpoint (`stored_until`; after a rewind or once the cache was emptied, the
+  largest stream time seen): no record could have written it, so it is new.
 - **Checkpoint.** It registers with the key-value store under the window store
   (`KeyValueStore.before_checkpoint`): the processor's checkpoint writes every changed window into
   the store before taking the store's buffered writes, so the changelog and the store's
@@ -47,13 +50,14 @@ class _Group:
     """The cached windows starting at one time: one per key, and the keys changed since the
     last write."""
 
-    __slots__ = ("close", "dirty", "entries", "window")
+    __slots__ = ("close", "dirty", "entries", "through", "window")
 
     def __init__(self, window: Window, close: int) -> None:
         self.window = window
         self.close = close
         self.entries: dict[str, _Entry] = {}
         self.dirty: set[str] = set()
+        self.through = False  # some of its windows were written through: in the store only
 
 
 class _Undo(list[tuple[_Group, str, _Entry | None]]):
@@ -101,7 +105,9 @@ class WindowCache:
     """The cached windows of one task's `TimeWindowStore` of tumbling or hopping windows; at most
     about `limit` of them are kept past a checkpoint."""
 
-    def __init__(self, store: TimeWindowStore[Any], limit: int = 100_000) -> None:
+    def __init__(
+        self, store: TimeWindowStore[Any], stored_until: int, limit: int = 100_000
+    ) -> None:
         if not isinstance(store.spec, TimeWindowSpec):
             raise ArgumentTypeError(
                 f"WindowCache caches tumbling and hopping windows, got {type(store.spec).__name__}"
@@ -114,6 +120,11 @@ class WindowCache:
         self._tumbling = self._advance == self._size
         self._lifetime = store.spec.size_ms + store.spec.grace_ms  # from start to close
         self._groups: dict[int, _Group] = {}  # window start -> its cached windows
+        # No window of the store starts after this time, so a window starting later that is not
+        # in the cache is new: not read from the store. The store's windows are those of records
+        # up to the stream time of its checkpoint; after a rewind, up to the largest seen since.
+        self._stored_until = stored_until
+        self._seen_until = stored_until  # the largest stream time `aggregate` was given
         self._undo = _Undo(self)
         self._store_due: int | None = None  # the store's next close or expiry time, when known
         self._new_due = _NEVER  # the earliest close time of the windows not in the store yet
@@ -164,6 +175,8 @@ class WindowCache:
         else:
             first = max(0, timestamp - self._size + advance) // advance * advance
             starts = range(first, timestamp + 1, advance)
+        if stream_time > self._seen_until:
+            self._seen_until = stream_time
         groups = self._groups
         journal = self.store.store.journal
         undo = self._undo
@@ -179,7 +192,10 @@ class WindowCache:
             entries = group.entries
             old = entries.get(key)
             if old is None:
-                stored = self.store.entry(key, group.window)
+                if start > self._stored_until and not group.through:
+                    stored = None
+                else:
+                    stored = self.store.entry(key, group.window)
                 if stored is None:
                     aggregate, latest, new = initializer(), timestamp, True
                     if group.close < self._new_due:
@@ -199,6 +215,7 @@ class WindowCache:
             else:  # an aggregator may change this object later: the store encodes it now
                 entries.pop(key, None)
                 group.dirty.discard(key)
+                group.through = True
                 self.store.write(key, group.window, aggregate, latest, new=new)
             if journal is not None:
                 undo.append((group, key, old))
@@ -233,6 +250,7 @@ class WindowCache:
         self._store_due = self._due = None
         if count > self.limit:
             self._groups.clear()
+            self._stored_until = self._seen_until
 
     def flush_closed(self, stream_time: int) -> None:
         """Write the windows closed at `stream_time` to the store and forget them (they take no
@@ -257,6 +275,7 @@ class WindowCache:
     def drop(self) -> None:
         """Forget every cached window (the store's buffered writes were dropped: a rewind)."""
         self._groups.clear()
+        self._stored_until = self._seen_until
         self._undo.clear()
         self._new_due = _NEVER
         self._store_due = self._due = None

@@ -24,7 +24,7 @@ digits, fixed width, so ASCII order is numeric order (negative starts included).
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -131,20 +131,20 @@ class _WindowedStore(Generic[V]):
             )
             self._indexed(window)
 
-    def write_all(self, window: Window, items: Iterable[tuple[str, V, int, bool]]) -> None:
+    def write_all(self, window: Window, items: list[tuple[str, V, int, bool]]) -> None:
         """`write` for many keys of one window: (key, value, timestamp, new) each (the window
         cache's checkpoint: the window's part of the keys is made once)."""
         start, end = time_text(window.start), time_text(window.end)
         times = start + end
-        put, encode, pack = self.store.put, self.codec.encode, _STAMP.pack
-        written_new = False
+        encode, pack = self.codec.encode, _STAMP.pack
+        raw: list[tuple[str, bytes]] = []
         for key, value, timestamp, new in items:
             escaped = escape_key(key)
-            put("w" + escaped + times, pack(timestamp) + encode(value))
+            raw.append(("w" + escaped + times, pack(timestamp) + encode(value)))
             if new:
-                put("x" + end + escaped + start, _INDEXED)
-                written_new = True
-        if written_new:
+                raw.append(("x" + end + escaped + start, _INDEXED))
+        self.store.put_raw_all(raw)
+        if len(raw) > len(items):
             self._indexed(window)
 
     def _indexed(self, window: Window) -> None:
