@@ -67,6 +67,7 @@ from streamcore.names import Name
 from streamcore.record import Flag, Record
 
 if TYPE_CHECKING:
+    from streamcore.computation.exactly_once import UnitTransactions
     from streamcore.computation.task_stores import TaskStores
     from streamcore.state.store import KeyValueStore
 
@@ -273,9 +274,11 @@ class ComputationRunner(RebalanceListener):
         stores: TaskStores | None = None,
         timestamp_extractor: TimestampExtractor | None = None,
         max_task_idle_ms: int = 0,
+        transactions: UnitTransactions | None = None,
     ) -> None:
         self.computation = computation
         self.stores = stores
+        self.transactions = transactions  # exactly-once: each checkpoint is a transaction
         self.name = computation.metadata.name
         self.unit = unit
         self.policy = policy
@@ -353,6 +356,8 @@ class ComputationRunner(RebalanceListener):
             logger.exception("destroy() of computation %s failed", self.name)
         if self.stores is not None:
             self.stores.close()
+        if self.transactions is not None:
+            self.transactions.close()
         if self.tailer is not None:
             self.tailer.close()
 
@@ -838,6 +843,9 @@ class ComputationRunner(RebalanceListener):
         tail = None if full or mark < 0 else self.context._journal[mark:]
         for attempt in range(self._checkpoint_retries + 1):
             try:
+                if self.transactions is not None:
+                    self.transactions.checkpoint(self, low, positions, tail)
+                    break
                 self._append_outputs(low)
                 if self.stores is not None and tailer is not None:
                     self.stores.checkpoint(self._commit_positions(tailer, positions), tail)
@@ -852,6 +860,8 @@ class ComputationRunner(RebalanceListener):
                 break
             except Exception as exc:
                 self.stats.checkpoint_failures += 1
+                if self.transactions is not None:  # aborted: process again, or stop
+                    return self.transactions.failed(self, exc)
                 if attempt >= self._checkpoint_retries:
                     self.terminate(
                         CheckpointError(f"{type(exc).__name__}: {exc}"),

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
 
+from streamcore.computation.exactly_once import AT_LEAST_ONCE, GUARANTEES
 from streamcore.computation.filters import FilterChain, RecordFilter
 from streamcore.computation.policy import ComputationPolicy
 from streamcore.computation.stream_time import (
@@ -58,6 +59,13 @@ class Settings:
     `max_task_idle_ms` is how long a task reading several partitions waits for one with
     nothing buffered before it processes the others (Kafka Streams' `max.task.idle.ms`; 0, the
     default, does not wait).
+
+    Delivery (docs/delivery.md): `processing_guarantee` is `"at_least_once"` (the default) or
+    `"exactly_once"` (Kafka Streams' `exactly_once_v2`: each checkpoint's outputs, changelog
+    records and input positions in one Kafka transaction; refused on a log without
+    transactions). `instance_id` names this process among those that run the same topology
+    (None: the host name): the units' transactional ids are made of it, so two processes that
+    run the same computation need different ones.
     """
 
     default_concurrency: int = 1
@@ -74,6 +82,8 @@ class Settings:
     state_lock_timeout: float | None = None
     restore: RestoreSettings = field(default_factory=RestoreSettings)
     max_task_idle_ms: int = 0
+    processing_guarantee: str = AT_LEAST_ONCE
+    instance_id: str | None = None
     _partitions: dict[str, int] = field(default_factory=dict, repr=False)
     _codecs: dict[str, str] = field(default_factory=dict, repr=False)
     _concurrency: dict[str, int] = field(default_factory=dict, repr=False)
@@ -103,6 +113,17 @@ class Settings:
             raise TopologyError(f"max_task_idle_ms must be an int, got {self.max_task_idle_ms!r}")
         if self.max_task_idle_ms < 0:
             raise TopologyError(f"max_task_idle_ms must be >= 0, got {self.max_task_idle_ms}")
+        if self.processing_guarantee not in GUARANTEES:
+            raise TopologyError(
+                f"unknown processing_guarantee {self.processing_guarantee!r}; use one of "
+                f"{', '.join(GUARANTEES)}"
+            )
+        if self.instance_id is not None and (
+            not isinstance(self.instance_id, str) or not self.instance_id
+        ):
+            raise TopologyError(
+                f"instance_id must be a non-empty str or None, got {self.instance_id!r}"
+            )
 
     # -- setters --------------------------------------------------------------------------------
     def set_partitions(self, stream: str, partitions: int) -> Self:

@@ -24,9 +24,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from streamcore.codecs import get_codec
+from streamcore.computation.exactly_once import (
+    EXACTLY_ONCE,
+    UnitTransactions,
+    transactional_id,
+)
 from streamcore.computation.health import HealthStatus, check_health
 from streamcore.computation.runner import ComputationRunner, InputStream, OutputStream
 from streamcore.computation.settings import Settings
@@ -40,6 +46,7 @@ from streamcore.computation.tasks import (
 from streamcore.computation.topology import Topology
 from streamcore.errors import ComputationError
 from streamcore.log import Latency, LogAppender, LogLag, LogManager
+from streamcore.log.capabilities import transactions_of
 from streamcore.names import Name
 from streamcore.state.changelog import changelog_name, ensure_changelog
 from streamcore.state.restore import RestoreProgress, StateRestoreListener
@@ -95,6 +102,9 @@ class StreamProcessor:
         self._registry: Any = None
         for name in topology.computation_names():
             Name.of(name)  # the group name; already checked by ComputationMetadata
+        self.exactly_once = self.settings.processing_guarantee == EXACTLY_ONCE
+        if self.exactly_once:
+            transactions_of(manager)  # refused here, naming the log's guarantee, not at start
 
     # -- starting -------------------------------------------------------------------------------
     def _codec(self, stream: str) -> Any:
@@ -142,14 +152,24 @@ class StreamProcessor:
             urn: InputStream(urn, logical, self._codec(urn), settings.filter(urn))
             for logical, urn in topology.input_mapping(name).items()
         }
+        transactions = None
+        appender: Callable[[str], LogAppender[Any]] = self._appender
+        if self.exactly_once:  # the unit appends through its checkpoints' transactions
+            unit_tx = transactions = UnitTransactions(
+                self.manager, transactional_id(name, index, settings.instance_id)
+            )
+
+            def appender(urn: str) -> LogAppender[Any]:
+                return unit_tx.appender(urn, self._codec(urn))
+
         outputs = {
-            logical: OutputStream(urn, self._appender(urn), settings.filter(urn))
+            logical: OutputStream(urn, appender(urn), settings.filter(urn))
             for logical, urn in topology.output_mapping(name).items()
         }
         dlq = None
         if policy.dlq is not None:
             urn = Name.of(policy.dlq).urn
-            dlq = OutputStream(urn, self._appender(urn), None)
+            dlq = OutputStream(urn, appender(urn), None)
         stop_event = threading.Event()
 
         def sleep(seconds: float) -> bool:
@@ -170,6 +190,7 @@ class StreamProcessor:
                 settings,
                 keep_going=keep_restoring,
                 listener=self.restore_listener,
+                changelog_appender=None if transactions is None else transactions.appender,
             )
 
         runner = ComputationRunner(
@@ -189,6 +210,7 @@ class StreamProcessor:
             stores=stores,
             timestamp_extractor=settings.timestamp_extractor(name),
             max_task_idle_ms=settings.max_task_idle_ms,
+            transactions=transactions,
         )
         return _Unit(runner, list(inputs), stop_event)
 

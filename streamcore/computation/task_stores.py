@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from streamcore.computation.dsl_values import resolve_value_codec
 from streamcore.config import load_config
 from streamcore.errors import TopologyError
-from streamcore.log import LogManager, LogPartition
+from streamcore.log import LogAppender, LogManager, LogPartition
 from streamcore.names import Name
 from streamcore.state.changelog import ChangelogWriter, changelog_name
 from streamcore.state.engines import open_engine
@@ -53,6 +53,7 @@ def task_stores(
     *,
     keep_going: Callable[[], bool] = lambda: True,
     listener: StateRestoreListener | None = None,
+    changelog_appender: Callable[[str], LogAppender[Any]] | None = None,
 ) -> TaskStores:
     """The `TaskStores` of one unit of `computation`, with the settings' state directory, engine
     and lock timeout, or the configuration's (`[state]`, docs/configuration.md)."""
@@ -75,6 +76,7 @@ def task_stores(
         restore_settings=settings.restore,
         listener=listener,
         keep_going=keep_going,
+        changelog_appender=changelog_appender,
     )
 
 
@@ -96,6 +98,7 @@ class TaskStores:
         listener: StateRestoreListener | None = None,
         keep_going: Callable[[], bool] = lambda: True,
         engine: str | None = None,
+        changelog_appender: Callable[[str], LogAppender[Any]] | None = None,
     ) -> None:
         self.computation = computation
         self.engine = engine  # every store on this engine (the test driver's "memory")
@@ -117,6 +120,10 @@ class TaskStores:
         }
         self.changelogs = {spec.name: changelog_name(computation, spec.name) for spec in specs}
         self._writers: dict[str, ChangelogWriter] = {}
+        # Exactly-once: the checkpoints append through the unit's transaction (the restore's
+        # compensations, outside any checkpoint, through the manager's appender).
+        self.changelog_appender = changelog_appender
+        self._checkpoint_writers: dict[str, ChangelogWriter] = {}
         self.tasks: dict[int, dict[str, KeyValueStore[Any]]] = {}
         # The last restore of each (task, store) of this unit, read by the metrics collector.
         self.restores: dict[tuple[int, str], RestoreProgress] = {}
@@ -198,6 +205,14 @@ class TaskStores:
         records processed beyond `positions`) are left buffered: their records are delivered
         again after a crash. Safe to call again after a failure: a change appended twice to the
         changelog sets the same value twice."""
+        self.flush(self.append_changes(positions, journal_tail))
+
+    def append_changes(
+        self, positions: Mapping[LogPartition, int], journal_tail: list[Any] | None = None
+    ) -> list[tuple[KeyValueStore[Any], dict[bytes, bytes | None], bytes, int]]:
+        """`checkpoint`'s first half: append the changes to the changelogs; returns what
+        `flush` writes to the engines (exactly-once: once the transaction committed)."""
+        flushes = []
         known = self._positions
         for partition, offset in positions.items():
             if partition.partition in self.tasks:
@@ -212,9 +227,18 @@ class TaskStores:
             for store in dirty:
                 held = store.held_writes(journal_tail) if journal_tail else 0
                 changes = store.changes(held)
-                writer = self._writer(store.name)
+                writer = self._checkpoint_writer(store.name)
                 end = writer.append(task, changes, task_positions)
-                store.flush(changes, writer.checkpoint(end, task_positions), held)
+                flushes.append((store, changes, writer.checkpoint(end, task_positions), held))
+        return flushes
+
+    def flush(
+        self, flushes: list[tuple[KeyValueStore[Any], dict[bytes, bytes | None], bytes, int]]
+    ) -> None:
+        """`checkpoint`'s second half: write the appended changes and the store checkpoints to
+        the engines."""
+        for store, changes, checkpoint, held in flushes:
+            store.flush(changes, checkpoint, held)
 
     def discard(self) -> None:
         """Drop every store's buffered writes (the unit rewinds to its last checkpoint)."""
@@ -225,9 +249,10 @@ class TaskStores:
     def close(self) -> None:
         """Close every store (buffered writes dropped) and the changelog writers."""
         self.revoke(list(self.tasks))
-        for writer in self._writers.values():
+        for writer in [*self._writers.values(), *self._checkpoint_writers.values()]:
             writer.close()
         self._writers.clear()
+        self._checkpoint_writers.clear()
 
     # -- opening --------------------------------------------------------------------------------
     def _committed(self, task: int) -> dict[LogPartition, int]:
@@ -245,6 +270,17 @@ class TaskStores:
         writer = self._writers.get(store)
         if writer is None:
             writer = self._writers[store] = ChangelogWriter(self.manager, self.changelogs[store])
+        return writer
+
+    def _checkpoint_writer(self, store: str) -> ChangelogWriter:
+        if self.changelog_appender is None:
+            return self._writer(store)
+        writer = self._checkpoint_writers.get(store)
+        if writer is None:
+            name = self.changelogs[store]
+            writer = self._checkpoint_writers[store] = ChangelogWriter(
+                self.manager, name, self.changelog_appender(name)
+            )
         return writer
 
     def _open(

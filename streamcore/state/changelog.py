@@ -186,13 +186,19 @@ class ChangelogWriter:
     """Appends a task's checkpointed changes to its partition of the changelog. Thread-safe as
     its appender is; one writer serves every task of a computation's store."""
 
-    def __init__(self, manager: LogManager, name: str) -> None:
+    def __init__(
+        self, manager: LogManager, name: str, appender: LogAppender[Any] | None = None
+    ) -> None:
         self.manager = manager
         self.name = Name.of(name).urn
         # Read once: the checkpoint of every flush names it (`checkpoint`), and on Kafka it
         # costs a metadata request.
         self.incarnation = manager.incarnation(self.name)
-        self._appender: LogAppender[Any] = manager.appender(self.name)
+        # `appender`: another appender of the changelog (exactly-once: the unit's transaction's,
+        # streamcore.computation.exactly_once); by default the manager's.
+        self._appender: LogAppender[Any] = (
+            manager.appender(self.name) if appender is None else appender
+        )
 
     def append(self, task: int, changes: Mapping[bytes, bytes | None], positions: Positions) -> int:
         """Append `changes` (store key -> value, None deletes) to partition `task`, each record
