@@ -38,6 +38,7 @@ import socket
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from streamcore.computation.stats import STOPPED
 from streamcore.errors import (
     CheckpointError,
     LogClosedError,
@@ -211,7 +212,7 @@ class UnitTransactions:
         elif not isinstance(failure, TransactionAbortedError) and not runner.sleep(
             runner._checkpoint_pause
         ):
-            runner.terminate(failure, "stopped while a failed checkpoint waited")
+            runner.stats.state = STOPPED  # asked to stop while waiting, as at_least_once does
             return False
         runner._do_rewind()
         return False

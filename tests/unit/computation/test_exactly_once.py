@@ -6,16 +6,27 @@ tests/faults/test_exactly_once_faults.py."""
 
 from __future__ import annotations
 
+import json
+import logging
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from streamcore.codecs import get_codec
 from streamcore.computation import Processor, Settings, StreamProcessor, Topology
 from streamcore.computation.exactly_once import transactional_id
 from streamcore.config import LogDefaults, StreamcoreConfig
-from streamcore.errors import TopologyError, UnsupportedOperationError
+from streamcore.errors import (
+    ProducerFencedError,
+    TopologyError,
+    TransactionAbortedError,
+    UnsupportedOperationError,
+)
 from streamcore.log.local.manager import LocalLogManager
 from streamcore.log.memory import MemoryLogManager
+from streamcore.record import Record
 
 
 class Echo(Processor):
@@ -67,3 +78,110 @@ def test_a_units_transactional_id_is_computation_instance_unit() -> None:
     assert transactional_id("app/count", 2, "node-a") == "app/count/node-a/2"
     assert transactional_id("app/count", 0).startswith("app/count/")  # the host name
     assert transactional_id("app/count", 0).endswith("/0")
+
+
+class _FakeTransactions:
+    """Transactions on the memory log for the runner's paths: appends are held until `commit`,
+    which appends them and commits the sent offsets; `fail` makes the next commit raise."""
+
+    def __init__(self, manager: MemoryLogManager, fail: Exception | None) -> None:
+        self.manager = manager
+        self.open = False
+        self.held: list[tuple[Any, list[Any], int | None]] = []
+        self.offsets: tuple[Any, dict[Any, int]] | None = None
+        self.fail = fail
+        self.commits = 0
+
+    def begin(self) -> None:
+        self.open = True
+
+    def appender(self, name: Any, codec: Any = None) -> Any:
+        real, tx = self.manager.appender(name, codec), self
+
+        class Held:
+            def append_batch(self, items: Any, *, partition: Any = None, timestamps: Any = None):
+                tx.held.append((real, list(items), partition))
+                return []
+
+        return Held()
+
+    def send_offsets(self, tailer: Any, offsets: dict[Any, int]) -> None:
+        self.offsets = (tailer, dict(offsets))
+
+    def commit(self) -> None:
+        failure, self.fail = self.fail, None
+        if failure is not None:
+            raise failure
+        for real, items, partition in self.held:
+            real.append_batch(items, partition=partition)
+        if self.offsets is not None:
+            tailer, offsets = self.offsets
+            for partition, offset in offsets.items():
+                tailer.commit_offset(partition, offset)
+        self.abort()
+        self.commits += 1
+
+    def abort(self) -> None:
+        self.open, self.held, self.offsets = False, [], None
+
+    def close(self) -> None:
+        self.abort()
+
+
+class _TransactionalMemory(MemoryLogManager):
+    """A memory log with (fake) transactions: `Transactional` for the processor."""
+
+    def __init__(self, fail: Exception) -> None:
+        super().__init__()
+        self.fail = fail  # raised by the first commit
+        self.made: list[_FakeTransactions] = []
+
+    def transactions(self, transactional_id: str, *, transaction_timeout: Any = None) -> Any:
+        self.made.append(_FakeTransactions(self, self.fail))
+        return self.made[-1]
+
+
+def _outputs(manager: MemoryLogManager) -> list[Any]:
+    tailer = manager.tailer("check", "app/out", get_codec("avro"))
+    try:
+        return [json.loads(r.message.data)["i"] for r in iter(lambda: tailer.read(0), None)]
+    finally:
+        tailer.close()
+
+
+def _run(manager: _TransactionalMemory) -> StreamProcessor:
+    """Echo 10 records with exactly_once; the first checkpoint's commit raises `failure`."""
+    manager.create("app/in", 1)
+    manager.appender("app/in", get_codec("avro")).append_batch(
+        [("k", Record("k", json.dumps({"i": i}).encode())) for i in range(10)]
+    )
+    settings = Settings(processing_guarantee="exactly_once", instance_id="t", checkpoint_pause=0)
+    processor = StreamProcessor(manager, topology(), settings).start()
+    deadline = time.monotonic() + 30
+    while manager.lag("app/in", "app/echo").lag and not processor.failed_computations():
+        assert time.monotonic() < deadline, "no checkpoint within 30 s"
+        time.sleep(0.01)
+    processor.stop()
+    return processor
+
+
+def test_an_aborted_checkpoint_rewinds_and_its_records_are_committed_once() -> None:
+    manager = _TransactionalMemory(TransactionAbortedError("aborted by the broker"))
+    processor = _run(manager)
+    stats = processor.unit_stats()[0]
+    assert stats.checkpoint_failures == 1 and stats.checkpoints >= 1
+    assert stats.processed >= 20  # every record processed twice: before and after the rewind
+    assert _outputs(manager) == list(range(10))  # once: the aborted outputs never landed
+    assert manager.lag("app/in", "app/echo").lag == 0
+
+
+def test_a_fenced_unit_commits_nothing_and_stops_naming_the_fix(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    manager = _TransactionalMemory(ProducerFencedError("fenced by a newer producer"))
+    with caplog.at_level(logging.ERROR, logger="streamcore.computation.exactly_once"):
+        processor = _run(manager)
+    assert processor.failed_computations() == ["app/echo"]
+    assert "Settings(instance_id=...)" in caplog.text and "app/echo/t/0" in caplog.text
+    assert _outputs(manager) == []
+    assert manager.lag("app/in", "app/echo").lag == 10
