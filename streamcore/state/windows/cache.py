@@ -41,6 +41,9 @@ __all__ = ["WindowCache"]
 
 _SCALARS = frozenset({int, float, str, bool, bytes})
 _NEVER = 1 << 63
+# What `aggregate` returns when it updated nothing or was not asked for the updates: one shared
+# empty list instead of a new one per record (the caller only iterates it).
+_NONE: list[Any] = []
 
 # A cached window of one key: (aggregate, largest record timestamp, new: not in the store yet).
 _Entry = tuple[Any, int, bool]
@@ -60,17 +63,19 @@ class _Group:
         self.through = False  # some of its windows were written through: in the store only
 
 
-class _Undo(list[tuple[_Group, str, _Entry | None]]):
-    """The cache's (group, key, previous entry) per update; itself the runner's journal entry of
-    each update (see `streamcore.state.store._UndoLog`). Emptied at each checkpoint, which the
-    journal's entries do not outlive."""
+class _Undo(list[tuple[int, str, _Entry | None]]):
+    """The cache's (window start, key, previous entry) per update; itself the runner's journal
+    entry of each update (see `streamcore.state.store._UndoLog`). Emptied at each checkpoint,
+    which the journal's entries do not outlive. Its entries hold no container the garbage
+    collector tracks (a start, not the group): a full collection does not walk them."""
 
     def __init__(self, cache: WindowCache) -> None:
         super().__init__()
         self.cache = cache
 
     def pop(self) -> None:  # type: ignore[override]
-        group, key, old = super().pop()
+        start, key, old = super().pop()
+        group = self.cache._groups[start]  # an evicted group is back: its _Unflush came later
         if old is None:
             group.entries.pop(key, None)
             group.dirty.discard(key)
@@ -180,7 +185,7 @@ class WindowCache:
         groups = self._groups
         journal = self.store.store.journal
         undo = self._undo
-        updated = []
+        updated: list[WindowedValue[Any]] = _NONE
         for start in starts:
             group = groups.get(start)
             if group is None:
@@ -218,9 +223,11 @@ class WindowCache:
                 group.through = True
                 self.store.write(key, group.window, aggregate, latest, new=new)
             if journal is not None:
-                undo.append((group, key, old))
+                undo.append((start, key, old))
                 journal.append(undo)
             if updates:
+                if updated is _NONE:
+                    updated = []
                 updated.append(WindowedValue(key, group.window, aggregate, latest))
         return updated
 

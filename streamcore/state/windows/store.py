@@ -5,10 +5,14 @@ The key-value store is declared with the `"bytes"` codec: a window store lays ou
 and values, and encodes aggregates with the codec it is given. Three kinds of entries, told apart
 by their first character (so each kind is one contiguous range of the store):
 
-- `w` + `esc(key)` + `T(start)` + `T(end)` -> 8-byte big-endian largest record timestamp + the
-  encoded aggregate: the windows of a record key are together, ordered by start (a key's sessions
-  never overlap, so by end too).
-- `x` + `T(end)` + `esc(key)` + `T(start)` -> one byte: the same windows by end, what closing and
+- Tumbling and hopping windows: `w` + `T(start)` + `esc(key)` -> 8-byte big-endian largest
+  record timestamp + the encoded aggregate. Every window has the same length, so by start is by
+  end: closing and expiry walk them from the oldest without an index, and a key's windows are
+  point reads at the multiples of the advance.
+- Sliding windows and sessions: `w` + `esc(key)` + `T(start)` + `T(end)` -> the same value: the
+  windows of a record key are together, ordered by start (a key's sessions never overlap, so by
+  end too), what a sliding aggregation and a session lookup read per record; and
+  `x` + `T(end)` + `esc(key)` + `T(start)` -> one byte: the same windows by end, what closing and
   expiry walk from the oldest, without scanning the open ones.
 - `m` -> 16 bytes: the stream times of the last `take_closed` and `expire` that looked.
   They are part of the store's checkpoint, so after a restart or a rewind a window reported or
@@ -56,6 +60,9 @@ _MARKS = struct.Struct(">qq")
 _INDEXED = b"\x01"
 _NO_TIME = -(1 << 63)
 _NEVER = 1 << 64
+# A fetch of one key's tumbling or hopping windows reads up to this many windows one by one;
+# a longer time range is scanned (every key's windows in it), which costs less then.
+_POINT_READS = 64
 
 
 @dataclass(frozen=True)
@@ -92,6 +99,10 @@ class _WindowedStore(Generic[V]):
         # voids them.
         self._close_hint: tuple[bytes | None, int] | None = None
         self._expiry_hint: tuple[bytes | None, int] | None = None
+        # Tumbling and hopping windows are laid out by start (see the module doc): all have the
+        # same length, so by start is by end, and no index is needed.
+        self._by_start = isinstance(spec, TimeWindowSpec)
+        self._length = sample.end - sample.start
         self._escaped = ("", escape_key(""))
         self._last = ("", Window(0, 0), "")
 
@@ -106,7 +117,10 @@ class _WindowedStore(Generic[V]):
     def _data_key(self, key: str, window: Window) -> str:
         last_key, last_window, data_key = self._last
         if key is not last_key or window is not last_window:  # an aggregation reads, then writes
-            data_key = "w" + self._esc(key) + time_text(window.start) + time_text(window.end)
+            if self._by_start:
+                data_key = "w" + time_text(window.start) + self._esc(key)
+            else:
+                data_key = "w" + self._esc(key) + time_text(window.start) + time_text(window.end)
             self._last = (key, window, data_key)
         return data_key
 
@@ -126,25 +140,35 @@ class _WindowedStore(Generic[V]):
             self._data_key(key, window), _STAMP.pack(timestamp) + self.codec.encode(value)
         )
         if new:
-            self.store.put(
-                "x" + time_text(window.end) + self._esc(key) + time_text(window.start), _INDEXED
-            )
+            if not self._by_start:
+                self.store.put(
+                    "x" + time_text(window.end) + self._esc(key) + time_text(window.start),
+                    _INDEXED,
+                )
             self._indexed(window)
 
     def write_all(self, window: Window, items: list[tuple[str, V, int, bool]]) -> None:
         """`write` for many keys of one window: (key, value, timestamp, new) each (the window
         cache's checkpoint: the window's part of the keys is made once)."""
         start, end = time_text(window.start), time_text(window.end)
-        times = start + end
         encode, pack = self.codec.encode, _STAMP.pack
         raw: list[tuple[str, bytes]] = []
-        for key, value, timestamp, new in items:
-            escaped = escape_key(key)
-            raw.append(("w" + escaped + times, pack(timestamp) + encode(value)))
-            if new:
-                raw.append(("x" + end + escaped + start, _INDEXED))
+        new_windows = False
+        if self._by_start:
+            prefix = "w" + start
+            for key, value, timestamp, new in items:
+                raw.append((prefix + escape_key(key), pack(timestamp) + encode(value)))
+                new_windows = new_windows or new
+        else:
+            times = start + end
+            for key, value, timestamp, new in items:
+                escaped = escape_key(key)
+                raw.append(("w" + escaped + times, pack(timestamp) + encode(value)))
+                if new:
+                    raw.append(("x" + end + escaped + start, _INDEXED))
+                    new_windows = True
         self.store.put_raw_all(raw)
-        if len(raw) > len(items):
+        if new_windows:
             self._indexed(window)
 
     def _indexed(self, window: Window) -> None:
@@ -160,11 +184,14 @@ class _WindowedStore(Generic[V]):
         old = self.store.delete(self._data_key(key, window))
         if old is None:
             return None
-        self.store.delete("x" + time_text(window.end) + escape_key(key) + time_text(window.start))
+        if not self._by_start:
+            self.store.delete(
+                "x" + time_text(window.end) + escape_key(key) + time_text(window.start)
+            )
         return self._decode(key, window, old)
 
     def _scan(self, key: str, lo: int, hi: int) -> Iterator[WindowedValue[V]]:
-        """A key's windows with `lo <= start < hi`, by start."""
+        """A key's windows with `lo <= start < hi`, by start (laid out by key)."""
         prefix = "w" + escape_key(key)
         size = len(prefix)
         for text, raw in self.store.range(prefix + time_text(lo), prefix + time_text(hi)):
@@ -173,14 +200,21 @@ class _WindowedStore(Generic[V]):
             )
             yield self._decode(key, window, raw)
 
-    def _by_end(self, lo: int) -> Iterator[tuple[str, Window, str]]:
-        """The windows with `lo <= end` as (key, window, data key), by end, then key (UTF-8
-        bytes), then start."""
+    def _by_end(self, lo: int) -> Iterator[tuple[str, Window, str, bytes | None]]:
+        """The windows with `lo <= end` as (key, window, data key, stored value or None when
+        not read yet), by end, then key (UTF-8 bytes), then start."""
+        if self._by_start:
+            length = self._length
+            for text, raw in self.store.range("w" + time_text(max(lo - length, _NO_TIME)), "x"):
+                start = time_of(text[1 : 1 + TIME_WIDTH])
+                key, _at = unescape_key(text, 1 + TIME_WIDTH)
+                yield key, Window(start, start + length), text, raw
+            return
         for text, _ in self.store.range("x" + time_text(max(lo, _NO_TIME)), "y"):
             key, at = unescape_key(text, 1 + TIME_WIDTH)
             end = text[1 : 1 + TIME_WIDTH]
             data_key = "w" + text[1 + TIME_WIDTH : at] + text[at:] + end
-            yield key, Window(time_of(text[at:]), time_of(end)), data_key
+            yield key, Window(time_of(text[at:]), time_of(end)), data_key, None
 
     # -- stream time ----------------------------------------------------------------------------
     def _marks(self) -> tuple[bytes | None, int, int]:
@@ -231,7 +265,7 @@ class _WindowedStore(Generic[V]):
         if hint is not None and hint[0] == raw and stream_time < hint[1]:
             return 0
         lag, gone, upcoming = self._expiry_lag, [], _NEVER
-        for _key, window, data_key in self._by_end(_NO_TIME):
+        for _key, window, data_key, _stored in self._by_end(_NO_TIME):
             if window.end + lag > stream_time:
                 upcoming = window.end + lag
                 break
@@ -269,10 +303,11 @@ class _WindowedStore(Generic[V]):
         found: list[WindowedValue[V]] = []
         data_keys: list[str] = []
         get = self.store.get
-        for key, window, data_key in self._by_end(lo):
+        for key, window, data_key, stored in self._by_end(lo):
             if window.end + lag > stream_time:
                 return found, data_keys, window.end + lag
-            stored = get(data_key)
+            if stored is None:
+                stored = get(data_key)
             if stored is not None:
                 found.append(self._decode(key, window, stored))
             data_keys.append(data_key)
@@ -281,10 +316,12 @@ class _WindowedStore(Generic[V]):
     def _delete_all(self, data_keys: list[str]) -> None:
         """Delete windows by data key, with their index entries, without reading them."""
         put = self.store.put
+        indexed = not self._by_start
         for data_key in data_keys:  # the index entry is the data key's parts in another order
             # None deletes (KeyValueStore.put) without reading the value first, as delete does.
             put(data_key, None)  # type: ignore[arg-type]
-            put("x" + data_key[-TIME_WIDTH:] + data_key[1:-TIME_WIDTH], None)  # type: ignore[arg-type]
+            if indexed:
+                put("x" + data_key[-TIME_WIDTH:] + data_key[1:-TIME_WIDTH], None)  # type: ignore[arg-type]
 
     def next_close_time(self) -> int | None:
         """The stream time from which `take_closed` returns something: the close time of the
@@ -364,13 +401,31 @@ class TimeWindowStore(_WindowedStore[V]):
 
     def fetch(self, key: str, time_from: int, time_to: int) -> Iterator[WindowedValue[V]]:
         """`key`'s windows with `time_from <= start <= time_to`, by start."""
-        return self._scan(key, time_from, time_to + 1)
+        if not self._by_start:
+            return self._scan(key, time_from, time_to + 1)
+        # Laid out by start: the key's windows are at the multiples of the advance in the range
+        # (read one by one), unless there are more of those than windows in the range.
+        advance = self.spec.advance  # type: ignore[union-attr]
+        first = -(-time_from // advance) * advance
+        if (time_to - first) // advance < _POINT_READS:
+            found = (
+                self.entry(key, self.spec.window_at(t)) for t in range(first, time_to + 1, advance)
+            )
+            return (entry for entry in found if entry is not None)
+        return (entry for entry in self.fetch_all(time_from, time_to) if entry.key == key)
 
     def fetch_all(self, time_from: int, time_to: int) -> Iterator[WindowedValue[V]]:
         """Every key's windows with `time_from <= start <= time_to`, by start, then key (UTF-8
         bytes): windows of one spec all have the same length, so the index by end is in that
         order."""
-        length = self.spec.window_at(0).end
+        length = self._length
+        if self._by_start:
+            lo, hi = "w" + time_text(time_from), "w" + time_text(time_to + 1)
+            for text, raw in self.store.range(lo, hi):
+                start = time_of(text[1 : 1 + TIME_WIDTH])
+                key, _at = unescape_key(text, 1 + TIME_WIDTH)
+                yield self._decode(key, Window(start, start + length), raw)
+            return
         lo, hi = "x" + time_text(time_from + length), "x" + time_text(time_to + length + 1)
         for text, _ in self.store.range(lo, hi):
             key, at = unescape_key(text, 1 + TIME_WIDTH)
