@@ -20,7 +20,6 @@ to itself: a scalar with the JSON codec, `bytes` with the bytes codec; with othe
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import islice
 from typing import Any, Generic, TypeVar
@@ -148,15 +147,20 @@ class KeyValueStore(Generic[V]):
             if (lo is None or k >= lo) and (hi is None or k < hi)
         )
         decode = self.codec.decode
-        stored = ((k, v, 1) for k, v in self.engine.items(lo, hi))
-        buffered = ((k, v, 0) for k, v in pending)
-        last = None
-        for k, v, _source in heapq.merge(buffered, stored, key=lambda item: (item[0], item[2])):
-            if k == last:
-                continue  # the engine's older value of a key the buffer wrote
-            last = k
-            if v is not _DELETED:
+        at, count = 0, len(pending)
+        for k, v in self.engine.items(lo, hi):
+            while at < count and pending[at][0] <= k:
+                key, value = pending[at]
+                at += 1
+                if value is not _DELETED:
+                    yield key.decode("utf-8"), decode(value)
+                if key == k:
+                    break  # the buffer's value replaces the engine's
+            else:
                 yield k.decode("utf-8"), decode(v)
+        for key, value in pending[at:]:
+            if value is not _DELETED:
+                yield key.decode("utf-8"), decode(value)
 
     def all(self) -> Iterator[tuple[str, V]]:
         """Every entry in key order (`range()` without bounds)."""

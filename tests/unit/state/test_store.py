@@ -70,6 +70,31 @@ def test_range_merges_buffered_writes_with_flushed_ones(store: KeyValueStore[Any
     assert list(store.range("d")) == [("d", 4), ("e", 5)]
 
 
+def test_range_equals_a_model_over_random_writes_and_checkpoints(
+    store: KeyValueStore[Any],
+) -> None:
+    import random
+
+    rng = random.Random(7)
+    model: dict[str, int] = {}
+    keys = [f"k{i:02d}" for i in range(40)]
+    for step in range(600):
+        key = rng.choice(keys)
+        if rng.random() < 0.3:
+            store.put(key, None)
+            model.pop(key, None)
+        else:
+            store.put(key, step)
+            model[key] = step
+        if step % 37 == 0:
+            _checkpoint(store)
+        if step % 11 == 0:
+            lo, hi = sorted(rng.sample([*keys, "k", "kz"], 2))
+            want = sorted((k, v) for k, v in model.items() if lo <= k < hi)
+            assert list(store.range(lo, hi)) == want
+            assert list(store.all()) == sorted(model.items())
+
+
 def test_keys_are_ordered_by_their_utf8_bytes(store: KeyValueStore[Any]) -> None:
     store.put_all([("é", 1), ("z", 2), ("ab", 3), ("a", 4)])
     _checkpoint(store)
