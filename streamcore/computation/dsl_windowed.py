@@ -138,7 +138,7 @@ class _WindowedStep(Processor):
         self.initializer = initializer
         self.aggregator = aggregator
         self.merger = merger
-        self.emit = emit
+        self._updates = emit == "update"  # else "final"
         self.where = where
         self.late = LateLog(where)
 
@@ -162,18 +162,37 @@ class _WindowedStep(Processor):
         times = context.record_times
         assert times is not None  # process runs for a record
         task_id, timestamp, now = times
-        task = self._tasks.get(task_id)
-        if task is None:
-            task = self._open_task(task_id)
-        store = task.store
+        task = self._tasks.get(task_id) or self._open_task(task_id)
         if timestamp > now:
             now = timestamp
         if now > task.time:
             task.time = now
         else:
             now = task.time
+        cache = task.cache
+        if cache is None:
+            self._uncached(task, key, value, timestamp, now)
+            return
+        updates = self._updates
+        windows = cache.aggregate(
+            key, value, timestamp, now, self.initializer, self.aggregator, updates
+        )
+        if windows.__class__ is LateRecord:
+            self.late.send(context, key, value, windows.reason)
+            return
+        if updates:
+            for update in windows:  # type: ignore[union-attr]
+                context.forward(key, _result(update, update.value))
+        if now < cache.due_at or now < cache.due():
+            return  # nothing closes or expires yet
+        cache.flush_closed(now)  # closing and expiry read the store
+        self._close(task.store, now)
+
+    def _uncached(self, task: _TaskWindows, key: str, value: Any, timestamp: int, now: int) -> None:
+        """`process` for sliding and session windows, which go to the store at every record."""
+        context = self.context
+        store = task.store
         written: list[WindowedValue[Any]]
-        cache = None
         if isinstance(store, SessionStore):
             assert self.merger is not None
             session = aggregate_session(
@@ -183,42 +202,31 @@ class _WindowedStep(Processor):
                 self.late.send(context, key, value, session.reason)
                 return
             written = [session.session]
-            if self.emit == "update":
+            if self._updates:
                 for merged in session.merged:
                     context.forward(key, _result(merged, None))
         else:
-            cache = task.cache
-            if cache is None:
-                windows = aggregate_windowed(
-                    store, key, value, timestamp, now, self.initializer, self.aggregator
-                )
-            else:
-                windows = cache.aggregate(
-                    key,
-                    value,
-                    timestamp,
-                    now,
-                    self.initializer,
-                    self.aggregator,
-                    updates=self.emit == "update",
-                )
+            windows = aggregate_windowed(
+                store, key, value, timestamp, now, self.initializer, self.aggregator
+            )
             if isinstance(windows, LateRecord):
                 self.late.send(context, key, value, windows.reason)
                 return
             written = windows
-        if self.emit == "update":
+        if self._updates:
             for update in written:
                 context.forward(key, _result(update, update.value))
-        if cache is not None:
-            if now < cache.due:
-                return  # nothing closes or expires yet
-            cache.flush_closed(now)  # closing and expiry read the store
         # Both skip their scan until stream time reaches the store's next close or expiry time.
-        if self.emit == "final":
-            for closed in store.take_closed_and_expire(now):
-                context.forward(closed.key, _result(closed, closed.value))
-        else:
+        self._close(store, now)
+
+    def _close(self, store: TimeWindowStore[Any] | SessionStore[Any], now: int) -> None:
+        """Send the windows closed at `now` (`emit="final"`) and delete the expired ones."""
+        if self._updates:
             store.expire(now)
+            return
+        context = self.context
+        for closed in store.take_closed_and_expire(now):
+            context.forward(closed.key, _result(closed, closed.value))
 
 
 class WindowedGroupedStream:

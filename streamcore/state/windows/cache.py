@@ -41,6 +41,7 @@ __all__ = ["WindowCache"]
 
 _SCALARS = frozenset({int, float, str, bool, bytes})
 _NEVER = 1 << 63
+_UNKNOWN = -1 << 63
 # What `aggregate` returns when it updated nothing or was not asked for the updates: one shared
 # empty list instead of a new one per record (the caller only iterates it).
 _NONE: list[Any] = []
@@ -103,7 +104,7 @@ class _Unflush:
             group.dirty = dirty
             group.entries = entries
             cache._groups[group.window.start] = group
-        cache._due = None
+        cache.due_at = _UNKNOWN
 
 
 class WindowCache:
@@ -133,22 +134,23 @@ class WindowCache:
         self._undo = _Undo(self)
         self._store_due: int | None = None  # the store's next close or expiry time, when known
         self._new_due = _NEVER  # the earliest close time of the windows not in the store yet
-        self._due: int | None = None  # min of both, when known
+        # min of both when known, else -1 (below any stream time: the caller asks `due()`)
+        self.due_at = _UNKNOWN
         kv = store.store
         kv.before_checkpoint.append(self.flush)
         kv.on_discard.append(self.drop)
 
-    @property
     def due(self) -> int:
         """The stream time from which the store's `take_closed` or `expire` finds something,
-        the new windows still in the cache included: `flush_closed` before calling them then."""
-        due = self._due
-        if due is None:
+        the new windows still in the cache included: `flush_closed` before calling them then.
+        Kept in `due_at` (a stream time below it needs no call), until a write or a close."""
+        due = self.due_at
+        if due == _UNKNOWN:
             if self._store_due is None:
                 store = self.store
                 times = [t for t in (store.next_close_time(), store.next_expiry_time()) if t]
                 self._store_due = min(times, default=_NEVER)
-            due = self._due = min(self._store_due, self._new_due)
+            due = self.due_at = min(self._store_due, self._new_due)
         return due
 
     def aggregate(
@@ -205,8 +207,8 @@ class WindowCache:
                     aggregate, latest, new = initializer(), timestamp, True
                     if group.close < self._new_due:
                         self._new_due = group.close
-                        if self._due is not None and group.close < self._due:
-                            self._due = group.close
+                        if group.close < self.due_at:
+                            self.due_at = group.close
                 else:
                     aggregate, latest, new = stored.value, stored.timestamp, False
             else:
@@ -254,7 +256,8 @@ class WindowCache:
             count += len(group.entries)
         self._undo.clear()
         self._new_due = _NEVER
-        self._store_due = self._due = None
+        self._store_due = None
+        self.due_at = _UNKNOWN
         if count > self.limit:
             self._groups.clear()
             self._stored_until = self._seen_until
@@ -271,7 +274,8 @@ class WindowCache:
                 self._write(group)
             del self._groups[group.window.start]
         self._new_due = min((g.close for g in self._groups.values() if g.dirty), default=_NEVER)
-        self._store_due = self._due = None
+        self._store_due = None
+        self.due_at = _UNKNOWN
 
     def detach(self) -> None:
         """Unhook from the key-value store (its owner made a new cache for it)."""
@@ -285,4 +289,5 @@ class WindowCache:
         self._stored_until = self._seen_until
         self._undo.clear()
         self._new_due = _NEVER
-        self._store_due = self._due = None
+        self._store_due = None
+        self.due_at = _UNKNOWN
