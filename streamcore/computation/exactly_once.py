@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from streamcore.computation.stats import STOPPED
 from streamcore.errors import (
@@ -45,9 +45,10 @@ from streamcore.errors import (
     ProducerFencedError,
     TransactionAbortedError,
     TransactionTimeoutError,
+    UnsupportedOperationError,
 )
 from streamcore.log.api import LogAppender
-from streamcore.log.capabilities import transactions_of
+from streamcore.log.capabilities import Transactional, transactions_of
 from streamcore.log.values import LogOffset
 from streamcore.names import Name
 
@@ -63,6 +64,7 @@ __all__ = [
     "UnitTransactionAppender",
     "UnitTransactions",
     "transactional_id",
+    "transactional_manager",
 ]
 
 logger = logging.getLogger(__name__)
@@ -70,6 +72,39 @@ logger = logging.getLogger(__name__)
 AT_LEAST_ONCE = "at_least_once"
 EXACTLY_ONCE = "exactly_once"
 GUARANTEES = (AT_LEAST_ONCE, EXACTLY_ONCE)
+
+
+@runtime_checkable
+class _GroupRouting(Protocol):
+    """A manager that routes each log, and each group's reads, to a backend
+    (`UnifiedLogManager`)."""
+
+    def backend_for(self, name: str | Name, group: str | None = None) -> LogManager: ...
+
+
+def transactional_manager(
+    manager: LogManager, group: str, inputs: Iterable[str], logs: Iterable[str]
+) -> Transactional:
+    """The manager whose transactions hold a computation's checkpoints: `manager`, or, when it
+    routes logs to backends, the one backend that holds the group's `inputs` (its coordinator
+    takes the offsets) and every log it writes (`logs`: outputs, dead letters, changelogs).
+    `UnsupportedOperationError` (`transactions_of`'s, naming the guarantee) when that backend
+    has no transactions or the logs are on several backends."""
+    if not isinstance(manager, _GroupRouting):
+        return transactions_of(manager)
+    found = {name: manager.backend_for(name, group) for name in inputs}
+    found.update((name, manager.backend_for(name)) for name in logs)
+    backends = {id(backend): backend for backend in found.values()}
+    if len(backends) > 1:
+        where = "; ".join(f"{name} -> {type(b).__name__}" for name, b in found.items())
+        raise UnsupportedOperationError(
+            f"computation {group!r}: exactly_once needs its inputs, outputs, dead letters and "
+            f"changelogs in one Kafka cluster (one transaction), but they are routed to "
+            f"several backends: {where}. Route them to one Kafka config, or use "
+            "processing_guarantee='at_least_once'"
+        )
+    (backend,) = backends.values()
+    return transactions_of(backend)
 
 
 def transactional_id(computation: str, unit: int, instance_id: str | None = None) -> str:
@@ -83,8 +118,8 @@ class UnitTransactions:
     Appenders made by `appender` follow the producer when it is replaced after a
     `TransactionTimeoutError`. Used by the unit's thread only."""
 
-    def __init__(self, manager: LogManager, transactional_id: str) -> None:
-        self._manager = transactions_of(manager)
+    def __init__(self, manager: Transactional, transactional_id: str) -> None:
+        self._manager = manager
         self.transactional_id = transactional_id
         self.tx: Any = self._manager.transactions(transactional_id)
         self._appenders: dict[tuple[str, int], Any] = {}  # of the current producer

@@ -32,6 +32,7 @@ from streamcore.computation.exactly_once import (
     EXACTLY_ONCE,
     UnitTransactions,
     transactional_id,
+    transactional_manager,
 )
 from streamcore.computation.health import HealthStatus, check_health
 from streamcore.computation.runner import ComputationRunner, InputStream, OutputStream
@@ -46,7 +47,7 @@ from streamcore.computation.tasks import (
 from streamcore.computation.topology import Topology
 from streamcore.errors import ComputationError
 from streamcore.log import Latency, LogAppender, LogLag, LogManager
-from streamcore.log.capabilities import transactions_of
+from streamcore.log.capabilities import Transactional
 from streamcore.names import Name
 from streamcore.state.changelog import changelog_name, ensure_changelog
 from streamcore.state.restore import RestoreProgress, StateRestoreListener
@@ -103,8 +104,19 @@ class StreamProcessor:
         for name in topology.computation_names():
             Name.of(name)  # the group name; already checked by ComputationMetadata
         self.exactly_once = self.settings.processing_guarantee == EXACTLY_ONCE
+        # Per computation, the manager of its checkpoints' transactions: refused here, naming
+        # the log's guarantee, rather than at start.
+        self._transactional: dict[str, Transactional] = {}
         if self.exactly_once:
-            transactions_of(manager)  # refused here, naming the log's guarantee, not at start
+            for name in topology.computation_names():
+                written = [*topology.output_mapping(name).values()]
+                written += [changelog_name(name, spec.name) for spec in topology.stores(name)]
+                dlq = self.settings.policy(name).dlq
+                if dlq is not None:
+                    written.append(dlq)
+                self._transactional[name] = transactional_manager(
+                    manager, name, topology.input_streams(name), written
+                )
 
     # -- starting -------------------------------------------------------------------------------
     def _codec(self, stream: str) -> Any:
@@ -156,7 +168,7 @@ class StreamProcessor:
         appender: Callable[[str], LogAppender[Any]] = self._appender
         if self.exactly_once:  # the unit appends through its checkpoints' transactions
             unit_tx = transactions = UnitTransactions(
-                self.manager, transactional_id(name, index, settings.instance_id)
+                self._transactional[name], transactional_id(name, index, settings.instance_id)
             )
 
             def appender(urn: str) -> LogAppender[Any]:

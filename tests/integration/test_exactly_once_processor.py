@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -19,7 +20,11 @@ from log_fixtures import KAFKA_TEST_CONFIG
 from streamcore.codecs import get_codec
 from streamcore.computation import Processor, Settings, StreamProcessor, Topology
 from streamcore.computation.exactly_once import transactional_id
+from streamcore.config import LogDefaults, StreamcoreConfig
+from streamcore.errors import UnsupportedOperationError
+from streamcore.log.config import LogConfig
 from streamcore.log.kafka import KafkaLogManager, KafkaTransactions
+from streamcore.log.unified import UnifiedLogManager
 from streamcore.record import Record
 
 pytestmark = pytest.mark.kafka
@@ -167,3 +172,83 @@ def test_a_fenced_zombie_commits_nothing_and_stops_naming_the_fix(
     with count_processor(kafka, tmp_path / "zombie", instance="a") as processor:
         assert processor.drain_and_stop(120.0)
     check_exactly_once(committed_outputs(kafka), range(200))
+
+
+def test_results_stay_exactly_once_while_tasks_move_between_two_processes(
+    kafka: KafkaLogManager, tmp_path: Path
+) -> None:
+    """Two processors (instances a and b) of one computation: b joins while a works, then a
+    leaves; the tasks and their stores move twice (rebalances, restores from the changelog)."""
+    append_inputs(kafka, range(400))
+    first = count_processor(kafka, tmp_path / "a", instance="a").start()
+    second = None
+    try:
+        wait_until(lambda: kafka.lag(IN, COMPUTATION).lag < 400, "started")
+        second = count_processor(kafka, tmp_path / "b", instance="b").start()
+        append_inputs(kafka, range(400, 800))
+        assert first.stop(60.0)  # its tasks move to b
+        append_inputs(kafka, range(800, 1000))
+        assert second.drain_and_stop(120.0)
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+    assert not first.failed_computations() and not second.failed_computations()
+    check_exactly_once(committed_outputs(kafka), range(1000))
+
+
+def unified(home: Path, bootstrap: str, namespace: str) -> UnifiedLogManager:
+    """Logs of `namespace` routed to Kafka, the others to the local log (as `streamcore run`
+    opens them from the configuration)."""
+    text = f"""
+[log.configs.default]
+type = "local"
+[log.configs.kafka]
+type = "kafka"
+bootstrap_servers = "{bootstrap}"
+topic_prefix = "{scratch_prefix()}"
+timeout = "10s"
+[[log.match]]
+namespace = "{namespace}"
+config = "kafka"
+"""
+    config = StreamcoreConfig(home=home, log=LogDefaults(partitions=1), table=tomllib.loads(text))
+    return UnifiedLogManager(config, LogConfig.from_settings(config, environ={}))
+
+
+def test_a_routing_manager_runs_exactly_once_on_its_kafka_backend(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    manager = unified(tmp_path, kafka_bootstrap, "app")
+    try:
+        kafka = manager.backend_for(IN)
+        assert isinstance(kafka, KafkaLogManager)
+        append_inputs(kafka, range(200))
+        with count_processor(manager, tmp_path / "state") as processor:  # type: ignore[arg-type]
+            assert processor.drain_and_stop(120.0)
+        check_exactly_once(committed_outputs(kafka), range(200))
+    finally:
+        manager.close()
+
+
+def test_a_computation_whose_logs_are_on_two_backends_is_refused(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    manager = unified(tmp_path, kafka_bootstrap, "app")
+    try:
+        topology = (
+            Topology.builder()
+            .add_processor("app/echo", CountAndTell, inputs=[IN], outputs=["local/out"])
+            .build()
+        )
+        settings = Settings(processing_guarantee="exactly_once")
+        with pytest.raises(UnsupportedOperationError, match="routed to several backends"):
+            StreamProcessor(manager, topology, settings)
+        local = unified(tmp_path, kafka_bootstrap, "other")  # every log on the local log
+        try:
+            with pytest.raises(UnsupportedOperationError, match="LocalLogManager has no trans"):
+                StreamProcessor(local, topology, settings)
+        finally:
+            local.close()
+    finally:
+        manager.close()
