@@ -61,6 +61,7 @@ class DslComputation(Computation):
         )
         self.subtopology = subtopology
         self._produce: Callable[[str, Record], None] = _not_running
+        self._context: ComputationContext | None = None  # whose produce_record `_produce` is
         self._watermark = 0
         self._record: Record | None = None  # the record the chain runs on (None: a timer)
         self._logical = {stream: f"o{i}" for i, stream in enumerate(subtopology.outputs, 1)}
@@ -262,7 +263,8 @@ class DslComputation(Computation):
         except Exception as exc:
             exc.add_note(f"decoding a value of {stream!r} (DSL {self.metadata.name})")
             raise
-        self._produce = context.produce_record
+        if context is not self._context:  # a bound method made per record costs as much
+            self._context, self._produce = context, context.produce_record
         self._watermark = record.watermark
         self._record = record
         root(record.key, value)
@@ -275,7 +277,8 @@ class DslComputation(Computation):
         """A punctuation of a `process` step: what it forwards runs down the chain with no input
         record; its outputs get watermark 0, which the runner replaces with the low watermark
         (as for records a `ProcessorComputation` sends in `punctuate`)."""
-        self._produce = context.produce_record
+        if context is not self._context:
+            self._context, self._produce = context, context.produce_record
         self._watermark = 0
         self._record = None
         for step in self._steps:
