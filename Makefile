@@ -69,6 +69,7 @@ bench: $(STAMP) $(JARS_STAMP)
 	$(BIN)/python bench/dag_latency_bench.py
 	$(BIN)/python bench/state_bench.py
 	$(BIN)/python bench/window_bench.py
+	$(BIN)/python bench/eos_bench.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
