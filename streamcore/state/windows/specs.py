@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import KW_ONLY, dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from streamcore.errors import ArgumentTypeError, InvalidArgumentError
 
@@ -40,10 +40,11 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, order=True)
-class Window:
+class Window(NamedTuple):
     """A window's bounds in epoch ms. `end` is excluded for tumbling and hopping windows and
-    included for sliding and session windows (as in Kafka Streams)."""
+    included for sliding and session windows (as in Kafka Streams). Ordered by start, then end.
+    A named tuple, not a frozen dataclass: closing windows makes one per window, and a frozen
+    dataclass costs about six times as much to make."""
 
     start: int
     end: int

@@ -29,8 +29,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 from streamcore.codecs import Codec
 from streamcore.errors import ArgumentTypeError, InvalidArgumentError
@@ -65,10 +64,9 @@ _NEVER = 1 << 64
 _POINT_READS = 64
 
 
-@dataclass(frozen=True)
-class WindowedValue(Generic[V]):
+class WindowedValue(NamedTuple, Generic[V]):
     """A window's aggregate for a record key; `timestamp` is the largest record timestamp in it
-    (the timestamp of the windowed result record)."""
+    (the timestamp of the windowed result record). A named tuple, as `Window`."""
 
     key: str
     window: Window
