@@ -196,3 +196,25 @@ def test_a_transaction_open_past_its_timeout_is_aborted_and_says_so(
     with again.transaction():
         again.appender("test/out").append("k", b"redone")
     assert read_all(kafka, "reader", "test/out") == [b"redone"]
+
+
+def test_appending_through_a_fenced_producer_raises_at_once_instead_of_hanging(
+    kafka: KafkaLogManager,
+) -> None:
+    kafka.create("test/out", 1)
+    zombie = kafka.transactions("g/0")
+    appender = zombie.appender("test/out")
+    with zombie.transaction():  # enough reports for the interpreter to specialize their code
+        appender.append_batch([("k", b"committed")] * 50)
+    owner = kafka.transactions("g/0")  # fences the zombie between its transactions
+    zombie.begin()  # librdkafka learns of the fencing only from the broker's answers
+    started = time.monotonic()
+    with pytest.raises(ProducerFencedError):
+        appender.append_batch([("k", bytes([i])) for i in range(50)])
+    assert time.monotonic() - started < kafka.clients.timeout + 5  # bounded, not a hang
+    with pytest.raises(ProducerFencedError):
+        zombie.begin()  # and stays fenced
+    zombie.close()
+    with owner.transaction():
+        owner.appender("test/out").append("k", b"owner")
+    assert read_all(kafka, "reader", "test/out") == [b"committed"] * 50 + [b"owner"]

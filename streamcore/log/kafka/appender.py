@@ -4,7 +4,6 @@ waits for the delivery reports (`_Batch`), so every append returns where its rec
 from __future__ import annotations
 
 import functools
-import threading
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -32,35 +31,63 @@ __all__ = ["KafkaAppender"]
 
 
 class _Batch:
-    """Delivery reports of one append call, filled by librdkafka's callbacks."""
+    """Delivery reports of one append call, filled by librdkafka's callbacks.
 
-    __slots__ = ("errors", "lock", "offsets", "partitions", "pending")
+    Why no lock: on a fatal error (a fenced transactional producer, say) confluent-kafka sets
+    its KafkaException inside the poll and then goes on serving the purged records' reports
+    with that exception pending, so a C call in a report raises SystemError, after it took
+    effect. A report that took a lock that way never released it, and the next report of the
+    batch waited for it forever inside the poll. So a report changes the batch only by list
+    item stores and appends (atomic under the GIL, whichever thread polls the shared producer)
+    and keeps the fatal error a call met for `_send` to raise."""
+
+    __slots__ = ("count", "errors", "fatal", "offsets", "partitions", "reported")
 
     def __init__(self, count: int) -> None:
+        self.count = count
         self.partitions = [0] * count
         self.offsets = [-1] * count
         self.errors: list[tuple[int, KafkaError]] = []
-        self.pending = count
-        # Reports are served by whichever thread polls the shared producer.
-        self.lock = threading.Lock()
+        self.reported: list[int] = []  # appended last: the waiting thread then reads the fields
+        self.fatal: KafkaException | None = None
+
+    @property
+    def pending(self) -> int:
+        return self.count - len(self.reported)
 
     def done(self, index: int, error: KafkaError | None, msg: Any) -> None:
-        if error is None and msg.offset() is None:
-            # Acknowledged without an offset: a retried batch the broker answered as a
-            # duplicate. Whether it is in the log is unknown, so the append fails (the caller
-            # may append again: at-least-once).
-            error = KafkaError(
-                KafkaError._INCONSISTENT,
-                "the broker acknowledged the record without an offset (a retried batch taken "
-                "for a duplicate); it may be missing from the log: append it again",
-            )
-        if error is not None:
-            self.errors.append((index, error))
-        else:
-            self.partitions[index] = msg.partition()
-            self.offsets[index] = msg.offset()
-        with self.lock:  # last: the waiting thread reads the fields once pending is 0
-            self.pending -= 1
+        try:
+            if error is None and msg.offset() is None:
+                # Acknowledged without an offset: a retried batch the broker answered as a
+                # duplicate. Whether it is in the log is unknown, so the append fails (the
+                # caller may append again: at-least-once).
+                error = KafkaError(
+                    KafkaError._INCONSISTENT,
+                    "the broker acknowledged the record without an offset (a retried batch "
+                    "taken for a duplicate); it may be missing from the log: append it again",
+                )
+            if error is not None:
+                self.errors.append((index, error))
+            else:
+                self.partitions[index] = msg.partition()
+                self.offsets[index] = msg.offset()
+        except SystemError as exc:
+            self.take(exc)
+        try:
+            self.reported.append(index)
+        except SystemError as exc:
+            self.take(exc)
+
+    def take(self, exc: BaseException) -> None:
+        """Keep the producer's fatal error that `exc` (a SystemError, or flush's) carries;
+        re-raise `exc` when it carries none."""
+        found: BaseException | None = exc
+        while found is not None and not isinstance(found, KafkaException):
+            found = found.__cause__ or found.__context__
+        if found is None:
+            raise exc
+        if self.fatal is None:
+            self.fatal = found
 
 
 class KafkaAppender(LogAppender[Any]):
@@ -173,18 +200,35 @@ class KafkaAppender(LogAppender[Any]):
                     producer.produce(topic, value or None, key, **kwargs)
                     break
                 except BufferError:  # local queue full: let deliveries drain it
-                    producer.poll(0.05)
+                    try:
+                        producer.poll(0.05)
+                    except (KafkaException, SystemError) as exc:
+                        batch.take(exc)  # a fatal error (see `_Batch`)
+                        break
                     if time.monotonic() > deadline:
                         raise clients.unavailable(
                             f"cannot append to {self.name}", "the producer queue stayed full"
                         ) from None
                 except KafkaException as exc:
                     raise clients.translate(exc, f"cannot append to {self.name}", topic) from exc
-        while batch.pending:
+            if batch.fatal is not None:
+                break
+        while batch.pending and batch.fatal is None:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            producer.flush(min(remaining, 1.0))
+            try:
+                producer.flush(min(remaining, 1.0))
+            except (KafkaException, SystemError) as exc:
+                # A fatal error raised in the poll (see `_Batch`): flush fails with it, or with
+                # a SystemError once a report took it over.
+                if batch.fatal is None:
+                    batch.take(exc)
+        if batch.fatal is not None:
+            _POOL.discard_producer(producer)
+            raise clients.translate(
+                batch.fatal, f"cannot append to {self.name}", topic
+            ) from batch.fatal
         if batch.pending or batch.errors:
             self._fail(batch, len(encoded), producer)
         return AppendedOffsets(self.name, batch.partitions, batch.offsets)
