@@ -72,9 +72,19 @@ def test_kafka_spark_options_map_librdkafka_properties() -> None:
         "kafka.ssl.truststore.type": "PEM",
         "kafka.enable.idempotence": "true",
         "kafka.fetch.max.wait.ms": "50",
+        "kafka.isolation.level": "read_committed",  # the Java client reads uncommitted
         "kafka.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule "
         'required username="me" password="p\\"w\\\\";',
     }
+
+
+def test_kafka_spark_options_read_committed_unless_the_config_says_otherwise() -> None:
+    assert kafka().spark_options() == {
+        "kafka.bootstrap.servers": "h:9094",
+        "kafka.isolation.level": "read_committed",
+    }
+    options = kafka(**{"isolation.level": "read_uncommitted"}).spark_options()
+    assert options["kafka.isolation.level"] == "read_uncommitted"
 
 
 @pytest.mark.parametrize(

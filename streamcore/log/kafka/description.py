@@ -44,8 +44,15 @@ class KafkaLogDescription(LogDescription):
     def spark_options(self) -> dict[str, str]:
         """Spark Kafka source / sink options reaching this cluster as the describing manager
         does: `kafka.bootstrap.servers` and `kafka.<Java client property>` for every property
-        (mapped by `streamcore.log.kafka.java_client`; `ConfigError` for one that cannot be)."""
+        (mapped by `streamcore.log.kafka.java_client`; `ConfigError` for one that cannot be).
+
+        `kafka.isolation.level` is `read_committed` unless the properties set `isolation.level`:
+        the Java consumer's default is `read_uncommitted`, which would land the records of
+        aborted transactions (an exactly-once processor's); this backend's readers read
+        committed too. The sink passes it to its producer, which ignores a consumer setting
+        (Spark's sink refuses only `kafka.key.serializer` / `kafka.value.serializer`)."""
         options = {"kafka.bootstrap.servers": self.bootstrap_servers}
         for key, value in java_client_properties(self.properties).items():
             options[f"kafka.{key}"] = value
+        options.setdefault("kafka.isolation.level", "read_committed")
         return options
