@@ -118,15 +118,24 @@ class UnitTransactions:
     Appenders made by `appender` follow the producer when it is replaced after a
     `TransactionTimeoutError`. Used by the unit's thread only."""
 
-    def __init__(self, manager: Transactional, transactional_id: str) -> None:
+    def __init__(
+        self,
+        manager: Transactional,
+        transactional_id: str,
+        transaction_timeout: float | None = None,
+    ) -> None:
         self._manager = manager
         self.transactional_id = transactional_id
-        self.tx: Any = self._manager.transactions(transactional_id)
+        self._timeout = transaction_timeout  # None: the manager's (librdkafka's 60 s)
+        self.tx: Any = self._open()
         self._appenders: dict[tuple[str, int], Any] = {}  # of the current producer
         self.failures = 0  # failed checkpoints in a row
 
     def __repr__(self) -> str:
         return f"UnitTransactions({self.transactional_id!r})"
+
+    def _open(self) -> Any:
+        return self._manager.transactions(self.transactional_id, transaction_timeout=self._timeout)
 
     def appender(self, name: str, codec: Codec[Any] | None = None) -> UnitTransactionAppender:
         """An appender of log `name` whose appends go into the checkpoint's transaction."""
@@ -143,7 +152,7 @@ class UnitTransactions:
         """A new producer of the same id (after the broker aborted a transaction that outlived
         its timeout and fenced the old one)."""
         self._close_tx()
-        self.tx = self._manager.transactions(self.transactional_id)
+        self.tx = self._open()
 
     def _close_tx(self) -> None:
         self._appenders.clear()

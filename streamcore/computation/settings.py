@@ -65,7 +65,10 @@ class Settings:
     records and input positions in one Kafka transaction; refused on a log without
     transactions). `instance_id` names this process among those that run the same topology
     (None: the host name): the units' transactional ids are made of it, so two processes that
-    run the same computation need different ones.
+    run the same computation need different ones. `transaction_timeout` (seconds, None:
+    librdkafka's 60 s) is each exactly-once checkpoint's `transaction.timeout.ms`: the broker
+    aborts a checkpoint's transaction open longer, and the unit opens a new producer and
+    processes those records again.
     """
 
     default_concurrency: int = 1
@@ -84,6 +87,7 @@ class Settings:
     max_task_idle_ms: int = 0
     processing_guarantee: str = AT_LEAST_ONCE
     instance_id: str | None = None
+    transaction_timeout: float | None = None
     _partitions: dict[str, int] = field(default_factory=dict, repr=False)
     _codecs: dict[str, str] = field(default_factory=dict, repr=False)
     _concurrency: dict[str, int] = field(default_factory=dict, repr=False)
@@ -123,6 +127,13 @@ class Settings:
         ):
             raise TopologyError(
                 f"instance_id must be a non-empty str or None, got {self.instance_id!r}"
+            )
+        timeout = self.transaction_timeout
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
+        ):
+            raise TopologyError(
+                f"transaction_timeout must be > 0 seconds or None, got {self.transaction_timeout!r}"
             )
 
     # -- setters --------------------------------------------------------------------------------

@@ -168,7 +168,9 @@ class StreamProcessor:
         appender: Callable[[str], LogAppender[Any]] = self._appender
         if self.exactly_once:  # the unit appends through its checkpoints' transactions
             unit_tx = transactions = UnitTransactions(
-                self._transactional[name], transactional_id(name, index, settings.instance_id)
+                self._transactional[name],
+                transactional_id(name, index, settings.instance_id),
+                settings.transaction_timeout,
             )
 
             def appender(urn: str) -> LogAppender[Any]:

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import IsolationLevel, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 from kafka_broker import scratch_prefix
 from log_fixtures import KAFKA_TEST_CONFIG
 
@@ -46,7 +48,11 @@ class CountAndTell(Processor):
 
 
 def count_processor(
-    manager: KafkaLogManager, state: Path, instance: str = "test", interval: float = 0.0
+    manager: KafkaLogManager,
+    state: Path,
+    instance: str = "test",
+    interval: float = 0.0,
+    transaction_timeout: float | None = None,
 ) -> StreamProcessor:
     topology = (
         Topology.builder()
@@ -62,6 +68,7 @@ def count_processor(
         processing_guarantee="exactly_once",
         instance_id=instance,
         checkpoint_pause=0.1,
+        transaction_timeout=transaction_timeout,
     )
     settings.set_partitions(IN, 2)
     return StreamProcessor(manager, topology, settings)
@@ -172,6 +179,59 @@ def test_a_fenced_zombie_commits_nothing_and_stops_naming_the_fix(
     with count_processor(kafka, tmp_path / "zombie", instance="a") as processor:
         assert processor.drain_and_stop(120.0)
     check_exactly_once(committed_outputs(kafka), range(200))
+
+
+def test_a_checkpoint_outliving_its_transaction_timeout_is_redone_once(
+    kafka: KafkaLogManager,
+    kafka_bootstrap: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A checkpoint held past `Settings(transaction_timeout=)`: the broker aborts its
+    transaction and fences the producer; the commit raises TransactionTimeoutError, the unit
+    opens a new producer of the same id, rewinds and processes the records again, once."""
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+
+    def end(isolation: IsolationLevel) -> int:
+        topic = kafka.topic(OUT)
+        spec = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(kafka.size(OUT))}
+        found = admin.list_offsets(spec, isolation_level=isolation, request_timeout=10)
+        return sum(f.result(timeout=10).offset for f in found.values())
+
+    append_inputs(kafka, range(200))
+    commit = KafkaTransactions.commit
+    held: list[str] = []
+
+    def open_records() -> bool:
+        """Records of a transaction still open in the output (high watermark past the last
+        stable offset)."""
+        return end(IsolationLevel.READ_UNCOMMITTED) > end(IsolationLevel.READ_COMMITTED)
+
+    def held_commit(self: KafkaTransactions) -> None:
+        """The first commit of a transaction with outputs waits until the broker aborted it."""
+        if not held and open_records():
+            held.append(self.transactional_id)
+
+            def aborted() -> bool:
+                self.producer.poll(0.1)  # (the producer learns of the abort from the broker)
+                return not open_records()
+
+            # The coordinator aborts expired transactions on its cleanup interval (10 s).
+            wait_until(aborted, "the expired transaction aborted by the broker")
+        commit(self)
+
+    monkeypatch.setattr(KafkaTransactions, "commit", held_commit)
+    with caplog.at_level(logging.WARNING, logger="streamcore.computation.exactly_once"):
+        with count_processor(kafka, tmp_path / "state", transaction_timeout=2.0) as processor:
+            assert processor.drain_and_stop(120.0)
+            stats = processor.unit_stats()[0]
+        assert not processor.failed_computations()
+    assert held == [kafka.topic_prefix + transactional_id(COMPUTATION, 0, "test")]
+    assert stats.checkpoint_failures >= 1
+    assert "TransactionTimeoutError" in caplog.text
+    check_exactly_once(committed_outputs(kafka), range(200))
+    assert kafka.lag(IN, COMPUTATION).lag == 0
 
 
 def test_results_stay_exactly_once_while_tasks_move_between_two_processes(

@@ -22,6 +22,7 @@ from streamcore.errors import (
     ProducerFencedError,
     TopologyError,
     TransactionAbortedError,
+    TransactionTimeoutError,
     UnsupportedOperationError,
 )
 from streamcore.log.local.manager import LocalLogManager
@@ -52,6 +53,10 @@ def test_the_guarantee_is_at_least_once_by_default_and_checked() -> None:
         Settings(processing_guarantee="exactly-once")
     with pytest.raises(TopologyError, match="instance_id"):
         Settings(instance_id="")
+    assert Settings().transaction_timeout is None  # librdkafka's 60 s
+    for bad in (0, -1.0, True, "10"):
+        with pytest.raises(TopologyError, match="transaction_timeout"):
+            Settings(transaction_timeout=bad)  # type: ignore[arg-type]
 
 
 def test_exactly_once_is_refused_on_the_memory_log() -> None:
@@ -135,9 +140,12 @@ class _TransactionalMemory(MemoryLogManager):
         super().__init__()
         self.fail = fail  # raised by the first commit
         self.made: list[_FakeTransactions] = []
+        self.timeouts: list[float | None] = []  # transaction_timeout of each producer made
 
     def transactions(self, transactional_id: str, *, transaction_timeout: Any = None) -> Any:
+        self.timeouts.append(transaction_timeout)
         self.made.append(_FakeTransactions(self, self.fail))
+        self.fail = None  # the first producer's first commit only
         return self.made[-1]
 
 
@@ -149,13 +157,15 @@ def _outputs(manager: MemoryLogManager) -> list[Any]:
         tailer.close()
 
 
-def _run(manager: _TransactionalMemory) -> StreamProcessor:
+def _run(manager: _TransactionalMemory, **settings_args: Any) -> StreamProcessor:
     """Echo 10 records with exactly_once; the first checkpoint's commit raises `failure`."""
     manager.create("app/in", 1)
     manager.appender("app/in", get_codec("avro")).append_batch(
         [("k", Record("k", json.dumps({"i": i}).encode())) for i in range(10)]
     )
-    settings = Settings(processing_guarantee="exactly_once", instance_id="t", checkpoint_pause=0)
+    settings = Settings(
+        processing_guarantee="exactly_once", instance_id="t", checkpoint_pause=0, **settings_args
+    )
     processor = StreamProcessor(manager, topology(), settings).start()
     deadline = time.monotonic() + 30
     while manager.lag("app/in", "app/echo").lag and not processor.failed_computations():
@@ -185,3 +195,11 @@ def test_a_fenced_unit_commits_nothing_and_stops_naming_the_fix(
     assert "Settings(instance_id=...)" in caplog.text and "app/echo/t/0" in caplog.text
     assert _outputs(manager) == []
     assert manager.lag("app/in", "app/echo").lag == 10
+
+
+def test_a_timed_out_checkpoint_reopens_the_producer_with_the_set_timeout() -> None:
+    manager = _TransactionalMemory(TransactionTimeoutError("open longer than its timeout"))
+    processor = _run(manager, transaction_timeout=5.0)
+    assert processor.unit_stats()[0].checkpoint_failures == 1
+    assert manager.timeouts == [5.0, 5.0]  # the first producer and the one after the timeout
+    assert _outputs(manager) == list(range(10))
