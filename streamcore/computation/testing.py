@@ -11,6 +11,12 @@ until none has anything left to do, so outputs are ready to read at once.
 Outputs follow the processor's rules: a record produced by a computation is visible once the
 computation checkpoints (asks for a checkpoint, or a batch flushes).
 
+`Settings.processing_guarantee` (and `instance_id`, `transaction_timeout`) are accepted, so the
+production Settings can be shared with tests, and make no difference here: in memory, in one
+thread, a checkpoint's outputs, stores and positions are written together and nothing crashes
+between them, so the results are those of `exactly_once` either way. What exactly_once adds on
+Kafka (transactions, fencing, read_committed) is tested against a broker, not here.
+
     driver = TopologyTestDriver(topology, settings)
     driver.pipe("app/in", "key-1", b"hello")
     assert [r.data for r in driver.read_output("app/out")] == [b"HELLO"]
@@ -45,7 +51,8 @@ _MAX_ROUNDS = 100_000
 
 class TopologyTestDriver:
     """Runs `topology` in this thread on an in-memory log with a virtual clock: `pipe` records in,
-    `advance_time`, then `read_output` / `read_dead_letters`."""
+    `advance_time`, then `read_output` / `read_dead_letters`. `settings.processing_guarantee`
+    is accepted and makes no difference (in memory; see the module doc)."""
 
     def __init__(
         self, topology: Topology, settings: Settings | None = None, *, start_ms: int | None = None

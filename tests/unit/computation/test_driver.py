@@ -417,3 +417,29 @@ def test_checkpoint_in_the_middle_of_a_read_batch_commits_up_to_the_ask() -> Non
         driver.advance_time(5000)
         assert [r.data for r in driver.read_output(OUT)] == [b"6"]
         assert driver.lag("collect").lag == 0
+
+
+def test_the_processing_guarantee_is_accepted_and_makes_no_difference_in_memory() -> None:
+    """Production Settings (exactly_once) can be shared with tests: the driver runs in memory,
+    where a checkpoint is atomic anyway, so both guarantees give the same results."""
+
+    def run(guarantee: str) -> tuple[object, ...]:
+        topology = Topology.builder().add_computation(Upper, [f"i1:{IN}", f"o1:{OUT}"]).build()
+        settings = Settings(processing_guarantee=guarantee, instance_id="test")
+        settings.set_policy("upper", ComputationPolicy(max_retries=1, delay=0.5, dlq=DLQ))
+        with TopologyTestDriver(topology, settings, start_ms=1_000_000) as driver:
+            for key, data in [("k1", b"a"), ("k2", b"bad1"), ("k3", b"bad"), ("k4", b"b")]:
+                driver.pipe(IN, key, data)
+            stats = driver.stats("upper")
+            return (
+                [(r.key, r.data) for r in driver.read_output(OUT)],
+                [d.record.key for d in driver.read_dead_letters(DLQ)],
+                (stats.processed, stats.retried, stats.failed),
+                driver.lag("upper").lag,
+                driver.now_ms,
+            )
+
+    exactly_once = run("exactly_once")
+    assert exactly_once == run("at_least_once")
+    assert exactly_once[0] == [("k1", b"A"), ("k2", b"BAD1"), ("k4", b"B")]
+    assert exactly_once[1] == ["k3"]
