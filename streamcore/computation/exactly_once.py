@@ -196,8 +196,8 @@ class UnitTransactions:
                 try:
                     tx.abort()
                 except (ProducerFencedError, TransactionTimeoutError) as fatal:
-                    # What the failure was (an append of a fenced producer gets no delivery
-                    # report, so it fails for want of one): the abort says.
+                    # What the failure was, if it did not say (an append or send that failed
+                    # otherwise, e.g. for want of a broker answer): the abort says.
                     raise fatal from failure
                 except Exception:
                     logger.exception("%s: abort after a failed checkpoint failed", self)
