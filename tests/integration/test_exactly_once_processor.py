@@ -202,6 +202,7 @@ def test_a_checkpoint_outliving_its_transaction_timeout_is_redone_once(
     append_inputs(kafka, range(200))
     commit = KafkaTransactions.commit
     held: list[str] = []
+    released: list[bool] = []
 
     def open_records() -> bool:
         """Records of a transaction still open in the output (high watermark past the last
@@ -219,13 +220,20 @@ def test_a_checkpoint_outliving_its_transaction_timeout_is_redone_once(
 
             # The coordinator aborts expired transactions on its cleanup interval (10 s).
             wait_until(aborted, "the expired transaction aborted by the broker")
+            released.append(True)
         commit(self)
 
     monkeypatch.setattr(KafkaTransactions, "commit", held_commit)
     with caplog.at_level(logging.WARNING, logger="streamcore.computation.exactly_once"):
-        with count_processor(kafka, tmp_path / "state", transaction_timeout=2.0) as processor:
+        processor = count_processor(kafka, tmp_path / "state", transaction_timeout=2.0).start()
+        try:
+            # Not drain_and_stop yet: it reads the group's offsets, which wait for the end of
+            # the held transaction that holds them (KIP-447), past the manager's timeout.
+            wait_until(lambda: bool(released), "the held checkpoint released", timeout=90.0)
             assert processor.drain_and_stop(120.0)
             stats = processor.unit_stats()[0]
+        finally:
+            processor.stop()
         assert not processor.failed_computations()
     assert held == [kafka.topic_prefix + transactional_id(COMPUTATION, 0, "test")]
     assert stats.checkpoint_failures >= 1
