@@ -357,6 +357,7 @@ def quix(python: Path, timeout: float, *args: str) -> dict[str, Any]:
 
 def delete_kafka_names(bootstrap: str, prefix: str) -> None:
     """Delete the topics and groups of this run (ours and Quix's, whose names hold `prefix`)."""
+    from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
@@ -369,9 +370,26 @@ def delete_kafka_names(bootstrap: str, prefix: str) -> None:
         for g in admin.list_consumer_groups().result(timeout=30).valid
         if prefix in g.group_id
     ]
-    if groups:
-        for future in admin.delete_consumer_groups(groups).values():
-            future.result(timeout=30)
+    # A group whose member was killed (a Quix run past its timeout) stays non-empty until the
+    # member's session times out: retry for a minute, then leave it, saying so (a leftover group
+    # must not hide the figures already measured).
+    deadline = time.monotonic() + 60
+    while groups:
+        futures = admin.delete_consumer_groups(groups)
+        left = []
+        for group, future in futures.items():
+            try:
+                future.result(timeout=30)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.NON_EMPTY_GROUP:
+                    raise
+                left.append(group)
+        groups = left
+        if groups and time.monotonic() > deadline:
+            progress(f"consumer groups still in use, left on the broker: {', '.join(groups)}")
+            return
+        if groups:
+            time.sleep(2)
 
 
 def kafka_bootstrap() -> str:
