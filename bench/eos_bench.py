@@ -39,13 +39,11 @@ import shutil
 import statistics
 import sys
 import tempfile
-import threading
-import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-from state_bench import delete_kafka_names, kafka_bootstrap, progress, table
+from state_bench import delete_kafka_names, kafka_bootstrap, progress, run_to_drained, table
 
 from streamcore.codecs import get_codec
 from streamcore.computation import Processor, Settings, StreamProcessor, Topology
@@ -146,24 +144,7 @@ def run_once(
         instance_id="bench",
     )
     processor = StreamProcessor(manager, builder.build(), settings)
-    shown = Progress(f"  {workload}, {guarantee}", n, interval=5.0)
-    stop = threading.Event()
-
-    def report() -> None:
-        while not stop.wait(5.0):
-            shown.update(manager.lag(EVENTS, name).pos)
-
-    reporter = threading.Thread(target=report, daemon=True)
-    start = time.perf_counter()
-    processor.start()
-    reporter.start()
-    drained = processor.drain_and_stop(timeout=1800)
-    elapsed = time.perf_counter() - start
-    stop.set()
-    reporter.join()
-    shown.done(manager.lag(EVENTS, name).pos)
-    if not drained:
-        raise RuntimeError(f"{workload} ({guarantee}) did not drain within 30 minutes")
+    elapsed = run_to_drained(processor, manager, EVENTS, name, n, f"{workload}, {guarantee}")
     seen, wanted = count_outputs(manager, out), expected_outputs(workload, n)
     if seen != wanted:
         raise RuntimeError(f"{workload} ({guarantee}): {seen:,} output records, not {wanted:,}")

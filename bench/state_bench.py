@@ -203,12 +203,21 @@ def count_processor(
         state_engine=engine,
     )
     processor = StreamProcessor(manager, builder.build(), settings)
-    shown = Progress(f"  processor ({label})", n, interval=5.0)
+    elapsed = run_to_drained(processor, manager, EVENTS, name, n, f"processor ({label})")
+    return elapsed, (made[-1].counts if made else None)
+
+
+def run_to_drained(
+    processor: StreamProcessor, manager: LogManager, source: str, group: str, n: int, label: str
+) -> float:
+    """Seconds from `processor.start()` until `drain_and_stop` returned, with the group's
+    position on `source` shown every 5 s; fails if it did not drain within 30 minutes."""
+    shown = Progress(f"  {label}", n, interval=5.0)
     stop = threading.Event()
 
     def report() -> None:
         while not stop.wait(5.0):
-            shown.update(manager.lag(EVENTS, name).pos)
+            shown.update(manager.lag(source, group).pos)
 
     reporter = threading.Thread(target=report, daemon=True)
     start = time.perf_counter()
@@ -218,10 +227,10 @@ def count_processor(
     elapsed = time.perf_counter() - start
     stop.set()
     reporter.join()
-    shown.done(manager.lag(EVENTS, name).pos)
+    shown.done(manager.lag(source, group).pos)
     if not drained:
-        raise RuntimeError(f"the processor ({label}) did not drain within 30 minutes")
-    return elapsed, (made[-1].counts if made else None)
+        raise RuntimeError(f"{label} did not drain within 30 minutes")
+    return elapsed
 
 
 def count_rounds(
