@@ -17,9 +17,10 @@ How it stays exact:
   `journal`), as the store's own writes do: a record that raises and is retried leaves no trace.
 - **Rewinds.** It registers `KeyValueStore.on_discard`: a rewind to the last checkpoint drops
   every cached window with the store's buffered writes.
-- **Closing and expiry** read the store: `due` says when `take_closed` or `expire` would find
-  something (the store's next close and expiry times, lowered by the windows created in the
-  cache), and the caller calls `flush_closed(stream_time)` before calling them then. It writes
+- **Closing and expiry** read the store: `due()` (kept in `due_at`) says when `take_closed` or
+  `expire` would find something (the store's next close and expiry times, lowered by the windows
+  created in the cache), and the caller calls `flush_closed(stream_time)` before calling them
+  then. It writes
   the closed windows and forgets them (a closed window takes no more records); that write is in
   the journal too, so a record that fails after it restores the cache as it was.
 - **Mutable aggregates** are not cached: an aggregator may change the aggregate it is given, which
