@@ -213,7 +213,7 @@ class KeyValueStore(Generic[V]):
                 f"put_raw_all writes raw bytes; store {self.name!r} encodes its values with "
                 f"{getattr(self.codec, 'name', self.codec)!r}: use put_all"
             )
-        pending, cache, journal, undo = self._pending, self._cache, self.journal, self._undo
+        write, cache = self._write, self._cache
         for key, value in items:
             if type(key) is not str:
                 raise _bad_key(key)
@@ -222,11 +222,7 @@ class KeyValueStore(Generic[V]):
                     f"store {self.name!r}: put_raw_all takes bytes values, got "
                     f"{type(value).__name__} for key {key!r}"
                 )
-            raw = key.encode("utf-8")
-            if journal is not None:
-                undo.append((raw, pending.get(raw, _MISSING)))
-                journal.append(undo)
-            pending[raw] = value
+            write(key.encode("utf-8"), value)
             cache[key] = value
         if len(cache) > self._cache_size:
             self._trim()

@@ -146,27 +146,22 @@ class _WindowedStore(Generic[V]):
             self._indexed(window)
 
     def write_all(self, window: Window, items: list[tuple[str, V, int, bool]]) -> None:
-        """`write` for many keys of one window: (key, value, timestamp, new) each (the window
-        cache's checkpoint: the window's part of the keys is made once)."""
-        start, end = time_text(window.start), time_text(window.end)
+        """`write` for many keys of one window: (key, value, timestamp, new) each. Laid out by
+        start (the window cache's checkpoint), the window's part of the keys is made once and
+        the keys are put in one call."""
+        if not self._by_start:
+            for key, value, timestamp, new in items:
+                self.write(key, window, value, timestamp, new=new)
+            return
+        prefix = "w" + time_text(window.start)
         encode, pack = self.codec.encode, _STAMP.pack
-        raw: list[tuple[str, bytes]] = []
-        new_windows = False
-        if self._by_start:
-            prefix = "w" + start
-            for key, value, timestamp, new in items:
-                raw.append((prefix + escape_key(key), pack(timestamp) + encode(value)))
-                new_windows = new_windows or new
-        else:
-            times = start + end
-            for key, value, timestamp, new in items:
-                escaped = escape_key(key)
-                raw.append(("w" + escaped + times, pack(timestamp) + encode(value)))
-                if new:
-                    raw.append(("x" + end + escaped + start, _INDEXED))
-                    new_windows = True
-        self.store.put_raw_all(raw)
-        if new_windows:
+        self.store.put_raw_all(
+            [
+                (prefix + escape_key(key), pack(timestamp) + encode(value))
+                for key, value, timestamp, _ in items
+            ]
+        )
+        if any(new for *_, new in items):
             self._indexed(window)
 
     def _indexed(self, window: Window) -> None:

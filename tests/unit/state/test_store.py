@@ -258,3 +258,13 @@ def test_a_rolled_back_or_discarded_write_is_not_read_from_the_cache(
     assert store.get("a") == 3
     store.discard()
     assert store.get("a") == 1
+
+
+def test_put_raw_all_writes_bytes_stores_only(store: KeyValueStore[Any]) -> None:
+    with pytest.raises(ArgumentTypeError, match="put_all"):
+        store.put_raw_all([("a", b"1")])  # a JSON store encodes its values
+    raw = KeyValueStore("raw", MemoryEngine(), resolve_value_codec("bytes", where="test"))
+    raw.put_raw_all([("a", b"1"), ("b", b"2")])
+    assert list(raw.all()) == [("a", b"1"), ("b", b"2")]
+    with pytest.raises(ArgumentTypeError, match="bytes values"):
+        raw.put_raw_all([("c", "3")])  # type: ignore[list-item]
