@@ -260,9 +260,7 @@ class WindowCache:
                 self._write(group)
             count += len(group.entries)
         self._undo.clear()
-        self._new_due = _NEVER
-        self._store_due = None
-        self.due_at = _UNKNOWN
+        self._due_changed()
         if count > self.limit:
             self._groups.clear()
             self._stored_until = self._seen_until
@@ -278,9 +276,8 @@ class WindowCache:
             if group.dirty:
                 self._write(group)
             del self._groups[group.window.start]
-        self._new_due = min((g.close for g in self._groups.values() if g.dirty), default=_NEVER)
-        self._store_due = None
-        self.due_at = _UNKNOWN
+        # The dirty groups left may hold new windows: their earliest close is never too late.
+        self._due_changed(min((g.close for g in self._groups.values() if g.dirty), default=_NEVER))
 
     def detach(self) -> None:
         """Unhook from the key-value store (its owner made a new cache for it)."""
@@ -293,6 +290,11 @@ class WindowCache:
         self._groups.clear()
         self._stored_until = self._seen_until
         self._undo.clear()
-        self._new_due = _NEVER
+        self._due_changed()
+
+    def _due_changed(self, new_due: int = _NEVER) -> None:
+        """The store was written (or its writes dropped): `due()` asks it again; `new_due` is
+        the earliest close time of the cached windows not in the store."""
+        self._new_due = new_due
         self._store_due = None
         self.due_at = _UNKNOWN
