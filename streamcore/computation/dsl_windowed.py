@@ -185,8 +185,12 @@ class _WindowedStep(Processor):
                 context.forward(key, _result(update, update.value))
         if now < cache.due_at or now < cache.due():
             return  # nothing closes or expires yet
-        cache.flush_closed(now)  # closing and expiry read the store
-        self._close(task.store, now)
+        if updates:
+            cache.flush_closed(now)  # expiry reads the store
+            task.store.expire(now)
+            return
+        for closed in cache.take_closed(now):
+            context.forward(closed.key, _result(closed, closed.value))
 
     def _uncached(self, task: _TaskWindows, key: str, value: Any, timestamp: int, now: int) -> None:
         """`process` for sliding and session windows, which go to the store at every record."""

@@ -30,9 +30,10 @@ How it stays exact:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
+from streamcore.codecs.json_codec import JsonCodec
 from streamcore.errors import ArgumentTypeError
 from streamcore.state.windows.aggregate import LateRecord, late_reason
 from streamcore.state.windows.specs import TimeWindowSpec, Window
@@ -107,7 +108,9 @@ class _Unflush:
             group.dirty = dirty
             group.entries = entries
             cache._groups[group.window.start] = group
-        cache.due_at = _UNKNOWN
+        # Back in the cache, closed, maybe with windows the store does not have: due at once.
+        closes = [cache._new_due] + [group.close for group, _dirty, _entries in self.groups]
+        cache._due_changed(min(closes))
 
 
 class WindowCache:
@@ -135,6 +138,9 @@ class WindowCache:
         self._stored_until = stored_until
         self._seen_until = stored_until  # the largest stream time `aggregate` was given
         self._undo = _Undo(self)
+        # Closed windows may be taken from the cache (`take_closed`) when they expire as they
+        # close and the codec gives back the cached values as they are.
+        self._direct = store.expires_at_close and type(store.codec) is JsonCodec
         self._store_due: int | None = None  # the store's next close or expiry time, when known
         self._new_due = _NEVER  # the earliest close time of the windows not in the store yet
         # min of both when known, else -1 (below any stream time: the caller asks `due()`)
@@ -268,12 +274,52 @@ class WindowCache:
     def flush_closed(self, stream_time: int) -> None:
         """Write the windows closed at `stream_time` to the store and forget them (they take no
         more records), before the store's `take_closed` and `expire` read it."""
-        closed = [g for g in self._groups.values() if g.close <= stream_time]
+        self._forget_closed(self._closed(stream_time), ())
+
+    def take_closed(self, stream_time: int) -> list[WindowedValue[Any]]:
+        """The store's `take_closed_and_expire(stream_time)` (`emit="final"`'s closing): the
+        windows closed at `stream_time`, by end, then key, then start, deleted from the store
+        and forgotten here. A cached window group that holds every window of its start (the
+        store has none but those written from it: it starts after `stored_until`) is taken
+        from the cache, its values as cached, and only its windows written before are deleted
+        from the store (tombstones); the store is read only for the other closed windows,
+        which start before those, after writing the cache's changes to them. The values are
+        the store's too: the cache keeps only what the JSON codec gives back as it was."""
+        closed = self._closed(stream_time)
+        store = self.store
+        if not self._direct or any(group.through for group in closed):
+            self._forget_closed(closed, ())
+            return store.take_closed_and_expire(stream_time)
+        before = self._stored_until + 1
+        direct = sorted(
+            (group for group in closed if group.window.start >= before),
+            key=lambda group: group.window.start,
+        )
+        self._forget_closed(closed, direct)
+        later_close = min((group.close for group in self._groups.values()), default=_NEVER)
+        found = store.take_closed_and_expire(stream_time, before, later_close)
+        for group in direct:
+            window, entries = group.window, group.entries
+            stored = []
+            for key in sorted(entries):  # str order is UTF-8 byte order, the store's
+                aggregate, latest, new = entries[key]
+                found.append(WindowedValue(key, window, aggregate, latest))
+                if not new:
+                    stored.append(key)
+            store.forget(window, stored)
+        return found
+
+    def _closed(self, stream_time: int) -> list[_Group]:
+        return [g for g in self._groups.values() if g.close <= stream_time]
+
+    def _forget_closed(self, closed: list[_Group], taken: Collection[_Group]) -> None:
+        """Forget the `closed` groups, writing the changes of those not `taken` to the store
+        first; in the journal, so that a record failing after it restores them."""
         journal = self.store.store.journal
         if journal is not None and closed:
             journal.append(_Unflush(self, [(g, set(g.dirty), dict(g.entries)) for g in closed]))
         for group in closed:
-            if group.dirty:
+            if group.dirty and group not in taken:
                 self._write(group)
             del self._groups[group.window.start]
         # The dirty groups left may hold new windows: their earliest close is never too late.

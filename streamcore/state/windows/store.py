@@ -90,6 +90,7 @@ class _WindowedStore(Generic[V]):
         sample = Window(0, 0) if isinstance(spec, SessionWindows) else spec.window_at(0)  # type: ignore[attr-defined]
         self._close_lag = spec.close_time(sample) - sample.end
         self._expiry_lag = spec.expiry_time(sample) - sample.end
+        self.expires_at_close = self._close_lag == self._expiry_lag  # retention = size + grace
         # Hints, in memory only: (the marks entry when computed, the next close or expiry time).
         # Until stream time reaches it, `take_closed` or `expire` has nothing to do and skips
         # the scan (a range read costs as much as the store's buffered writes). A new window
@@ -193,12 +194,16 @@ class _WindowedStore(Generic[V]):
             )
             yield self._decode(key, window, raw)
 
-    def _by_end(self, lo: int) -> Iterator[tuple[str, Window, str, bytes | None]]:
-        """The windows with `lo <= end` as (key, window, data key, stored value or None when
-        not read yet), by end, then key (UTF-8 bytes), then start."""
+    def _by_end(
+        self, lo: int, before: int | None = None
+    ) -> Iterator[tuple[str, Window, str, bytes | None]]:
+        """The windows with `lo <= end` (laid out by start: and `start < before`, when given)
+        as (key, window, data key, stored value or None when not read yet), by end, then key
+        (UTF-8 bytes), then start."""
         if self._by_start:
             length = self._length
-            for text, raw in self.store.range("w" + time_text(max(lo - length, _NO_TIME)), "x"):
+            hi = "x" if before is None else "w" + time_text(before)
+            for text, raw in self.store.range("w" + time_text(max(lo - length, _NO_TIME)), hi):
                 start = time_of(text[1 : 1 + TIME_WIDTH])
                 key, _at = unescape_key(text, 1 + TIME_WIDTH)
                 yield key, Window(start, start + length), text, raw
@@ -269,34 +274,50 @@ class _WindowedStore(Generic[V]):
         self._expiry_hint = (raw, upcoming)
         return len(gone)
 
-    def take_closed_and_expire(self, stream_time: int) -> list[WindowedValue[V]]:
+    def take_closed_and_expire(
+        self, stream_time: int, before: int | None = None, later_close: int = _NEVER
+    ) -> list[WindowedValue[V]]:
         """`take_closed(stream_time)` then `expire(stream_time)`, in one scan of the index when a
         window expires as it closes (retention = size + grace, the default): `emit="final"`'s
-        step, once per record that reaches a close time."""
-        if self._close_lag != self._expiry_lag:
+        step, once per record that reaches a close time. `before` (tumbling and hopping windows,
+        expiring as they close): only the windows starting before it are looked at; the caller
+        holds all the later ones (the window cache), takes and deletes those closed at
+        `stream_time` itself and sends them after these, which keeps the order; `later_close`
+        is the earliest close time of the ones it keeps."""
+        if before is not None and not (self._by_start and self.expires_at_close):
+            raise InvalidArgumentError(
+                f"{self!r}: take_closed_and_expire(before=...) is for tumbling and hopping "
+                "windows that expire as they close"
+            )
+        if not self.expires_at_close:
             found = self.take_closed(stream_time)
             self.expire(stream_time)
             return found
         raw, closed_at, expired_at = self._marks()
         hint = self._expiry_hint
-        if hint is not None and hint[0] == raw and stream_time < hint[1]:
+        if before is None and hint is not None and hint[0] == raw and stream_time < hint[1]:
             return []
         # Nothing closed stays in the store past this call, so the scan starts at the oldest.
-        found, gone, upcoming = self._closed(_NO_TIME, stream_time)
+        found, gone, upcoming = self._closed(_NO_TIME, stream_time, before)
+        if before is not None and later_close < upcoming:
+            upcoming = later_close  # the windows from `before` on, not looked at
         self._delete_all(gone)
         if stream_time > closed_at or stream_time > expired_at:
             raw = self._set_marks(raw, max(stream_time, closed_at), max(stream_time, expired_at))
         self._close_hint = self._expiry_hint = (raw, upcoming)
         return found
 
-    def _closed(self, lo: int, stream_time: int) -> tuple[list[WindowedValue[V]], list[str], int]:
-        """The windows with `lo <= end` closed at `stream_time` (by end, then key, then start),
-        their data keys, and the close time of the next window (`_NEVER`: none)."""
+    def _closed(
+        self, lo: int, stream_time: int, before: int | None = None
+    ) -> tuple[list[WindowedValue[V]], list[str], int]:
+        """The windows with `lo <= end` (and `start < before`) closed at `stream_time` (by end,
+        then key, then start), their data keys, and the close time of the next window
+        (`_NEVER`: none)."""
         lag = self._close_lag
         found: list[WindowedValue[V]] = []
         data_keys: list[str] = []
         get = self.store.get
-        for key, window, data_key, stored in self._by_end(lo):
+        for key, window, data_key, stored in self._by_end(lo, before):
             if window.end + lag > stream_time:
                 return found, data_keys, window.end + lag
             if stored is None:
@@ -305,6 +326,12 @@ class _WindowedStore(Generic[V]):
                 found.append(self._decode(key, window, stored))
             data_keys.append(data_key)
         return found, data_keys, _NEVER
+
+    def forget(self, window: Window, keys: list[str]) -> None:
+        """Delete `keys`' `window` (laid out by start), which the caller knows the store holds,
+        without reading it: the window cache's closed windows, taken from the cache."""
+        prefix = "w" + time_text(window.start)
+        self._delete_all([prefix + escape_key(key) for key in keys])
 
     def _delete_all(self, data_keys: list[str]) -> None:
         """Delete windows by data key, with their index entries, without reading them."""
