@@ -70,6 +70,7 @@ bench: $(STAMP) $(JARS_STAMP)
 	$(BIN)/python bench/state_bench.py
 	$(BIN)/python bench/window_bench.py
 	$(BIN)/python bench/eos_bench.py
+	$(BIN)/python bench/standby_bench.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 import socket
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
 from streamcore.computation.stats import STOPPED
 from streamcore.errors import (
@@ -48,7 +48,7 @@ from streamcore.errors import (
     UnsupportedOperationError,
 )
 from streamcore.log.api import LogAppender
-from streamcore.log.capabilities import Transactional, transactions_of
+from streamcore.log.capabilities import GroupRouting, Transactional, transactions_of
 from streamcore.log.values import LogOffset
 from streamcore.names import Name
 
@@ -74,14 +74,6 @@ EXACTLY_ONCE = "exactly_once"
 GUARANTEES = (AT_LEAST_ONCE, EXACTLY_ONCE)
 
 
-@runtime_checkable
-class _GroupRouting(Protocol):
-    """A manager that routes each log, and each group's reads, to a backend
-    (`UnifiedLogManager`)."""
-
-    def backend_for(self, name: str | Name, group: str | None = None) -> LogManager: ...
-
-
 def transactional_manager(
     manager: LogManager, group: str, inputs: Iterable[str], logs: Iterable[str]
 ) -> Transactional:
@@ -90,7 +82,7 @@ def transactional_manager(
     takes the offsets) and every log it writes (`logs`: outputs, dead letters, changelogs).
     `UnsupportedOperationError` (`transactions_of`'s, naming the guarantee) when that backend
     has no transactions or the logs are on several backends."""
-    if not isinstance(manager, _GroupRouting):
+    if not isinstance(manager, GroupRouting):
         return transactions_of(manager)
     found = {name: manager.backend_for(name, group) for name in inputs}
     found.update((name, manager.backend_for(name)) for name in logs)

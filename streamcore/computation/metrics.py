@@ -14,7 +14,9 @@ Gauges: `streamcore_computation_terminated` (1 once a unit failed), `..._running
 `..._latency_seconds`, `..._end_offset`, `..._position`. Per computation, state store and task,
 of its last restore (docs/state.md, "Restore"): `..._restore_remaining` (changelog offsets left,
 0 once done), `..._restore_rate` (records/s), `..._restore_records` (applied and void records
-read), `..._restoring` (1 while it runs).
+read), `..._restoring` (1 while it runs); of each standby copy a unit keeps (docs/state.md,
+"Standby replicas"): `..._standby_lag` (changelog offsets its last pass had left) and
+`..._standby_warm` (1 once caught up).
 
 Units only bump plain integers; everything is read when the registry is collected (a scrape).
 """
@@ -120,6 +122,18 @@ class ProcessorCollector(Collector):
             families["records"].add_metric(key, progress.restored + progress.skipped)
             families["restoring"].add_metric(key, int(not progress.done))
         yield from families.values()
+        lag = GaugeMetricFamily(
+            P + "standby_lag", "changelog offsets the standby copy had left", labels=labels
+        )
+        warm = GaugeMetricFamily(
+            P + "standby_warm", "1 once the standby copy is caught up", labels=labels
+        )
+        for name, task, progress, is_warm in self.processor.standbys():
+            key = [name, progress.store, str(task)]
+            lag.add_metric(key, progress.remaining)
+            warm.add_metric(key, int(is_warm))
+        yield lag
+        yield warm
 
     @staticmethod
     def _histogram(by_name: dict[str, list[UnitStats]]) -> HistogramMetricFamily:

@@ -52,7 +52,11 @@ class Settings:
     the configured home); `state_engine` is the engine of stores that do not name one (None: the
     configuration's `[state] engine`); `state_lock_timeout` (seconds, None: `[state]
     lock_timeout`) bounds the wait for a store another process still holds; `restore` bounds and
-    sizes restores (`streamcore.state.restore.RestoreSettings`).
+    sizes restores (`streamcore.state.restore.RestoreSettings`). `standby_replicas` (default 0)
+    is how many warm copies of each task's stores other processes keep by following its
+    changelogs; when an owner dies, the group gives its tasks to a member holding them warm, so
+    the failover restores only the changelog's tail (docs/state.md, "Standby replicas"; local
+    and memory logs: Kafka's groups cannot prefer a warm copy, so it is refused there).
 
     Stream time (docs/state.md, "Stream time"): `set_timestamp_extractor` says where a
     computation reads its records' timestamps (default: the Record watermark);
@@ -84,6 +88,7 @@ class Settings:
     state_engine: str | None = None
     state_lock_timeout: float | None = None
     restore: RestoreSettings = field(default_factory=RestoreSettings)
+    standby_replicas: int = 0
     max_task_idle_ms: int = 0
     processing_guarantee: str = AT_LEAST_ONCE
     instance_id: str | None = None
@@ -117,6 +122,12 @@ class Settings:
             raise TopologyError(f"max_task_idle_ms must be an int, got {self.max_task_idle_ms!r}")
         if self.max_task_idle_ms < 0:
             raise TopologyError(f"max_task_idle_ms must be >= 0, got {self.max_task_idle_ms}")
+        replicas = self.standby_replicas
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+            raise TopologyError(
+                f"standby_replicas must be an int >= 0, got {replicas!r}: the number of warm "
+                "copies of each task kept besides its owner's (0: none)"
+            )
         if self.processing_guarantee not in GUARANTEES:
             raise TopologyError(
                 f"unknown processing_guarantee {self.processing_guarantee!r}; use one of "

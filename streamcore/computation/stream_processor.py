@@ -37,6 +37,12 @@ from streamcore.computation.exactly_once import (
 from streamcore.computation.health import HealthStatus, check_health
 from streamcore.computation.runner import ComputationRunner, InputStream, OutputStream
 from streamcore.computation.settings import Settings
+from streamcore.computation.standby import (
+    StandbyTailer,
+    StandbyTasks,
+    location,
+    standby_groups,
+)
 from streamcore.computation.stats import RUNNING, TERMINATED, SkipBudget, UnitStats
 from streamcore.computation.task_stores import task_stores
 from streamcore.computation.tasks import (
@@ -47,7 +53,7 @@ from streamcore.computation.tasks import (
 from streamcore.computation.topology import Topology
 from streamcore.errors import ComputationError
 from streamcore.log import Latency, LogAppender, LogLag, LogManager
-from streamcore.log.capabilities import Transactional
+from streamcore.log.capabilities import StandbyGroups, Transactional
 from streamcore.names import Name
 from streamcore.state.changelog import changelog_name, ensure_changelog
 from streamcore.state.restore import RestoreProgress, StateRestoreListener
@@ -107,6 +113,14 @@ class StreamProcessor:
         # Per computation, the manager of its checkpoints' transactions: refused here, naming
         # the log's guarantee, rather than at start.
         self._transactional: dict[str, Transactional] = {}
+        # Refused here, naming the backend, when its groups cannot prefer a warm copy.
+        self._standby: dict[str, StandbyGroups] = {}
+        if self.settings.standby_replicas:
+            for name in topology.computation_names():
+                if topology.stores(name) and topology.input_streams(name):
+                    self._standby[name] = standby_groups(
+                        manager, name, topology.input_streams(name)
+                    )
         if self.exactly_once:
             for name in topology.computation_names():
                 written = [*topology.output_mapping(name).values()]
@@ -263,9 +277,21 @@ class StreamProcessor:
         runner = unit.runner
         try:
             tailer = None
-            if unit.inputs:
+            standby_tailer: StandbyTailer | None = None
+            groups = self._standby.get(runner.name)
+            if groups is not None and runner.stores is not None:
+                tailer = standby_tailer = groups.subscribe_with_standby(
+                    runner.name,
+                    unit.inputs,
+                    runner,
+                    standby_replicas=self.settings.standby_replicas,
+                    location=location(runner.stores),
+                )
+            elif unit.inputs:
                 tailer = self.manager.subscribe(runner.name, unit.inputs, runner, None)
             runner.open(tailer)
+            if standby_tailer is not None and runner.stores is not None:
+                runner.stores.standby = StandbyTasks(runner.stores, standby_tailer)
             while runner.running:
                 timeout = _READ_TIMEOUT
                 if runner.next_timer != float("inf"):
@@ -404,6 +430,21 @@ class StreamProcessor:
             if unit.runner.stores is not None
             for (task, _store), progress in list(unit.runner.stores.restores.items())
         ]
+
+    def standbys(self) -> list[tuple[str, int, RestoreProgress, bool]]:
+        """(computation, task, progress, warm) of the last pass of each store of every standby
+        copy the units keep (docs/state.md, "Standby replicas")."""
+        out = []
+        for name, units in self._units.items():
+            for unit in units:
+                stores = unit.runner.stores
+                standby = None if stores is None else stores.standby
+                if standby is None:
+                    continue
+                warm = set(standby.warm)
+                for (task, _store), progress in list(standby.progress.items()):
+                    out.append((name, task, progress, task in warm))
+        return out
 
     def low_watermark(self, computation: str | None = None) -> int:
         """The lowest watermark not yet committed by `computation` (or by any computation): every

@@ -24,8 +24,10 @@ from streamcore.computation.dsl_values import resolve_value_codec
 from streamcore.config import load_config
 from streamcore.errors import TopologyError
 from streamcore.log import LogAppender, LogManager, LogPartition
+from streamcore.log.capabilities import GroupRouting, WriterLocks
 from streamcore.names import Name
 from streamcore.state.changelog import ChangelogWriter, changelog_name
+from streamcore.state.engine import StoreEngine
 from streamcore.state.engines import open_engine
 from streamcore.state.restore import (
     RestoreProgress,
@@ -38,6 +40,7 @@ from streamcore.state.store import KeyValueStore
 
 if TYPE_CHECKING:
     from streamcore.computation.settings import Settings
+    from streamcore.computation.standby import StandbyTasks
     from streamcore.computation.topology import Topology
 
 __all__ = ["TaskStores", "task_stores"]
@@ -131,6 +134,8 @@ class TaskStores:
         # The runner's journal of what the current record did: store writes join it, so a
         # failed attempt's writes are undone with its outputs before the retry.
         self.journal: list[Any] | None = None
+        # Warm copies of tasks this unit does not own; a task given to it is taken from there.
+        self.standby: StandbyTasks | None = None
 
     # -- tasks ----------------------------------------------------------------------------------
     def task_partitions(self, task: int) -> list[LogPartition]:
@@ -140,24 +145,32 @@ class TaskStores:
     def assign(self, tasks: Iterable[int]) -> None:
         """Open and restore the stores of the tasks not open yet."""
         for task in sorted(set(tasks) - set(self.tasks)):
-            committed = self._committed(task)
+            committed = self.committed(task)
             self._positions.update(committed)
+            copies = {} if self.standby is None else self.standby.take(task)
             stores: dict[str, KeyValueStore[Any]] = {}
             try:
                 for name, spec in self.specs.items():
-                    stores[name] = self._open(task, spec, committed)
+                    stores[name] = self._open(task, spec, committed, copies.pop(name, None))
             except BaseException:
-                for store in stores.values():
-                    store.engine.close()
+                for engine in [*(s.engine for s in stores.values()), *copies.values()]:
+                    engine.close()
                 raise
             self.tasks[task] = stores
 
     def revoke(self, tasks: Iterable[int]) -> None:
-        """Close the stores of `tasks` (their buffered writes dropped: the unit rewinds)."""
+        """Close the stores of `tasks` (their buffered writes dropped: the unit rewinds) and
+        release their changelog partitions for the next owner (`WriterLocks`)."""
         for task in tasks:
             for store in self.tasks.pop(task, {}).values():
                 store.discard()
                 store.engine.close()
+                changelog = self.changelogs[store.name]
+                manager = self.manager
+                if isinstance(manager, GroupRouting):
+                    manager = manager.backend_for(changelog)
+                if isinstance(manager, WriterLocks):
+                    manager.release_writer(changelog, task)
             for partition in self.task_partitions(task):
                 self._positions.pop(partition, None)
 
@@ -247,7 +260,11 @@ class TaskStores:
                 store.discard()
 
     def close(self) -> None:
-        """Close every store (buffered writes dropped) and the changelog writers."""
+        """Close every store (buffered writes dropped), the standby copies and the changelog
+        writers."""
+        if self.standby is not None:
+            self.standby.close()
+            self.standby = None
         self.revoke(list(self.tasks))
         for writer in [*self._writers.values(), *self._checkpoint_writers.values()]:
             writer.close()
@@ -255,7 +272,7 @@ class TaskStores:
         self._checkpoint_writers.clear()
 
     # -- opening --------------------------------------------------------------------------------
-    def _committed(self, task: int) -> dict[LogPartition, int]:
+    def committed(self, task: int) -> dict[LogPartition, int]:
         """The group's committed positions of the task's partitions (the start of a partition
         the group never committed)."""
         out = {}
@@ -283,9 +300,8 @@ class TaskStores:
             )
         return writer
 
-    def _open(
-        self, task: int, spec: StoreSpec, committed: Mapping[LogPartition, int]
-    ) -> KeyValueStore[Any]:
+    def open_engine(self, task: int, spec: StoreSpec) -> StoreEngine:
+        """The engine of store `spec` of `task`, opened at its path in the state directory."""
         kind = self.engine or spec.engine or self.default_engine
         path = None
         if kind != "memory":
@@ -295,7 +311,17 @@ class TaskStores:
                     "but no state directory is set; set Settings.state_dir (or STREAMCORE_HOME)"
                 )
             path = self.state_dir / Name.of(self.computation).id / str(task) / spec.name
-        engine = open_engine(kind, path, self.lock_timeout)
+        return open_engine(kind, path, self.lock_timeout)
+
+    def _open(
+        self,
+        task: int,
+        spec: StoreSpec,
+        committed: Mapping[LogPartition, int],
+        engine: StoreEngine | None = None,
+    ) -> KeyValueStore[Any]:
+        """Store `spec` of `task` restored, on `engine` (a standby copy's) or a newly opened one."""
+        engine = engine or self.open_engine(task, spec)
         try:
             changelog = LogPartition.of(self.changelogs[spec.name], task)
             progress = self.restores[task, spec.name] = RestoreProgress(changelog, spec.name)

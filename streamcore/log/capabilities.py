@@ -9,6 +9,9 @@ caller's "not here" path.
 | `Compactable` | manager | local: key compaction (Kafka's broker compacts its topics itself) |
 | `TopicConfigurable` | manager | Kafka: the topic's configs as the broker reports them |
 | `Transactional` | manager | Kafka: transactions for exactly-once checkpoints (`transactions_of`) |
+| `StandbyGroups` | manager | local, memory: groups preferring warm copies (`standby_groups_of`) |
+| `GroupRouting` | manager | `UnifiedLogManager`: the backend of each log and group |
+| `WriterLocks` | manager | local: one writing process per partition, released on demand |
 | `Inspectable` | manager | local, Kafka: `info(name)` (records, bytes, retention) |
 | `Segmented` | manager | local: per-log retention and segment roll times |
 | `OnDisk` | manager | local: the folder of the logs and of each log |
@@ -22,8 +25,8 @@ caller's "not here" path.
 A protocol checks that the members exist, not their signatures: the signatures below are the
 contract an implementation keeps.
 
-`transactions_of(manager)` is the one helper here: it names the guarantee a backend without
-transactions gives instead of failing on a missing attribute.
+`transactions_of(manager)` and `standby_groups_of(manager)` are the helpers here: they name what
+a backend without the feature gives instead of failing on a missing attribute.
 """
 
 from __future__ import annotations
@@ -45,15 +48,19 @@ __all__ = [
     "Compactable",
     "Configured",
     "CursorDescription",
+    "GroupRouting",
     "Inspectable",
     "ManagerDescription",
     "OnDisk",
     "Purgeable",
     "RawColumns",
     "Segmented",
+    "StandbyGroups",
     "TopicConfigurable",
     "TopicDescription",
     "Transactional",
+    "WriterLocks",
+    "standby_groups_of",
     "transactions_of",
 ]
 
@@ -114,6 +121,63 @@ class Transactional(Protocol):
         """A transactional producer of that stable id (group + task); opening it fences any
         other producer of the same id."""
         ...
+
+
+@runtime_checkable
+class WriterLocks(Protocol):
+    """Partitions written by one process at a time (the local log: the first append locks the
+    partition until the manager closes): a task's changelog partition must be released when the
+    task moves to another process, or the new owner's checkpoints fail."""
+
+    def release_writer(self, name: str | Name, partition: int) -> None:
+        """Release this process's lock of the partition (reacquired by its next append)."""
+        ...
+
+
+@runtime_checkable
+class GroupRouting(Protocol):
+    """A manager that routes each log, and each group's reads, to a backend
+    (`UnifiedLogManager`): a feature of the backend is checked on `backend_for`'s answer."""
+
+    def backend_for(self, name: str | Name, group: str | None = None) -> LogManager: ...
+
+
+@runtime_checkable
+class StandbyGroups(Protocol):
+    """Consumer groups that place standby copies of tasks on members of other locations and,
+    when an owner dies, leave its tasks to a member holding them warm
+    (`streamcore.log.cursor.standby`): what `Settings.standby_replicas` needs."""
+
+    def subscribe_with_standby(
+        self,
+        group: str,
+        names: Sequence[Any],
+        listener: Any,
+        *,
+        standby_replicas: int,
+        location: str,
+    ) -> Any:
+        """`subscribe` as a member that asks for `standby_replicas` copies of each task and
+        whose state lives at `location`; the tailer has `standby_tasks()`, `owned_tasks()` and
+        `set_warm(tasks)`."""
+        ...
+
+
+def standby_groups_of(manager: Any) -> StandbyGroups:
+    """`manager` as `StandbyGroups`; raises `UnsupportedOperationError` saying why a backend
+    without them cannot keep standby replicas, and what to do."""
+    if isinstance(manager, StandbyGroups):
+        return manager
+    from streamcore.errors import UnsupportedOperationError
+
+    raise UnsupportedOperationError(
+        f"{type(manager).__name__} cannot keep standby replicas: a standby copy only shortens a "
+        "failover if the group gives a dead owner's tasks to the member holding them warm, and "
+        "this backend's groups assign partitions by their own protocol (Kafka: the broker's "
+        "group protocol with librdkafka's built-in assignors, which take no custom "
+        "preference). Set standby_replicas=0 here (a new owner restores from the changelog), "
+        "or run the computation on the local log"
+    )
 
 
 def transactions_of(manager: Any) -> Transactional:

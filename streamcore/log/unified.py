@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from streamcore.config import StreamcoreConfig, load_config
 from streamcore.errors import ArgumentTypeError, ConfigError, InvalidArgumentError, LogClosedError
 from streamcore.log.api import LogAppender, LogManager, LogTailer, RebalanceListener
+from streamcore.log.capabilities import standby_groups_of
 from streamcore.log.config import BackendConfig, LogConfig, Route
 from streamcore.log.registry import backend_type
 from streamcore.log.values import Latency, LiveMember, LogDescription, LogLag, LogPartition
@@ -239,6 +240,25 @@ class UnifiedLogManager(LogManager):
             raise InvalidArgumentError("subscribe needs at least one log name")
         manager = self._one_manager(group, resolved, "subscription")
         return manager.subscribe(group, names, listener, codec)
+
+    def subscribe_with_standby(
+        self,
+        group: str,
+        names: Sequence[str | Name],
+        listener: RebalanceListener | None,
+        *,
+        standby_replicas: int,
+        location: str,
+    ) -> LogTailer[Any]:
+        """`subscribe` with standby replicas, on the backend of the subscription; raises
+        `UnsupportedOperationError` when that backend has none (`standby_groups_of`)."""
+        resolved = list(dict.fromkeys(Name.of(n) for n in names))
+        if not resolved:
+            raise InvalidArgumentError("subscribe needs at least one log name")
+        manager = standby_groups_of(self._one_manager(group, resolved, "subscription"))
+        return manager.subscribe_with_standby(  # type: ignore[no-any-return]
+            group, names, listener, standby_replicas=standby_replicas, location=location
+        )
 
     # -- group positions -------------------------------------------------------------------------
     def committed(self, name: str | Name, group: str) -> list[int | None]:

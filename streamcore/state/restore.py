@@ -46,6 +46,12 @@ Limits (the promise holds under these):
   compared (so dropping an input from a topology does not void the state).
 - Committed positions that move backwards (a group reset) void nothing retroactively: reset
   the state with the positions.
+
+A standby replica follows the changelog with `follow`: the same read loop, but it holds void
+records back instead of compensating them (only the owner writes the changelog).
+
+Kept whole (over 600 lines): `restore` and `follow` are one read loop with two endings
+(compensate, or hold the void records back); split, the loop's state would cross modules.
 """
 
 from __future__ import annotations
@@ -85,6 +91,7 @@ __all__ = [
     "RestoreResult",
     "RestoreSettings",
     "StateRestoreListener",
+    "follow",
     "restore",
 ]
 
@@ -244,7 +251,7 @@ class _Restore:
         store: str,
         engine: StoreEngine,
         committed: Positions,
-        writer: ChangelogWriter,
+        writer: ChangelogWriter | None,
         settings: RestoreSettings,
         listener: StateRestoreListener,
         keep_going: Callable[[], bool],
@@ -308,13 +315,18 @@ class _Restore:
         self.listener.on_restore_start(self.changelog, self.store, start, end)
         if start < end:
             full = self._read(start, end) or full
-        self._compensate(progress.position)
+        if self.writer is None:
+            self._hold(progress.position)
+        else:
+            self._compensate(progress.position)
         progress.finished = time.monotonic()
         progress.done = True
         total = progress.restored + progress.skipped
         self.listener.on_restore_end(self.changelog, self.store, total)
         seconds = time.monotonic() - started
-        logger.info(
+        # A standby follows in passes a second apart: only a rebuild is worth a line then.
+        log = logger.info if self.writer is not None or full else logger.debug
+        log(
             "%s restored: %d records applied, %d void skipped, %d compensated, offsets %d..%d, "
             "%.1f s%s",
             self.label,
@@ -512,9 +524,17 @@ class _Restore:
             ) from None
 
     # -- the end ----------------------------------------------------------------------------
+    def _hold(self, position: int) -> None:
+        """A standby's end: no compensation (only the owner appends to the changelog); the
+        checkpoint stays at the first void record, read again by the next pass or restore."""
+        self.engine.write({}, self._checkpoint(position))
+        self.void_keys.clear()
+        self.first_void = None
+
     def _compensate(self, position: int) -> None:
         """Append the restored value of every void key with the committed positions, then set
         the checkpoint past them (and past the void records)."""
+        assert self.writer is not None  # a restore's, never a standby's (see `_hold`)
         if self.void_keys:
             get = self.engine.get
             compensations = {key: get(key) for key in sorted(self.void_keys)}
@@ -568,6 +588,38 @@ def restore(
         writer,
         settings or RestoreSettings(),
         listener or StateRestoreListener(),
+        keep_going,
+        progress or RestoreProgress(changelog, store),
+    )
+    return job.run()
+
+
+def follow(
+    manager: LogManager,
+    changelog: LogPartition,
+    store: str,
+    engine: StoreEngine,
+    committed: Positions,
+    *,
+    settings: RestoreSettings | None = None,
+    keep_going: Callable[[], bool] = lambda: True,
+    progress: RestoreProgress | None = None,
+) -> RestoreResult:
+    """One pass of a standby replica: bring `engine` up to the changelog's current end as
+    `restore` does, except that records produced by inputs beyond `committed` are neither
+    applied nor compensated (only the task's owner appends to its changelog). The store's
+    checkpoint stays at the first of them, so the next pass, or the new owner's `restore` after a
+    failover, reads them again with the committed positions of that time: a failover restores
+    only the changelog's tail. Raises what `restore` raises."""
+    job = _Restore(
+        manager,
+        changelog,
+        store,
+        engine,
+        committed,
+        None,
+        settings or RestoreSettings(),
+        StateRestoreListener(),
         keep_going,
         progress or RestoreProgress(changelog, store),
     )

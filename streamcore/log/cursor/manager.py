@@ -155,6 +155,8 @@ class CursorLogManager(LogManager):
         heartbeat_interval: float | None = None,
         session_timeout: float | None = None,
         max_poll_interval: float | None = None,
+        standby_replicas: int = 0,
+        location: str | None = None,
     ) -> SubscribedTailer:
         """Join `group` as a member sharing the partitions of `names` with the other members
         (of this manager's logs, in this process and, for the local log, in others: see
@@ -163,7 +165,9 @@ class CursorLogManager(LogManager):
         others of its task.
         The heartbeat interval, session timeout and max poll interval default to the
         manager's `heartbeat_interval` (3 s), `session_timeout` (10 s) and `max_poll_interval`
-        (300 s: a member that does not call `read()` for that long leaves the group)."""
+        (300 s: a member that does not call `read()` for that long leaves the group).
+        `standby_replicas` and `location` (where the member's state lives) place warm copies of
+        the tasks and prefer them when an owner dies (`streamcore.log.cursor.standby`)."""
         logs = list(dict.fromkeys(Name.of(n) for n in names))
         if not logs:
             raise InvalidArgumentError("subscribe needs at least one log name")
@@ -187,6 +191,8 @@ class CursorLogManager(LogManager):
                 heartbeat_interval=heartbeat_interval or self.heartbeat_interval,
                 session_timeout=session_timeout or self.session_timeout,
                 max_poll_interval=max_poll_interval or self.max_poll_interval,
+                standby_replicas=standby_replicas,
+                location=location,
             )
             tailer = SubscribedTailer(
                 group,
@@ -199,6 +205,20 @@ class CursorLogManager(LogManager):
             )
             self._subscriptions.add(tailer)
         return tailer
+
+    def subscribe_with_standby(
+        self,
+        group: str,
+        names: Sequence[str | Name],
+        listener: RebalanceListener | None,
+        *,
+        standby_replicas: int,
+        location: str,
+    ) -> SubscribedTailer:
+        """`subscribe` with standby replicas (`streamcore.log.capabilities.StandbyGroups`)."""
+        return self.subscribe(
+            group, names, listener, standby_replicas=standby_replicas, location=location
+        )
 
     def group_members(self, group: str) -> list[LiveMember]:
         """Members of `group` whose heartbeat is within their session, over every state of the

@@ -51,6 +51,10 @@ exponential backoff when another member changed the state first.
   partition as lost and joins the new one. A new generation made where a state existed before
   lets nobody claim for one `session_timeout` (`claims_after`), the time live members of the old
   one need to notice and stop reading.
+- **Standby replicas.** A member may ask for standby copies of the tasks (`standby_replicas`) and
+  reports the tasks it holds warm (`warm`, set by its processor); where copies go and which free
+  task waits for its warm copy: `streamcore.log.cursor.standby`. A member claims the free tasks it
+  holds warm first, and leaves those another member holds warm to that member.
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ from collections.abc import Callable, Sequence, Set
 from typing import Any, Protocol
 
 from streamcore.errors import ConfigError, LogError
+from streamcore.log.cursor.standby import reserved, standby_placement, warm_tasks
 from streamcore.log.values import LiveMember
 
 __all__ = [
@@ -198,6 +203,8 @@ class GroupMember:
         session_timeout: float = DEFAULT_SESSION_TIMEOUT,
         max_poll_interval: float = DEFAULT_MAX_POLL_INTERVAL,
         watch_interval: float | None = None,
+        standby_replicas: int = 0,
+        location: str | None = None,
     ) -> None:
         if heartbeat_interval <= 0 or session_timeout <= heartbeat_interval:
             raise ConfigError(
@@ -220,6 +227,14 @@ class GroupMember:
                 f"the tasks {self.tasks} must hold every partition of {self.partitions} once"
             )
         self.id = member_id or new_member_id()
+        if standby_replicas < 0:
+            raise ConfigError(
+                f"standby_replicas must be 0 or more, got {standby_replicas}: the number of warm "
+                "copies kept of each task besides its owner's"
+            )
+        self.standby_replicas = standby_replicas
+        self.location = location  # where this member's state lives (standby's module doc)
+        self.warm: frozenset[int] = frozenset()  # task indexes held warm (set by the processor)
         self.heartbeat_interval = heartbeat_interval
         self.session_timeout = session_timeout
         self.max_poll_interval = max_poll_interval
@@ -300,6 +315,8 @@ class GroupMember:
             members.pop(self.id, None)
         elif self.id in members:
             members[self.id]["heartbeat"] = now
+            if self.standby_replicas:
+                members[self.id]["warm"] = sorted(self.warm)
         else:
             members[self.id] = {
                 "seq": state["next_seq"],
@@ -307,6 +324,9 @@ class GroupMember:
                 "session_timeout": self.session_timeout,
                 "host": socket.gethostname(),
                 "pid": os.getpid(),
+                "location": self.location,
+                "standby": self.standby_replicas,
+                "warm": sorted(self.warm),
             }
             state["next_seq"] += 1
         state["owners"] = {k: m for k, m in state["owners"].items() if m in members}
@@ -342,10 +362,14 @@ class GroupMember:
                 for key in task:
                     owners.setdefault(key, self.id)
             want = self.target(state) - len(held)
-            for task in self.tasks:
+            skip = reserved(state, self.id, self.tasks, targets(state, len(self.tasks)))
+            warm = warm_tasks(state, self.id)
+            order = sorted(range(len(self.tasks)), key=lambda i: i not in warm)  # warm first
+            for index in order:
+                task = self.tasks[index]
                 if want <= 0:
                     break
-                if not any(key in owners for key in task):
+                if index not in skip and not any(key in owners for key in task):
                     for key in task:
                         owners[key] = self.id
                     want -= 1
@@ -407,6 +431,16 @@ class GroupMember:
         """How many tasks this member should hold in `state`."""
         return targets(state, len(self.tasks)).get(self.id, 0)
 
+    def standby_tasks(self, state: dict[str, Any]) -> list[int]:
+        """Indexes of the tasks this member should keep a warm copy of in `state`: those placed
+        on it, and the free ones it holds warm (until someone claims them)."""
+        if self.id not in state["members"]:
+            return []
+        owners = state["owners"]
+        placed = standby_placement(state, self.tasks).get(self.id, set())
+        free = {i for i in self.warm if not any(k in owners for k in self.tasks[i])}
+        return sorted(placed | free)
+
     def surplus(self, state: dict[str, Any]) -> list[str]:
         """The partition keys this member should give up in `state` (whole tasks)."""
         return surplus(state, self.id, self.tasks, self.target(state), self.local)
@@ -449,7 +483,11 @@ class GroupMember:
                 return
             owners = state["owners"]
             held = held_tasks(state, self.id, self.tasks)
-            free = any(all(k not in owners for k in task) for task in self.tasks)
+            skip = reserved(state, self.id, self.tasks, targets(state, len(self.tasks)))
+            free = any(
+                i not in skip and all(k not in owners for k in task)
+                for i, task in enumerate(self.tasks)
+            )
             incomplete = any(k not in owners for task in held for k in task)
             self.due = giving or incomplete or (len(held) < self.target(state) and free)
 

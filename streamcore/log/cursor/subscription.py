@@ -165,6 +165,30 @@ class SubscribedTailer(CursorTailer):
         else:
             member.observe(state)
 
+    # -- standby replicas (streamcore.log.cursor.standby) ---------------------------------------
+    def standby_tasks(self) -> list[int]:
+        """The task numbers (partition numbers) this member should keep a warm copy of, by the
+        newest group state (empty unless the group asks for standby replicas)."""
+        member = self.member
+        return sorted(
+            self._by_key[member.tasks[i][0]].partition
+            for i in member.standby_tasks(member.store.load())
+        )
+
+    def owned_tasks(self) -> set[int]:
+        """The task numbers this member owns by the newest state it saw (read by its standby
+        thread: a task just claimed is not dropped before the unit takes it over)."""
+        owned = self.member.owned
+        return {self._by_key[task[0]].partition for task in self.member.tasks if task[0] in owned}
+
+    def set_warm(self, tasks: set[int]) -> None:
+        """Report the task numbers whose copy is caught up (published at the next heartbeat);
+        when an owner dies, the group leaves its tasks to the member holding them warm."""
+        member = self.member
+        member.warm = frozenset(
+            i for i, task in enumerate(member.tasks) if self._by_key[task[0]].partition in tasks
+        )
+
     # -- commits are fenced by ownership --------------------------------------------------------
     def _owns(self, partition: LogPartition) -> bool:
         if self.member.stale() and not self.member.evicted:  # paused: others may have taken over

@@ -415,6 +415,15 @@ class LocalLogManager(CursorLogManager):
                     self._syncer.add(writer)
             return writer
 
+    def release_writer(self, name: str | Name, partition: int) -> None:
+        """Close this process's writer of a partition, if it has one, releasing the partition's
+        lock for another process (a task's changelog after the task moved there); an append
+        from here opens it again."""
+        with self._lock:
+            writer = self._writers.pop((Name.of(name), partition), None)
+        if writer is not None:
+            writer.close()
+
     def appender(self, name: str | Name, codec: Codec[Any] | None = None) -> LocalAppender:
         name = Name.of(name)
         self._meta(name)

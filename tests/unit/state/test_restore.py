@@ -36,6 +36,7 @@ from streamcore.state.restore import (
     RestoreProgress,
     RestoreSettings,
     StateRestoreListener,
+    follow,
     restore,
 )
 
@@ -256,6 +257,34 @@ def test_changes_of_inputs_beyond_the_committed_positions_are_skipped_and_compen
             b"new": b"7",
         }
     )
+
+
+def test_a_standby_follows_without_writing_and_holds_back_uncommitted_changes(
+    manager: LogManager, writer: ChangelogWriter
+) -> None:
+    committed = {b"a": b"1", b"b": b"1"}
+    writer.append(TASK, committed, at(10))
+    pending = {b"a": b"2", b"c": b"2"}  # appended, inputs not committed yet (or never)
+    pending_at = writer.append(TASK, pending, at(20)) - len(pending)
+    end = manager.end_offsets(NAME)[TASK]
+    copy = MemoryEngine()
+    result = follow(manager, CHANGELOG, "counts", copy, at(10), settings=SETTINGS)
+    assert state(copy) == committed
+    assert (result.restored, result.skipped, result.compensated) == (2, 2, 0)
+    assert manager.end_offsets(NAME)[TASK] == end  # a standby never appends
+    # Its checkpoint waits at the first held-back record, read again by the next pass.
+    assert checkpoint(copy) == StoreCheckpoint(manager.incarnation(NAME), pending_at, at(10))
+    # The owner commits its inputs: the next pass applies them.
+    again = follow(manager, CHANGELOG, "counts", copy, at(20), settings=SETTINGS)
+    assert state(copy) == replay(committed, pending)
+    assert (again.start, again.restored, again.full) == (pending_at, 2, False)
+    # The owner died before committing instead: the new owner's restore from the copy reads
+    # only the tail and compensates, as a restore from the start would.
+    taken = MemoryEngine()
+    follow(manager, CHANGELOG, "counts", taken, at(10), settings=SETTINGS)
+    takeover = run(manager, taken, at(10), writer)
+    assert (takeover.start, takeover.full, takeover.compensated) == (pending_at, False, 2)
+    assert state(taken) == committed
 
 
 @pytest.mark.parametrize("void_at", [1, 63, 64, 65, 2999, 3000])
