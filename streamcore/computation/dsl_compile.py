@@ -17,7 +17,7 @@ from typing import Any
 
 from streamcore.computation.computation import Computation, ComputationContext
 from streamcore.computation.dsl_graph import OperatorNode, SubTopology
-from streamcore.computation.dsl_process import ProcessStep
+from streamcore.computation.dsl_process import BuiltinStep, ProcessStep
 from streamcore.computation.errors import DslDefinitionError, NotProcessingError
 from streamcore.errors import RecordFieldError
 from streamcore.record import Flag, Record
@@ -197,6 +197,17 @@ class DslComputation(Computation):
     def _compile_process(self, node: OperatorNode, nxt: Emit) -> Emit:
         step = ProcessStep(node, self.metadata.name, self._source, nxt, len(self._steps))
         self._steps.append(step)
+        if isinstance(step.processor, BuiltinStep):
+            builtin = step.processor.process
+
+            def process_builtin(key: str, value: Any) -> None:
+                try:
+                    builtin(key, value)
+                except Exception as exc:
+                    _noted(exc, node)
+                    raise
+
+            return process_builtin
 
         def process(key: str, value: Any) -> None:
             try:

@@ -204,7 +204,7 @@ class _JoinSide(Processor):
         if timestamp + self.close_lag[self.side] < now:
             kv.put("m", _MARKS.pack(now, seq))
             why = f"at {timestamp}, its join window closed (stream time {now})"
-            self.late.send(self.context, key, value, why)
+            self.late.send(self.context.forward, self.context, key, value, why)
             self._advance(kv, now)
             return
         esc = escape_key(key)

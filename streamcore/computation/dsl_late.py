@@ -14,6 +14,9 @@ from typing import TYPE_CHECKING, Any
 from streamcore.computation.processor import ProcessorContext
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from streamcore.computation.computation import ComputationContext
     from streamcore.computation.dsl import Stream
 
 __all__ = ["Late", "LateLog", "route_late"]
@@ -59,10 +62,17 @@ class LateLog:
         self._logged = 0
         self._logged_at = -LOG_EVERY
 
-    def send(self, context: ProcessorContext, key: str, value: Any, why: str) -> None:
-        """Forward `value` as late (to the branch of `route_late`), count it, warn when the last
-        warning is older than `LOG_EVERY`; `why` says what made it late."""
-        context.forward(key, Late(value))
+    def send(
+        self,
+        forward: Callable[[str, Any], None],
+        context: ProcessorContext | ComputationContext,
+        key: str,
+        value: Any,
+        why: str,
+    ) -> None:
+        """`forward` `value` as late (to the branch of `route_late`), count it in `context`,
+        warn when the last warning is older than `LOG_EVERY`; `why` says what made it late."""
+        forward(key, Late(value))
         context.count_late_record()
         self.count += 1
         clock = time.monotonic()

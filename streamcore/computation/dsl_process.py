@@ -31,11 +31,27 @@ if TYPE_CHECKING:
     from streamcore.record import Record
     from streamcore.state.store import KeyValueStore
 
-__all__ = ["DslProcessorContext", "ProcessStep"]
+__all__ = ["BuiltinStep", "DslProcessorContext", "ProcessStep"]
 
 logger = logging.getLogger(__name__)
 
 Emit = Callable[[str, Any], None]
+
+
+class BuiltinStep(Processor):
+    """A processor of streamcore's own DSL steps (the windowed aggregations), which hands its
+    context to no user code: the chain calls its `process` directly, without
+    `ProcessStep.process`'s per-record set-up of a `DslProcessorContext` (the current key and
+    record, and the check that `forward` runs within `process`, which only a user's processor
+    needs). Before `init`, `bind` gives it the computation's context (the record's task and
+    times) and the rest of the chain, which it forwards to."""
+
+    _computation: ComputationContext
+    _forward: Emit
+
+    def bind(self, context: ComputationContext, downstream: Emit) -> None:
+        self._computation = context
+        self._forward = downstream
 
 
 class ProcessStep:
@@ -67,6 +83,8 @@ class ProcessStep:
         """A fresh context for the processor, then its `init` (again after a rebalance)."""
         self.stream_tasks.clear()  # the runner forgets its stream-time timers on a rebalance
         self.context = DslProcessorContext(self, context)
+        if isinstance(self.processor, BuiltinStep):
+            self.processor.bind(context, self.downstream)
         self.processor.init(self.context)
 
     def process(self, record: Record | None, key: str, value: Any) -> None:

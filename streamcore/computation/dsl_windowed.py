@@ -41,6 +41,7 @@ from streamcore.computation.dsl_aggregate import Aggregator, Initializer, Reduce
 from streamcore.computation.dsl_functions import Reduced, plus_one, require_callable, sum_counts
 from streamcore.computation.dsl_graph import computation_name_of
 from streamcore.computation.dsl_late import LateLog, route_late
+from streamcore.computation.dsl_process import BuiltinStep
 from streamcore.computation.dsl_values import resolve_value_codec
 from streamcore.computation.errors import DslDefinitionError
 from streamcore.computation.processor import Processor, ProcessorContext
@@ -117,9 +118,10 @@ class _TaskWindows:
             self.cache.detach()
 
 
-class _WindowedStep(Processor):
+class _WindowedStep(BuiltinStep):
     """Aggregates each record into its windows (see the module doc); one instance per unit, one
-    window store per task."""
+    window store per task. Called directly by the chain (`BuiltinStep`): it reads the record's
+    times from the computation's context and forwards to the rest of the chain."""
 
     def __init__(
         self,
@@ -158,7 +160,7 @@ class _WindowedStep(Processor):
     def process(self, key: str, value: Any) -> None:
         if value is None:
             return
-        context = self.context
+        context = self._computation
         times = context.record_times
         assert times is not None  # process runs for a record
         task_id, timestamp, now = times
@@ -177,12 +179,13 @@ class _WindowedStep(Processor):
         windows = cache.aggregate(
             key, value, timestamp, now, self.initializer, self.aggregator, updates
         )
+        forward = self._forward
         if windows.__class__ is LateRecord:
-            self.late.send(context, key, value, windows.reason)
+            self.late.send(forward, context, key, value, windows.reason)
             return
         if updates:
             for update in windows:  # type: ignore[union-attr]
-                context.forward(key, _result(update, update.value))
+                forward(key, _result(update, update.value))
         if now < cache.due_at or now < cache.due():
             return  # nothing closes or expires yet
         if updates:
@@ -190,11 +193,11 @@ class _WindowedStep(Processor):
             task.store.expire(now)
             return
         for closed in cache.take_closed(now):
-            context.forward(closed.key, _result(closed, closed.value))
+            forward(closed.key, _result(closed, closed.value))
 
     def _uncached(self, task: _TaskWindows, key: str, value: Any, timestamp: int, now: int) -> None:
         """`process` for sliding and session windows, which go to the store at every record."""
-        context = self.context
+        context, forward = self._computation, self._forward
         store = task.store
         written: list[WindowedValue[Any]]
         if isinstance(store, SessionStore):
@@ -203,23 +206,23 @@ class _WindowedStep(Processor):
                 store, key, value, timestamp, now, self.initializer, self.aggregator, self.merger
             )
             if isinstance(session, LateRecord):
-                self.late.send(context, key, value, session.reason)
+                self.late.send(forward, context, key, value, session.reason)
                 return
             written = [session.session]
             if self._updates:
                 for merged in session.merged:
-                    context.forward(key, _result(merged, None))
+                    forward(key, _result(merged, None))
         else:
             windows = aggregate_windowed(
                 store, key, value, timestamp, now, self.initializer, self.aggregator
             )
             if isinstance(windows, LateRecord):
-                self.late.send(context, key, value, windows.reason)
+                self.late.send(forward, context, key, value, windows.reason)
                 return
             written = windows
         if self._updates:
             for update in written:
-                context.forward(key, _result(update, update.value))
+                forward(key, _result(update, update.value))
         # Both skip their scan until stream time reaches the store's next close or expiry time.
         self._close(store, now)
 
@@ -228,9 +231,9 @@ class _WindowedStep(Processor):
         if self._updates:
             store.expire(now)
             return
-        context = self.context
+        forward = self._forward
         for closed in store.take_closed_and_expire(now):
-            context.forward(closed.key, _result(closed, closed.value))
+            forward(closed.key, _result(closed, closed.value))
 
 
 class WindowedGroupedStream:
