@@ -24,7 +24,7 @@ from streamcore.computation.dsl_values import resolve_value_codec
 from streamcore.config import load_config
 from streamcore.errors import TopologyError
 from streamcore.log import LogAppender, LogManager, LogPartition
-from streamcore.log.capabilities import GroupRouting, WriterLocks
+from streamcore.log.capabilities import writer_locks_of
 from streamcore.names import Name
 from streamcore.state.changelog import ChangelogWriter, changelog_name
 from streamcore.state.engine import StoreEngine
@@ -165,12 +165,9 @@ class TaskStores:
             for store in self.tasks.pop(task, {}).values():
                 store.discard()
                 store.engine.close()
-                changelog = self.changelogs[store.name]
-                manager = self.manager
-                if isinstance(manager, GroupRouting):
-                    manager = manager.backend_for(changelog)
-                if isinstance(manager, WriterLocks):
-                    manager.release_writer(changelog, task)
+                locks = writer_locks_of(self.manager, self.changelogs[store.name])
+                if locks is not None:
+                    locks.release_writer(self.changelogs[store.name], task)
             for partition in self.task_partitions(task):
                 self._positions.pop(partition, None)
 

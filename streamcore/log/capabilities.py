@@ -25,8 +25,9 @@ caller's "not here" path.
 A protocol checks that the members exist, not their signatures: the signatures below are the
 contract an implementation keeps.
 
-`transactions_of(manager)` and `standby_groups_of(manager)` are the helpers here: they name what
-a backend without the feature gives instead of failing on a missing attribute.
+`transactions_of(manager)` and `standby_groups_of(manager)` name what a backend without the
+feature gives instead of failing on a missing attribute; `writer_locks_of(manager, name)` finds
+the backend of a log whose partitions must be released.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ __all__ = [
     "WriterLocks",
     "standby_groups_of",
     "transactions_of",
+    "writer_locks_of",
 ]
 
 
@@ -132,6 +134,14 @@ class WriterLocks(Protocol):
     def release_writer(self, name: str | Name, partition: int) -> None:
         """Release this process's lock of the partition (reacquired by its next append)."""
         ...
+
+
+def writer_locks_of(manager: Any, name: str | Name) -> WriterLocks | None:
+    """The backend of log `name` (through a `GroupRouting` manager) when its partitions are
+    written by one process at a time; None otherwise."""
+    if isinstance(manager, GroupRouting):
+        manager = manager.backend_for(name)
+    return manager if isinstance(manager, WriterLocks) else None
 
 
 @runtime_checkable
