@@ -20,6 +20,7 @@ import urllib.request
 from typing import Any
 
 from streamcore.cli.context import Context, UsageError, global_options
+from streamcore.errors import TopologyError
 from streamcore.text import Progress, human_duration, render_table
 
 __all__ = ["register"]
@@ -47,6 +48,15 @@ def _apply_concurrency(settings: Any, values: list[str]) -> None:
         settings.set_concurrency(name if sep else "default", count)
 
 
+def _apply_start(settings: Any, values: list[str]) -> None:
+    for value in values:
+        name, sep, start = value.rpartition("=")
+        try:
+            settings.set_start(name if sep else "default", start)
+        except TopologyError as exc:
+            raise UsageError(f"--start {value!r}: {exc}") from None
+
+
 def run_run(ctx: Context) -> int:
     from streamcore.computation import StreamProcessor
     from streamcore.computation.server import MetricsServer
@@ -55,6 +65,7 @@ def run_run(ctx: Context) -> int:
     args = ctx.args
     topology, settings = _load(args)
     _apply_concurrency(settings, args.concurrency or [])
+    _apply_start(settings, args.start or [])
     stop = threading.Event()
     previous = {
         sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)
@@ -181,6 +192,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="append",
         metavar="[NAME=]N",
         help="threads of every computation (N) or of one (NAME=N); repeatable",
+    )
+    p.add_argument(
+        "--start",
+        action="append",
+        metavar="[NAME=]earliest|latest",
+        help="where a new group reads partitions it never committed, for every computation or "
+        "one (default earliest); repeatable",
     )
     p.add_argument("--metrics-port", type=int, help="serve /metrics and /health on this port")
     p.add_argument("--metrics-host", default="127.0.0.1", help="address to serve metrics on")

@@ -18,6 +18,7 @@ from streamcore.computation.stream_time import (
     extractor_of,
 )
 from streamcore.errors import TopologyError
+from streamcore.log.values import START_POSITIONS
 from streamcore.names import Name
 from streamcore.state.restore import RestoreSettings
 
@@ -47,6 +48,9 @@ class Settings:
     instead of once per batch; a crash re-delivers up to an interval of records (outputs stay
     at-least-once, state stores count them once).
     `drain_quiet`: seconds without activity before `drain_and_stop` considers a topology done.
+    `default_start` / `set_start(computation, start)`: where a computation's group reads a
+    partition it has no committed position on, "earliest" (the default) or "latest" (Nuclio's
+    "Seek To"; `LogManager.subscribe`); a group with committed positions resumes from them.
 
     State stores (docs/state.md): `state_dir` holds the persistent stores (None: `state/` under
     the configured home); `state_engine` is the engine of stores that do not name one (None: the
@@ -79,6 +83,7 @@ class Settings:
     default_partitions: int = 1
     default_codec: str = "avro"
     default_policy: ComputationPolicy = field(default_factory=ComputationPolicy)
+    default_start: str = "earliest"
     checkpoint_retries: int = 3
     checkpoint_pause: float = 10.0
     checkpoint_interval: float = 0.0
@@ -96,6 +101,7 @@ class Settings:
     _partitions: dict[str, int] = field(default_factory=dict, repr=False)
     _codecs: dict[str, str] = field(default_factory=dict, repr=False)
     _concurrency: dict[str, int] = field(default_factory=dict, repr=False)
+    _starts: dict[str, str] = field(default_factory=dict, repr=False)
     _policies: dict[str, ComputationPolicy] = field(default_factory=dict, repr=False)
     _filters: dict[str, list[RecordFilter]] = field(default_factory=dict, repr=False)
     _extractors: dict[str, TimestampExtractor] = field(default_factory=dict, repr=False)
@@ -105,6 +111,7 @@ class Settings:
         _positive("default_partitions", self.default_partitions)
         _positive("read_batch", self.read_batch)
         _codec(self.default_codec)
+        _start("default_start", self.default_start)
         if (
             min(
                 self.checkpoint_retries,
@@ -172,6 +179,16 @@ class Settings:
             self._concurrency[computation] = concurrency
         return self
 
+    def set_start(self, computation: str, start: str) -> Self:
+        """Where `computation`'s group reads a partition it has no committed position on:
+        "earliest" (the default) or "latest" (`LogManager.subscribe`)."""
+        _start(f"start of {computation}", start)
+        if computation == DEFAULT:
+            self.default_start = start
+        else:
+            self._starts[computation] = start
+        return self
+
     def set_policy(self, computation: str, policy: ComputationPolicy) -> Self:
         if not isinstance(policy, ComputationPolicy):
             raise TopologyError(
@@ -214,6 +231,9 @@ class Settings:
     def concurrency(self, computation: str) -> int:
         return self._concurrency.get(computation, self.default_concurrency)
 
+    def start(self, computation: str) -> str:
+        return self._starts.get(computation, self.default_start)
+
     def policy(self, computation: str) -> ComputationPolicy:
         return self._policies.get(computation, self.default_policy)
 
@@ -227,6 +247,14 @@ class Settings:
         if not chain:
             return None
         return chain[0] if len(chain) == 1 else FilterChain(chain)
+
+
+def _start(what: str, start: str) -> None:
+    if start not in START_POSITIONS:
+        raise TopologyError(
+            f"{what} must be one of {', '.join(START_POSITIONS)}, got {start!r}: 'earliest' reads "
+            "a new group's partitions from their first record, 'latest' from their end"
+        )
 
 
 def _positive(what: str, value: int) -> None:

@@ -286,9 +286,12 @@ class StreamProcessor:
                     runner,
                     standby_replicas=self.settings.standby_replicas,
                     location=location(runner.stores),
+                    start=self.settings.start(runner.name),
                 )
             elif unit.inputs:
-                tailer = self.manager.subscribe(runner.name, unit.inputs, runner, None)
+                tailer = self.manager.subscribe(
+                    runner.name, unit.inputs, runner, None, start=self.settings.start(runner.name)
+                )
             runner.open(tailer)
             if standby_tailer is not None and runner.stores is not None:
                 runner.stores.standby = StandbyTasks(runner.stores, standby_tailer)

@@ -372,10 +372,15 @@ class LogManager(abc.ABC):
         names: Sequence[str | Name],
         listener: RebalanceListener | None = None,
         codec: Codec[Any] | None = None,
+        *,
+        start: str = "earliest",
     ) -> LogTailer[Any]:
         """A tailer whose partitions are shared out among every subscribed member of `group`
         (in this and other processes) and move when members join or leave. Don't mix with
-        `tailer()` for the same group."""
+        `tailer()` for the same group. `start` is where the group reads a partition it has no
+        committed position on: "earliest" (its first retained record) or "latest" (its end
+        when first assigned, committed at once, so a rewind or the next owner resumes there:
+        records appended before are never read by the group)."""
         raise UnsupportedOperationError(f"{type(self).__name__} does not support subscribe yet")
 
     @abc.abstractmethod

@@ -166,6 +166,7 @@ class StandbyGroups(Protocol):
         *,
         standby_replicas: int,
         location: str,
+        start: str = "earliest",
     ) -> Any:
         """`subscribe` as a member that asks for `standby_replicas` copies of each task and
         whose state lives at `location`; the tailer has `standby_tasks()`, `owned_tasks()` and

@@ -232,6 +232,8 @@ class UnifiedLogManager(LogManager):
         names: Sequence[str | Name],
         listener: RebalanceListener | None = None,
         codec: Codec[Any] | None = None,
+        *,
+        start: str = "earliest",
     ) -> LogTailer[Any]:
         if isinstance(names, str | Name):
             names = [names]
@@ -239,7 +241,7 @@ class UnifiedLogManager(LogManager):
         if not resolved:
             raise InvalidArgumentError("subscribe needs at least one log name")
         manager = self._one_manager(group, resolved, "subscription")
-        return manager.subscribe(group, names, listener, codec)
+        return manager.subscribe(group, names, listener, codec, start=start)
 
     def subscribe_with_standby(
         self,
@@ -249,6 +251,7 @@ class UnifiedLogManager(LogManager):
         *,
         standby_replicas: int,
         location: str,
+        start: str = "earliest",
     ) -> LogTailer[Any]:
         """`subscribe` with standby replicas, on the backend of the subscription; raises
         `UnsupportedOperationError` when that backend has none (`standby_groups_of`)."""
@@ -257,7 +260,12 @@ class UnifiedLogManager(LogManager):
             raise InvalidArgumentError("subscribe needs at least one log name")
         manager = standby_groups_of(self._one_manager(group, resolved, "subscription"))
         return manager.subscribe_with_standby(  # type: ignore[no-any-return]
-            group, names, listener, standby_replicas=standby_replicas, location=location
+            group,
+            names,
+            listener,
+            standby_replicas=standby_replicas,
+            location=location,
+            start=start,
         )
 
     # -- group positions -------------------------------------------------------------------------

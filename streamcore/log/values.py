@@ -17,6 +17,7 @@ from typing import Any, Generic, NamedTuple, Self, TypeVar, overload
 from streamcore.names import Name
 
 __all__ = [
+    "START_POSITIONS",
     "AppendedOffsets",
     "Latency",
     "LiveMember",
@@ -26,9 +27,26 @@ __all__ = [
     "LogOffset",
     "LogPartition",
     "LogRecord",
+    "check_start",
 ]
 
 M = TypeVar("M")
+
+# Where a subscribed group with no committed position on a partition starts reading it.
+START_POSITIONS = ("earliest", "latest")
+
+
+def check_start(start: str) -> str:
+    """`start` if it is a start position; `InvalidArgumentError` naming the allowed ones."""
+    if start not in START_POSITIONS:
+        from streamcore.errors import InvalidArgumentError
+
+        raise InvalidArgumentError(
+            f"unknown start position {start!r}: use 'earliest' (the first retained record, the "
+            "default) or 'latest' (only records appended after the group first reads the "
+            "partition)"
+        )
+    return start
 
 
 class LogPartition(NamedTuple):

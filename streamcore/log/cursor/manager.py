@@ -35,7 +35,7 @@ from streamcore.log.cursor.membership import (
 from streamcore.log.cursor.subscription import SubscribedTailer
 from streamcore.log.cursor.tailer import Cursor, CursorTailer, PositionStore
 from streamcore.log.registry import check_partitions
-from streamcore.log.values import LiveMember, LogPartition
+from streamcore.log.values import LiveMember, LogPartition, check_start
 from streamcore.names import Name
 
 __all__ = ["CursorLogManager"]
@@ -157,6 +157,7 @@ class CursorLogManager(LogManager):
         max_poll_interval: float | None = None,
         standby_replicas: int = 0,
         location: str | None = None,
+        start: str = "earliest",
     ) -> SubscribedTailer:
         """Join `group` as a member sharing the partitions of `names` with the other members
         (of this manager's logs, in this process and, for the local log, in others: see
@@ -167,7 +168,10 @@ class CursorLogManager(LogManager):
         manager's `heartbeat_interval` (3 s), `session_timeout` (10 s) and `max_poll_interval`
         (300 s: a member that does not call `read()` for that long leaves the group).
         `standby_replicas` and `location` (where the member's state lives) place warm copies of
-        the tasks and prefer them when an owner dies (`streamcore.log.cursor.standby`)."""
+        the tasks and prefer them when an owner dies (`streamcore.log.cursor.standby`).
+        `start` ("earliest" or "latest") is where the group reads a partition it has no
+        committed position on; "latest" commits the partition's end when first assigned."""
+        check_start(start)
         logs = list(dict.fromkeys(Name.of(n) for n in names))
         if not logs:
             raise InvalidArgumentError("subscribe needs at least one log name")
@@ -202,6 +206,7 @@ class CursorLogManager(LogManager):
                 lambda p: stores[p.name],
                 codec,
                 listener,
+                start=start,
             )
             self._subscriptions.add(tailer)
         return tailer
@@ -214,10 +219,16 @@ class CursorLogManager(LogManager):
         *,
         standby_replicas: int,
         location: str,
+        start: str = "earliest",
     ) -> SubscribedTailer:
         """`subscribe` with standby replicas (`streamcore.log.capabilities.StandbyGroups`)."""
         return self.subscribe(
-            group, names, listener, standby_replicas=standby_replicas, location=location
+            group,
+            names,
+            listener,
+            standby_replicas=standby_replicas,
+            location=location,
+            start=start,
         )
 
     def group_members(self, group: str) -> list[LiveMember]:

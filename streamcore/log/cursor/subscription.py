@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from streamcore.log.api import RebalanceListener
 from streamcore.log.cursor.membership import GroupMember, owned_by
 from streamcore.log.cursor.tailer import Cursor, CursorTailer, PositionStore
-from streamcore.log.values import LogOffset, LogPartition, LogRecord
+from streamcore.log.values import LogOffset, LogPartition, LogRecord, check_start
 
 if TYPE_CHECKING:
     from streamcore.codecs import Codec
@@ -37,8 +37,10 @@ class SubscribedTailer(CursorTailer):
         codec: Codec[Any] | None = None,
         listener: RebalanceListener | None = None,
         on_close: Callable[[CursorTailer], None] | None = None,
+        start: str = "earliest",
     ) -> None:
         super().__init__(group, {}, positions, codec, on_close)
+        self.start = check_start(start)
         self.listener = listener or RebalanceListener()
         self.member = member
         self._by_key = {str(p): p for p in partitions}

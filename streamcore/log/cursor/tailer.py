@@ -155,6 +155,9 @@ class CursorTailer(LogTailer[Any]):
     """The tailer of a group over one cursor per assigned partition (the module docstring has how
     it reads, decodes and commits)."""
 
+    # Where a partition without a committed position is read from (`subscribe(start=)`).
+    start = "earliest"
+
     def __init__(
         self,
         group: str,
@@ -487,7 +490,12 @@ class CursorTailer(LogTailer[Any]):
                 continue
             self._cursors[partition] = cursor
             self._partitions.append(partition)
-            committed = self._positions(partition).committed(self.group, partition.partition)
+            positions = self._positions(partition)
+            committed = positions.committed(self.group, partition.partition)
+            if committed is None and self.start == "latest":
+                # Committed at once: a rewind, or the next owner, resumes here, not at a later end.
+                committed = cursor.end_offset()
+                positions.commit(self.group, partition.partition, committed)
             self._seek(partition, cursor.start_offset() if committed is None else committed)
 
     def _unassign(self, partitions: Sequence[LogPartition]) -> None:

@@ -33,7 +33,7 @@ from streamcore.log.kafka.appender import KafkaAppender
 from streamcore.log.kafka.client import KafkaClients
 from streamcore.log.kafka.description import BACKEND, KafkaLogDescription
 from streamcore.log.registry import check_partitions
-from streamcore.log.values import LiveMember, LogInfo, LogPartition
+from streamcore.log.values import LiveMember, LogInfo, LogPartition, check_start
 from streamcore.names import Name
 
 if TYPE_CHECKING:
@@ -500,14 +500,17 @@ class KafkaLogManager(LogManager):
         names: Sequence[str | Name],
         listener: RebalanceListener | None = None,
         codec: Codec[Any] | None = None,
+        *,
+        start: str = "earliest",
     ) -> LogTailer[Any]:
         """A member of the Kafka consumer group (`subscribe` with the classic protocol's eager
         assignment by default; set `partition.assignment.strategy` or `group.protocol` in
         `config` for another, except with several `names`: those always get the `range`
         assignor, which co-partitions them, see `kafka.tailer.copartitioned`). Partitions are
-        assigned during `read()`; `listener` runs there."""
+        assigned during `read()`; `listener` runs there. `start`: `LogManager.subscribe`'s."""
         from streamcore.log.kafka.tailer import KafkaTailer
 
+        check_start(start)
         self._check_open()
         if isinstance(names, str | Name):
             names = [names]
@@ -526,6 +529,7 @@ class KafkaLogManager(LogManager):
                 names=resolved,
                 listener=listener,
                 on_close=self._tailer_closed,
+                start=start,
             )
             self._subscribed.append(tailer)
         return tailer

@@ -137,8 +137,10 @@ class KafkaTailer(LogTailer[Any]):
         names: Sequence[Name] | None = None,
         listener: RebalanceListener | None = None,
         on_close: Callable[[KafkaTailer], None] | None = None,
+        start: str = "earliest",
     ) -> None:
         self.group = group
+        self.start = start  # where a partition without a committed position is read from
         self.codec = codec
         self.listener = listener or RebalanceListener()
         self.group_id = clients.group_id(group)
@@ -307,8 +309,14 @@ class KafkaTailer(LogTailer[Any]):
             # The group assigned while close() leaves it: take nothing (the handle is going,
             # its broker calls fail); the group gives the partitions to the others.
             partitions = []
+        new: list[LogPartition] = []  # partitions the group never committed
         if partitions:
             committed = self._committed(partitions)
+            new = [p for p, c in zip(partitions, committed, strict=True) if c is None]
+            if new and self.start == "latest":
+                highs = self._clients.watermarks([self._tp(p) for p in new])
+                ends = {p: high for p, (_, high) in zip(new, highs, strict=True)}
+                committed = [ends.get(p, c) for p, c in zip(partitions, committed, strict=True)]
             positions, fetch = self._targets(dict(zip(partitions, committed, strict=True)))
             self._add(partitions, positions)
             assigned = [self._tp(p, fetch[p]) for p in partitions]
@@ -318,6 +326,9 @@ class KafkaTailer(LogTailer[Any]):
             consumer.incremental_assign(assigned)
         else:
             consumer.assign(assigned)
+        if new and self.start == "latest":
+            # Committed at once: a rewind, or the next owner, resumes here, not at a later end.
+            self._commit({p: positions[p] for p in new})
         self._call_listener("on_assigned", partitions)
 
     def _on_revoke(self, consumer: Any, tps: list[TopicPartition]) -> None:

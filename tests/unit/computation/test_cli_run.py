@@ -105,6 +105,19 @@ def test_run_reports_bad_factories(app, capsys, spec: str, message: str) -> None
     assert message in capsys.readouterr().err
 
 
+def test_run_starts_a_new_group_at_the_end_when_told(app, capsys) -> None:
+    module, folder = app
+    feed([Record.of(f"k{i}", b"v") for i in range(5)])
+    argv = ["run", f"{module}:with_settings", "--app-dir", folder, "--drain", "--timeout", "60"]
+    assert main([*argv, "--start", "middle"]) == 2
+    assert "--start 'middle': start of default must be one of earliest, latest" in (
+        capsys.readouterr().err
+    )
+    assert main([*argv, "--json", "--start", "parse=latest"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["computations"]
+    assert (row["processed"], row["lag"]) == (0, 0)  # the 5 records were there before it started
+
+
 def test_metrics_needs_a_target_and_a_running_server(capsys) -> None:
     assert main(["metrics"]) == 2
     assert "give a topology (module:factory), --port or --url" in capsys.readouterr().err
