@@ -23,6 +23,7 @@ from streamcore.cli import (
     lag,
     outbox,
     position,
+    processor,
     read,
     recovery,
     run,
@@ -59,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     avrofile.register(sub)
     demo.register(sub)
     run.register(sub)
+    processor.register(sub)
     outbox.register(sub)
     tables.register(sub)
     bulk.register(sub)

@@ -5,7 +5,8 @@ path), calls `factory()`, which returns a `Topology` or `(Topology, Settings)`, 
 `StreamProcessor` on the configured logs until SIGTERM / Ctrl-C (checkpoint, exit 0), until every
 unit ended (poison pills), or with `--drain` until every input is caught up. A summary table (or
 `--json`) follows. Exit code 1 when a computation was terminated by a failure, or `--drain` did
-not drain within `--timeout`.
+not drain within `--timeout`. SIGUSR1 writes a processor dump to stderr and to
+`<home>/dumps/processor-<pid>.txt` (`streamcore processor dump PID` asks for one and prints it).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ def _apply_start(settings: Any, values: list[str]) -> None:
 
 def run_run(ctx: Context) -> int:
     from streamcore.computation import StreamProcessor
+    from streamcore.computation.dump import install_dump_signal
     from streamcore.computation.server import MetricsServer
     from streamcore.computation.summary import summary_rows
 
@@ -71,6 +73,7 @@ def run_run(ctx: Context) -> int:
         sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)
     }
     processor = StreamProcessor(ctx.manager, topology, settings, health_delay=args.health_delay)
+    restore_dump = install_dump_signal(processor, ctx.config.home)
     server = None
     started = time.monotonic()
     drained = False
@@ -94,6 +97,7 @@ def run_run(ctx: Context) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        restore_dump()
         if server is not None:
             server.close()
     rows = summary_rows(processor)

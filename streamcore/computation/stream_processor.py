@@ -434,6 +434,11 @@ class StreamProcessor:
             for (task, _store), progress in list(unit.runner.stores.restores.items())
         ]
 
+    def unit_threads(self) -> list[tuple[str, ComputationRunner, threading.Thread | None]]:
+        """(computation, runner, thread) of every unit (the processor dump's view,
+        `streamcore.computation.dump`)."""
+        return [(n, u.runner, u.thread) for n, units in self._units.items() for u in units]
+
     def standbys(self) -> list[tuple[str, int, RestoreProgress, bool]]:
         """(computation, task, progress, warm) of the last pass of each store of every standby
         copy the units keep (docs/state.md, "Standby replicas")."""
