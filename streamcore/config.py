@@ -19,11 +19,14 @@ import tomllib
 from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streamcore.errors import ConfigError
 from streamcore.log.registry import MAX_PARTITIONS, partitions_in_range
 from streamcore.redact import redact_credentials
+
+if TYPE_CHECKING:
+    from streamcore.log.tuning import GroupTuning
 
 __all__ = [
     "FSYNC_MODES",
@@ -268,6 +271,19 @@ class StreamcoreConfig:
                 f"state.engine is {value!r}; use one of {', '.join(map(repr, ENGINES))}"
             )
         return str(value)
+
+    @property
+    def groups(self) -> GroupTuning:
+        """`[groups]` (STREAMCORE_GROUPS_<KEY>): the timings of the local and memory logs'
+        consumer groups and tailers (`streamcore.log.tuning`). Checked when asked."""
+        from streamcore.log.tuning import parse_group_tuning
+
+        section = self.table.get("groups", {})
+        if not isinstance(section, dict):
+            raise ConfigError(f"[groups] in the config file must be a table, got {section!r}")
+        return parse_group_tuning(
+            section, lambda key, default: _lookup(self.table, "groups", key, default)
+        )
 
     @property
     def state_lock_timeout(self) -> float:

@@ -12,6 +12,7 @@ not drain within `--timeout`. SIGUSR1 writes a processor dump to stderr and to
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import signal
 import sys
 import threading
@@ -21,7 +22,7 @@ import urllib.request
 from typing import Any
 
 from streamcore.cli.context import Context, UsageError, global_options
-from streamcore.errors import TopologyError
+from streamcore.errors import ConfigError, TopologyError
 from streamcore.text import Progress, human_duration, render_table
 
 __all__ = ["register"]
@@ -58,6 +59,23 @@ def _apply_start(settings: Any, values: list[str]) -> None:
             raise UsageError(f"--start {value!r}: {exc}") from None
 
 
+def _apply_groups(ctx: Context, values: list[str]) -> None:
+    """`--group KEY=VALUE`: `[groups]` keys for this run, checked before anything starts."""
+    if not values:
+        return
+    section = dict(ctx.config.table.get("groups", {}))
+    for value in values:
+        key, sep, setting = value.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--group {value!r}: use KEY=VALUE, e.g. session_timeout=20s")
+        section[key.strip()] = setting.strip()
+    ctx.config = dataclasses.replace(ctx.config, table={**ctx.config.table, "groups": section})
+    try:
+        ctx.config.groups  # noqa: B018 (parsed now: a wrong key or value stops the run here)
+    except ConfigError as exc:
+        raise UsageError(f"--group: {exc}") from None
+
+
 def run_run(ctx: Context) -> int:
     from streamcore.computation import StreamProcessor
     from streamcore.computation.dump import install_dump_signal
@@ -65,6 +83,7 @@ def run_run(ctx: Context) -> int:
     from streamcore.computation.summary import summary_rows
 
     args = ctx.args
+    _apply_groups(ctx, args.group or [])
     topology, settings = _load(args)
     _apply_concurrency(settings, args.concurrency or [])
     _apply_start(settings, args.start or [])
@@ -203,6 +222,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="[NAME=]earliest|latest",
         help="where a new group reads partitions it never committed, for every computation or "
         "one (default earliest); repeatable",
+    )
+    p.add_argument(
+        "--group",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a [groups] timing of the local and memory logs for this run, e.g. "
+        "session_timeout=20s (docs/operating.md); repeatable",
     )
     p.add_argument("--metrics-port", type=int, help="serve /metrics and /health on this port")
     p.add_argument("--metrics-host", default="127.0.0.1", help="address to serve metrics on")

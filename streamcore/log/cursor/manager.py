@@ -25,9 +25,6 @@ from typing import Any
 from streamcore.errors import InvalidArgumentError, LogClosedError, LogExistsError
 from streamcore.log.api import LogManager, RebalanceListener
 from streamcore.log.cursor.membership import (
-    DEFAULT_HEARTBEAT_INTERVAL,
-    DEFAULT_MAX_POLL_INTERVAL,
-    DEFAULT_SESSION_TIMEOUT,
     GroupMember,
     GroupStore,
     live_members,
@@ -35,6 +32,7 @@ from streamcore.log.cursor.membership import (
 from streamcore.log.cursor.subscription import SubscribedTailer
 from streamcore.log.cursor.tailer import Cursor, CursorTailer, PositionStore
 from streamcore.log.registry import check_partitions
+from streamcore.log.tuning import GroupTuning
 from streamcore.log.values import LiveMember, LogPartition, check_start
 from streamcore.names import Name
 
@@ -47,13 +45,15 @@ class CursorLogManager(LogManager):
 
     kind = "cursor"
 
-    def __init__(self) -> None:
+    def __init__(self, tuning: GroupTuning | None = None) -> None:
         self._tailers: dict[tuple[str, LogPartition], CursorTailer] = {}
         self._subscriptions: weakref.WeakSet[SubscribedTailer] = weakref.WeakSet()
-        # Defaults of subscribe(); tests shorten them.
-        self.heartbeat_interval = DEFAULT_HEARTBEAT_INTERVAL
-        self.session_timeout = DEFAULT_SESSION_TIMEOUT
-        self.max_poll_interval = DEFAULT_MAX_POLL_INTERVAL
+        # `[groups]` (streamcore.log.tuning); the first three are subscribe()'s defaults, which
+        # tests shorten on the manager.
+        self.tuning = tuning or GroupTuning()
+        self.heartbeat_interval = self.tuning.heartbeat_interval
+        self.session_timeout = self.tuning.session_timeout
+        self.max_poll_interval = self.tuning.max_poll_interval
         self._lock = threading.RLock()
         self._closed = False
 
@@ -141,6 +141,7 @@ class CursorLogManager(LogManager):
             tailer = CursorTailer(
                 group, cursors, lambda p: stores[p.name], codec, on_close=self._tailer_closed
             )
+            self._tune(tailer)
             for p in partitions:
                 self._tailers[(group, p)] = tailer
         return tailer
@@ -197,6 +198,7 @@ class CursorLogManager(LogManager):
                 max_poll_interval=max_poll_interval or self.max_poll_interval,
                 standby_replicas=standby_replicas,
                 location=location,
+                tuning=self.tuning,
             )
             tailer = SubscribedTailer(
                 group,
@@ -208,8 +210,13 @@ class CursorLogManager(LogManager):
                 listener,
                 start=start,
             )
+            self._tune(tailer)
             self._subscriptions.add(tailer)
         return tailer
+
+    def _tune(self, tailer: CursorTailer) -> None:
+        tailer.poll_interval_min = self.tuning.poll_interval_min
+        tailer.poll_interval_max = self.tuning.poll_interval_max
 
     def subscribe_with_standby(
         self,

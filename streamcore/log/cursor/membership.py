@@ -70,6 +70,7 @@ from typing import Any, Protocol
 
 from streamcore.errors import ConfigError, LogError
 from streamcore.log.cursor.standby import reserved, standby_placement, warm_tasks
+from streamcore.log.tuning import GroupTuning
 from streamcore.log.values import LiveMember
 
 __all__ = [
@@ -90,11 +91,10 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_HEARTBEAT_INTERVAL = 3.0
-DEFAULT_SESSION_TIMEOUT = 10.0
-DEFAULT_MAX_POLL_INTERVAL = 300.0
-_SWAP_TIMEOUT = 30.0
-_BACKOFF_FIRST, _BACKOFF_MAX = 0.002, 0.25
+_TUNING = GroupTuning()  # the defaults of `[groups]`
+DEFAULT_HEARTBEAT_INTERVAL = _TUNING.heartbeat_interval
+DEFAULT_SESSION_TIMEOUT = _TUNING.session_timeout
+DEFAULT_MAX_POLL_INTERVAL = _TUNING.max_poll_interval
 
 
 class GroupStore(Protocol):
@@ -205,6 +205,7 @@ class GroupMember:
         watch_interval: float | None = None,
         standby_replicas: int = 0,
         location: str | None = None,
+        tuning: GroupTuning = _TUNING,
     ) -> None:
         if heartbeat_interval <= 0 or session_timeout <= heartbeat_interval:
             raise ConfigError(
@@ -234,6 +235,7 @@ class GroupMember:
             )
         self.standby_replicas = standby_replicas
         self.location = location  # where this member's state lives (standby's module doc)
+        self.tuning = tuning  # the rebalance timeout and backoff of `update`
         self.warm: frozenset[int] = frozenset()  # task indexes held warm (set by the processor)
         self.heartbeat_interval = heartbeat_interval
         self.session_timeout = session_timeout
@@ -263,7 +265,8 @@ class GroupMember:
         by compare-and-swap, retrying with random exponential backoff; the resulting state.
         `change` may run more than once for one update: it must compute its edit from the state
         it is given."""
-        deadline = time.monotonic() + _SWAP_TIMEOUT
+        tuning = self.tuning
+        deadline = time.monotonic() + tuning.rebalance_timeout
         attempt = 0
         while True:
             state = self.store.load()
@@ -277,10 +280,12 @@ class GroupMember:
             attempt += 1
             if time.monotonic() > deadline:
                 raise LogError(
-                    f"could not update the group state {self.store!r} in {_SWAP_TIMEOUT:.0f} s "
+                    f"could not update the group state {self.store!r} in "
+                    f"{tuning.rebalance_timeout:g} s (groups.rebalance_timeout) "
                     f"({attempt} conflicts); too many members changing it at once?"
                 )
-            time.sleep(random.uniform(0, min(_BACKOFF_MAX, _BACKOFF_FIRST * 2**attempt)))
+            pause = min(tuning.rebalance_backoff_max, tuning.rebalance_backoff * 2**attempt)
+            time.sleep(random.uniform(0, pause))
 
     def _new_generation(self, state: dict[str, Any]) -> None:
         """Start a generation. If a state existed before (it was deleted, or this member was in

@@ -28,6 +28,7 @@ from streamcore.errors import (
     UndecodableRecordError,
 )
 from streamcore.log.api import LogTailer
+from streamcore.log.tuning import GroupTuning
 from streamcore.log.values import LogOffset, LogPartition, LogRecord
 
 if TYPE_CHECKING:
@@ -46,7 +47,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 _FETCH = 4096
-_POLL_MIN, _POLL_MAX = 0.001, 0.005
 NOTHING_TO_SKIP = (
     "skip_one() found no undecodable record at the read position: it skips only the record "
     "the last UndecodableRecordError was about, before any seek; use seek() to move elsewhere"
@@ -157,6 +157,10 @@ class CursorTailer(LogTailer[Any]):
 
     # Where a partition without a committed position is read from (`subscribe(start=)`).
     start = "earliest"
+    # How often `read(timeout)` looks for records: from the minimum, doubling to the maximum
+    # while none come (`[groups] poll_interval_min/max`, set by the manager).
+    poll_interval_min = GroupTuning.poll_interval_min
+    poll_interval_max = GroupTuning.poll_interval_max
 
     def __init__(
         self,
@@ -277,7 +281,7 @@ class CursorTailer(LogTailer[Any]):
         if timeout <= 0:
             return False
         deadline = time.monotonic() + timeout
-        pause = _POLL_MIN
+        pause = self.poll_interval_min
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -286,7 +290,7 @@ class CursorTailer(LogTailer[Any]):
             self._before_fill()
             if self._fill():
                 return True
-            pause = min(pause * 2, _POLL_MAX)
+            pause = min(pause * 2, self.poll_interval_max)
 
     def _chunk_partition(self) -> LogPartition:
         """The partition of the pending chunk, set with it (`_fill`), so whenever a record is
@@ -406,7 +410,7 @@ class CursorTailer(LogTailer[Any]):
             else:
                 if time.monotonic() >= deadline:
                     return None
-                time.sleep(_POLL_MIN)
+                time.sleep(self.poll_interval_min)
 
     @staticmethod
     def _with_partition(batch: Any, partition: LogPartition) -> Any:

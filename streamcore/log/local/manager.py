@@ -78,8 +78,8 @@ class LocalLogManager(CursorLogManager):
     def __init__(
         self, root: str | Path | None = None, config: StreamcoreConfig | None = None
     ) -> None:
-        super().__init__()
         self.config = config or load_config()
+        super().__init__(self.config.groups)
         self.root = Path(root) if root is not None else self.config.log_dir
         self.root.mkdir(parents=True, exist_ok=True)
         self._writers: dict[tuple[Name, int], PartitionWriter] = {}

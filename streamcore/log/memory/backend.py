@@ -25,7 +25,7 @@ class MemoryBackend(Backend):
         """A new, empty `MemoryLogManager` (one per config of a `UnifiedLogManager`)."""
         from streamcore.log.memory.manager import MemoryLogManager
 
-        return MemoryLogManager()
+        return MemoryLogManager(settings.groups)
 
 
 BACKEND = MemoryBackend()

@@ -16,6 +16,7 @@ from streamcore.log.cursor.manager import CursorLogManager
 from streamcore.log.memory.appender import MemoryAppender
 from streamcore.log.memory.groups import MemoryGroupStore
 from streamcore.log.memory.positions import MemoryPositionStore
+from streamcore.log.tuning import GroupTuning
 from streamcore.log.values import LogDescription, LogPartition
 from streamcore.names import Name
 
@@ -69,8 +70,8 @@ class MemoryLogManager(CursorLogManager):
 
     kind = "memory"
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, tuning: GroupTuning | None = None) -> None:
+        super().__init__(tuning)
         self._logs: dict[Name, list[_Partition]] = {}
         self._position_stores: dict[Name, MemoryPositionStore] = {}
         self._incarnations: dict[Name, str] = {}

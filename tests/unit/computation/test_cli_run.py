@@ -118,6 +118,22 @@ def test_run_starts_a_new_group_at_the_end_when_told(app, capsys) -> None:
     assert (row["processed"], row["lag"]) == (0, 0)  # the 5 records were there before it started
 
 
+def test_run_takes_group_timings_and_refuses_wrong_ones(app, capsys) -> None:
+    module, folder = app
+    feed([Record.of("k", b"v")])
+    argv = ["run", f"{module}:with_settings", "--app-dir", folder, "--drain", "--timeout", "60"]
+    assert main([*argv, "--group", "sesion_timeout=5s"]) == 2
+    assert "--group: unknown key(s) ['sesion_timeout'] in [groups]" in capsys.readouterr().err
+    assert main([*argv, "--group", "session_timeout"]) == 2
+    assert "use KEY=VALUE" in capsys.readouterr().err
+    assert (
+        main([*argv, "--json", "--group", "session_timeout=5s", "--group", "heartbeat_interval=1s"])
+        == 0
+    )
+    (row,) = json.loads(capsys.readouterr().out)["computations"]
+    assert row["processed"] == 1
+
+
 def test_metrics_needs_a_target_and_a_running_server(capsys) -> None:
     assert main(["metrics"]) == 2
     assert "give a topology (module:factory), --port or --url" in capsys.readouterr().err
