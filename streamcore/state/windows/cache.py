@@ -48,13 +48,16 @@ _UNKNOWN = -1 << 63
 # empty list instead of a new one per record (the caller only iterates it).
 _NONE: list[Any] = []
 
-# A cached window of one key: (aggregate, largest record timestamp, new: not in the store yet).
-_Entry = tuple[Any, int, bool]
+# A cached window of one key: (aggregate, largest record timestamp, state): the state says
+# whether the store has it as cached (clean), not (dirty) or not at all (new, so dirty too).
+_Entry = tuple[Any, int, int]
+_CLEAN, _DIRTY, _NEW = 0, 1, 2
 
 
 class _Group:
-    """The cached windows starting at one time: one per key, and the keys changed since the
-    last write."""
+    """The cached windows starting at one time: one per key, and whether any changed since the
+    last write (a flag, not a set of keys: the entries say which, and a write walks them all,
+    where a set cost a hash insert per record)."""
 
     __slots__ = ("close", "dirty", "entries", "through", "window")
 
@@ -62,7 +65,7 @@ class _Group:
         self.window = window
         self.close = close
         self.entries: dict[str, _Entry] = {}
-        self.dirty: set[str] = set()
+        self.dirty = False
         self.through = False  # some of its windows were written through: in the store only
 
 
@@ -83,10 +86,8 @@ class _Undo(list[Any]):
         group = self.cache._groups[start]  # an evicted group is back: its _Unflush came later
         if old is None:
             group.entries.pop(key, None)
-            group.dirty.discard(key)
         else:
-            group.entries[key] = old
-            group.dirty.add(key)  # written again at the next write: the same value, harmless
+            group.entries[key] = old  # clean: as in the store; else written at the next write
 
 
 class _Unflush:
@@ -96,9 +97,7 @@ class _Unflush:
 
     __slots__ = ("cache", "groups")
 
-    def __init__(
-        self, cache: WindowCache, groups: list[tuple[_Group, set[str], dict[str, _Entry]]]
-    ):
+    def __init__(self, cache: WindowCache, groups: list[tuple[_Group, bool, dict[str, _Entry]]]):
         self.cache = cache
         self.groups = groups
 
@@ -213,26 +212,26 @@ class WindowCache:
                 else:
                     stored = self.store.entry(key, group.window)
                 if stored is None:
-                    aggregate, latest, new = initializer(), timestamp, True
+                    aggregate, latest, state = initializer(), timestamp, _NEW
                     if group.close < self._new_due:
                         self._new_due = group.close
                         if group.close < self.due_at:
                             self.due_at = group.close
                 else:
-                    aggregate, latest, new = stored.value, stored.timestamp, False
+                    aggregate, latest, state = stored.value, stored.timestamp, _DIRTY
             else:
-                aggregate, latest, new = old
+                aggregate, latest, state = old
+                state = state or _DIRTY
             aggregate = aggregator(key, value, aggregate)
             if timestamp > latest:
                 latest = timestamp
             if type(aggregate) in _SCALARS:
-                entries[key] = (aggregate, latest, new)
-                group.dirty.add(key)
+                entries[key] = (aggregate, latest, state)
+                group.dirty = True
             else:  # an aggregator may change this object later: the store encodes it now
                 entries.pop(key, None)
-                group.dirty.discard(key)
                 group.through = True
-                self.store.write(key, group.window, aggregate, latest, new=new)
+                self.store.write(key, group.window, aggregate, latest, new=state == _NEW)
             if journal is not None:
                 undo.append(start)  # three items, not a tuple: nothing for the collector
                 undo.append(key)
@@ -248,13 +247,13 @@ class WindowCache:
         """Write `group`'s changed windows to the store; they stay cached, clean."""
         entries = group.entries
         items = []
-        for key in group.dirty:
-            aggregate, latest, new = entries[key]
-            items.append((key, aggregate, latest, new))
-            if new:
-                entries[key] = (aggregate, latest, False)
+        for key, (aggregate, latest, state) in entries.items():
+            if state:
+                items.append((key, aggregate, latest, state == _NEW))
+        for key, aggregate, latest, _new in items:  # after the walk: a dict changes no size in it
+            entries[key] = (aggregate, latest, _CLEAN)
         self.store.write_all(group.window, items)
-        group.dirty = set()
+        group.dirty = False
 
     def flush(self) -> None:
         """Write every changed window to the store (the checkpoint's hook); past the checkpoint
@@ -302,9 +301,9 @@ class WindowCache:
             window, entries = group.window, group.entries
             stored = []
             for key in sorted(entries):  # str order is UTF-8 byte order, the store's
-                aggregate, latest, new = entries[key]
+                aggregate, latest, state = entries[key]
                 found.append(WindowedValue(key, window, aggregate, latest))
-                if not new:
+                if state != _NEW:
                     stored.append(key)
             store.forget(window, stored)
         return found
@@ -317,7 +316,7 @@ class WindowCache:
         first; in the journal, so that a record failing after it restores them."""
         journal = self.store.store.journal
         if journal is not None and closed:
-            journal.append(_Unflush(self, [(g, set(g.dirty), dict(g.entries)) for g in closed]))
+            journal.append(_Unflush(self, [(g, g.dirty, dict(g.entries)) for g in closed]))
         for group in closed:
             if group.dirty and group not in taken:
                 self._write(group)
