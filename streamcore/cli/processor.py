@@ -11,6 +11,8 @@ from typing import Any
 
 from streamcore.cli.context import Context, UsageError, global_options
 
+__all__ = ["register"]
+
 _POLL = 0.05
 
 

@@ -18,6 +18,7 @@ from streamcore.outbox.consumers import (
     register,
 )
 from streamcore.outbox.errors import (
+    ConcurrentUpdateError,
     ConsumerFailedError,
     DependencyCycleError,
     DependencyNotFoundError,
@@ -44,6 +45,7 @@ __all__ = [
     "ERROR",
     "INIT",
     "PROCESSING",
+    "ConcurrentUpdateError",
     "ConsumerFailedError",
     "DependencyCycleError",
     "DependencyNotFoundError",

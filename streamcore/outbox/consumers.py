@@ -62,6 +62,11 @@ class QueueSpec:
     :param batch_threshold: seconds a partial batch waits for more jobs: workers claim fewer than
         `batch_capacity` jobs only once the oldest of them was put this long ago (by the clock
         of the process that put it). Default - 0: take what is ready.
+    :param allow_cas_failure: a consumer that raises `ConcurrentUpdateError` (or SQLAlchemy's
+        `StaleDataError`, its ORM's version check) has done its job: another writer updated the
+        row first, and a retry would only lose again (yoltq's `allow-cas-failure?`). Use it when
+        the job's effect is "bring the row up to date" and any newer update is as good; not
+        when the job carries a change of its own that must land. Default - False.
     """
 
     name: str
@@ -76,6 +81,7 @@ class QueueSpec:
     ordered: bool = False
     batch_capacity: int | None = None
     batch_threshold: float = 0.0
+    allow_cas_failure: bool = False
 
     def __post_init__(self) -> None:
         if not self.name or len(self.name) > 200:

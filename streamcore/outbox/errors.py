@@ -5,6 +5,7 @@ from __future__ import annotations
 from streamcore.errors import StreamcoreError
 
 __all__ = [
+    "ConcurrentUpdateError",
     "ConsumerFailedError",
     "DependencyCycleError",
     "DependencyNotFoundError",
@@ -67,3 +68,12 @@ class NoConsumerError(OutboxError, RuntimeError):
 class NotBatchQueueError(OutboxError, RuntimeError):
     """Several jobs were given to one consumer call of a queue that runs one job at a time (no
     `batch_capacity`)."""
+
+
+class ConcurrentUpdateError(OutboxError):
+    """Raised by a consumer whose optimistic-concurrency write lost: the row it read was updated
+    by someone else before it wrote (a version or compare-and-swap check failed). A queue
+    registered with `allow_cas_failure=True` counts the job as done (the other writer's update
+    stands); otherwise it is an ordinary failure, retried."""
+
+    retryable = True

@@ -14,7 +14,7 @@ from typing import Any
 
 from streamcore.outbox.claim import ClaimedJob
 from streamcore.outbox.consumers import QueueSpec
-from streamcore.outbox.errors import NoConsumerError, NotBatchQueueError
+from streamcore.outbox.errors import ConcurrentUpdateError, NoConsumerError, NotBatchQueueError
 from streamcore.outbox.watcher import ExecutionWatcher
 
 __all__ = ["ExecutionOutcome", "execute", "execute_batch"]
@@ -34,6 +34,12 @@ class ExecutionOutcome:
     @property
     def ok(self) -> bool:
         return self.error is None
+
+
+def _lost_a_concurrent_update(error: BaseException) -> bool:
+    from sqlalchemy.orm.exc import StaleDataError
+
+    return isinstance(error, ConcurrentUpdateError | StaleDataError)
 
 
 def execute(
@@ -64,6 +70,16 @@ def execute_batch(
             finally:
                 watcher.end()
     except Exception as exc:
+        if spec.allow_cas_failure and _lost_a_concurrent_update(exc):
+            logger.info(
+                "outbox: job %s of queue %s lost a concurrent update (%s: %s); done, as the "
+                "queue allows (allow_cas_failure)",
+                label,
+                spec.name,
+                type(exc).__name__,
+                exc,
+            )
+            return ExecutionOutcome(tuple(jobs))
         logger.info(
             "outbox: job %s of queue %s failed (try %d): %s: %s",
             label,

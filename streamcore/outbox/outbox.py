@@ -30,6 +30,7 @@ from streamcore.outbox.health import (
     Health,
     assess,
 )
+from streamcore.outbox.hooks import SystemErrorHook, SystemHooks, SystemRecoveryHook
 from streamcore.outbox.notify import PgListener, database_key, local_hub, psycopg_dsn
 from streamcore.outbox.pool import Counters, WorkerPool
 from streamcore.outbox.purge import purge as purge_jobs
@@ -64,6 +65,9 @@ class Outbox:
         no. Default - 900.
     :param startup_grace: seconds after `start()` during which `healthy()` says yes.
         Default - 600.
+    :param on_system_error: `(where, error)`, called on each failure of the outbox itself (its
+        database out of reach), `on_system_recovery`: `(where, seconds_down)`, once when it
+        works again (`streamcore.outbox.hooks`). Default - log them.
     """
 
     def __init__(
@@ -78,6 +82,8 @@ class Outbox:
         healthy_allowed_error_time: float = DEFAULT_ALLOWED_ERROR_TIME,
         startup_grace: float = DEFAULT_STARTUP_GRACE,
         watcher_interval: float = 1.0,
+        on_system_error: SystemErrorHook | None = None,
+        on_system_recovery: SystemRecoveryHook | None = None,
     ) -> None:
         if workers < 1 or batch_size < 1 or poll_interval <= 0:
             raise OutboxError(
@@ -94,6 +100,7 @@ class Outbox:
         self.startup_grace = startup_grace
         self.watcher_interval = watcher_interval
         self.counters = Counters()
+        self.hooks = SystemHooks(on_system_error, on_system_recovery)
         self.watcher = ExecutionWatcher(watcher_interval)
         self._pool: WorkerPool | None = None
         self._poller: RetryPoller | None = None
@@ -124,6 +131,7 @@ class Outbox:
             poll_interval=self.poll_interval,
             watcher=self.watcher,
             counters=self.counters,
+            hooks=self.hooks,
         )
         self._poller = RetryPoller(
             self.engine,
@@ -132,6 +140,7 @@ class Outbox:
             watcher=self.watcher,
             counters=self.counters,
             on_retried=pool.wakeup.wake,
+            hooks=self.hooks,
         )
         if is_sqlite(self.engine):
             local_hub.subscribe(database_key(self.engine), pool.wakeup.wake)

@@ -30,6 +30,7 @@ from streamcore.outbox import store
 from streamcore.outbox.claim import BatchDue, ClaimedJob, claim_batch, claim_due_batch, peek_batch
 from streamcore.outbox.consumers import QueueSpec, Registry
 from streamcore.outbox.execute import ExecutionOutcome, execute, execute_batch
+from streamcore.outbox.hooks import SystemHooks
 from streamcore.outbox.lease import Lease, LeaseKeeper
 from streamcore.outbox.watcher import ExecutionWatcher
 
@@ -148,9 +149,11 @@ class WorkerPool:
         poll_interval: float,
         watcher: ExecutionWatcher,
         counters: Counters,
+        hooks: SystemHooks | None = None,
     ) -> None:
         self.engine = engine
         self.registry = registry
+        self.hooks = hooks or SystemHooks()
         self.batch_size = batch_size
         self.poll_interval = poll_interval
         self.watcher = watcher
@@ -217,11 +220,12 @@ class WorkerPool:
                             store.mark_done(conn, unrecorded)
                             found, batch = self._claim(conn, spec)
                         unrecorded = []
+                        self.hooks.succeeded(f"claiming jobs of {spec.name}")
                         if found is not None:
                             due = found.seconds
                             looks[spec.name] = _Look(stamped, found, *counts)
-                except Exception:
-                    logger.exception("outbox: claiming jobs of %s failed; retrying", spec.name)
+                except Exception as exc:
+                    self.hooks.failed(f"claiming jobs of {spec.name}", exc)
                     looks.pop(spec.name, None)
                     held.drop()
                     self._stopping.wait(1.0)
@@ -395,9 +399,10 @@ class WorkerPool:
                             store.mark_error(conn, job, failed[1])
                     if rest:
                         store.release(conn, rest)
+                self.hooks.succeeded(f"recording outcomes of {queue}")
                 break
-            except Exception:
-                logger.exception("outbox: recording outcomes of %s failed (try %d)", queue, attempt)
+            except Exception as exc:
+                self.hooks.failed(f"recording outcomes of {queue} (try {attempt + 1})", exc)
                 time.sleep(min(2**attempt * 0.1, 5.0))
         if failed is not None:
             self.counters.add(queue, "error", len(failed[0]))

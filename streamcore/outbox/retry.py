@@ -22,6 +22,7 @@ from streamcore.outbox import store
 from streamcore.outbox.claim import claim_error
 from streamcore.outbox.consumers import QueueSpec, Registry
 from streamcore.outbox.execute import execute
+from streamcore.outbox.hooks import SystemHooks
 from streamcore.outbox.pool import Counters
 from streamcore.outbox.watcher import ExecutionWatcher
 
@@ -44,8 +45,10 @@ class RetryPoller(threading.Thread):
         watcher: ExecutionWatcher,
         counters: Counters,
         on_retried: Callable[[], None],
+        hooks: SystemHooks | None = None,
     ) -> None:
         super().__init__(name="outbox-retry", daemon=True)
+        self.hooks = hooks or SystemHooks()
         self.engine = engine
         self.registry = registry
         self.poll_interval = poll_interval
@@ -61,8 +64,10 @@ class RetryPoller(threading.Thread):
         while not self._stop_event.wait(self.poll_interval):
             try:
                 self.poll_once()
-            except Exception:
-                logger.exception("outbox: retry poll failed; next try in %g s", self.poll_interval)
+            except Exception as exc:
+                self.hooks.failed(f"the retry poll (next in {self.poll_interval:g} s)", exc)
+            else:
+                self.hooks.succeeded("the retry poll")
 
     def poll_once(self) -> dict[str, int]:
         """One round over every consumed queue; returns the jobs retried successfully per queue."""
