@@ -46,7 +46,7 @@ _READY = (
     f"(j.depends_id IS NULL OR NOT EXISTS (SELECT 1 FROM {TABLE} d WHERE d.queue = "
     f"j.depends_queue AND d.id = j.depends_id AND d.status <> '{DONE}'))"
 )
-_RETURNING = "RETURNING seq, id, payload, tries"
+_RETURNING = "RETURNING seq, id, payload, tries, context"
 _SET_PROCESSING = (
     f"SET status = '{PROCESSING}', lock_token = :token, tries = tries + 1, "
     "processing_ms = :now, updated_ms = :now"
@@ -88,6 +88,7 @@ class ClaimedJob:
     payload: bytes
     tries: int
     token: str
+    context: str | None = None  # the logging context it was put with (JSON)
 
 
 def now_ms() -> int:
@@ -113,7 +114,8 @@ def _due(created: list[int], capacity: int, threshold: float) -> BatchDue:
 
 def _jobs(rows: list[Any], queue: str, token: str) -> list[ClaimedJob]:
     return sorted(
-        (ClaimedJob(r[0], queue, r[1], bytes(r[2]), r[3], token) for r in rows), key=lambda j: j.seq
+        (ClaimedJob(r[0], queue, r[1], bytes(r[2]), r[3], token, r[4]) for r in rows),
+        key=lambda j: j.seq,
     )
 
 

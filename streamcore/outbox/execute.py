@@ -15,6 +15,7 @@ from typing import Any
 from streamcore.outbox.claim import ClaimedJob
 from streamcore.outbox.consumers import QueueSpec
 from streamcore.outbox.errors import ConcurrentUpdateError, NoConsumerError, NotBatchQueueError
+from streamcore.outbox.log_context import restored_context
 from streamcore.outbox.watcher import ExecutionWatcher
 
 __all__ = ["ExecutionOutcome", "execute", "execute_batch"]
@@ -61,14 +62,15 @@ def execute_batch(
     try:
         payloads = [spec.codec.decode(job.payload) for job in jobs]
         argument = payloads if spec.batch_capacity is not None else payloads[0]
-        if watcher is None:
-            result = spec.consumer(argument)
-        else:
-            watcher.begin(spec.name, label, spec.max_execute_time)
-            try:
+        with restored_context(jobs[0].context):  # a batch runs in its first job's context
+            if watcher is None:
                 result = spec.consumer(argument)
-            finally:
-                watcher.end()
+            else:
+                watcher.begin(spec.name, label, spec.max_execute_time)
+                try:
+                    result = spec.consumer(argument)
+                finally:
+                    watcher.end()
     except Exception as exc:
         if spec.allow_cas_failure and _lost_a_concurrent_update(exc):
             logger.info(

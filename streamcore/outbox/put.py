@@ -27,6 +27,7 @@ from streamcore.outbox.errors import (
     OutboxError,
     SchemaMissingError,
 )
+from streamcore.outbox.log_context import encode_context
 from streamcore.outbox.notify import PENDING_KEY, local_hub
 from streamcore.outbox.schema import INIT, NOTIFY_CHANNEL, TABLE, jobs
 
@@ -60,10 +61,19 @@ def _check_schema(conn: sa.Connection) -> None:
     engine = conn.engine
     if engine in _checked:
         return
-    if not sa.inspect(conn).has_table(TABLE):
+    inspector = sa.inspect(conn)
+    if not inspector.has_table(TABLE):
         raise SchemaMissingError(
             f"the outbox table {TABLE} does not exist in {engine.url.render_as_string()}; "
             "create it once with streamcore.outbox.create_schema(engine) (Outbox.start() does)"
+        )
+    present = {c["name"] for c in inspector.get_columns(TABLE)}
+    missing = sorted(c.name for c in jobs.columns if c.name not in present)
+    if missing:
+        raise SchemaMissingError(
+            f"the outbox table {TABLE} in {engine.url.render_as_string()} lacks the column(s) "
+            f"{missing} (made by an older version); run streamcore.outbox.create_schema(engine) "
+            "once to add them (Outbox.start() does)"
         )
     _checked.add(engine)
 
@@ -141,6 +151,7 @@ _COLUMNS = (
     "depends_id",
     "created_ms",
     "updated_ms",
+    "context",
 )
 
 
@@ -158,7 +169,7 @@ _SQLITE_INSERT = (
 _PG_INSERT = f"""
 WITH ins AS (
     INSERT INTO {TABLE} ({", ".join(_COLUMNS)})
-    SELECT %(queue)s, u.id, %(status)s, u.payload, 0, u.dq, u.di, %(now)s, %(now)s
+    SELECT %(queue)s, u.id, %(status)s, u.payload, 0, u.dq, u.di, %(now)s, %(now)s, %(context)s
     FROM unnest(%(ids)s::text[], %(payloads)s::bytea[], %(dqs)s::text[], %(dis)s::text[])
         WITH ORDINALITY AS u(id, payload, dq, di, n)
     ORDER BY u.n
@@ -193,6 +204,7 @@ def put_many(
     if ids is not None and len(ids) != len(payloads):
         raise OutboxError(f"put_many: {len(ids)} ids for {len(payloads)} payloads; give one each")
     now = time.time_ns() // 1_000_000
+    context = encode_context()
     rows: list[dict[str, Any]] = []
     refs: set[JobRef] = set()
     for n, payload in enumerate(payloads):
@@ -211,6 +223,7 @@ def put_many(
                 "depends_id": ref[1] if ref else None,
                 "created_ms": now,
                 "updated_ms": now,
+                "context": context,
             }
         )
     if not rows:
@@ -230,6 +243,7 @@ def put_many(
                 "payloads": [r["payload"] for r in rows],
                 "dqs": [r["depends_queue"] for r in rows],
                 "dis": [r["depends_id"] for r in rows],
+                "context": context,
                 "channel": NOTIFY_CHANNEL,
             },
         ).scalar_one()

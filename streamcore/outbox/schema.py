@@ -62,6 +62,7 @@ jobs = sa.Table(
     sa.Column("error_type", sa.String(200)),
     sa.Column("error_message", sa.Text),
     sa.Column("error_traceback", sa.Text),
+    sa.Column("context", sa.Text),  # the logging context at put (streamcore.outbox.log_context)
     sa.UniqueConstraint("queue", "id", name=f"{TABLE}_queue_id"),
 )
 # Claims, the retry poller and the hung detector scan (queue, status) in seq order; purge scans

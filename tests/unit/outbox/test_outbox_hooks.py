@@ -1,8 +1,9 @@
-"""The outbox's system hooks (streamcore.outbox.hooks) and `allow_cas_failure` (docs/outbox.md,
-"Hooks"), on SQLite and PostgreSQL."""
+"""The outbox's system hooks (streamcore.outbox.hooks), `allow_cas_failure` and the logging context
+jobs carry (streamcore.outbox.log_context; docs/outbox.md, "Hooks"), on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -10,9 +11,17 @@ from collections.abc import Callable
 import pytest
 import sqlalchemy as sa
 
-from streamcore.outbox import DONE, ERROR, ConcurrentUpdateError, create_schema, put
+from streamcore.outbox import (
+    DONE,
+    ERROR,
+    ConcurrentUpdateError,
+    SchemaMissingError,
+    create_schema,
+    put,
+)
 from streamcore.outbox.hooks import SystemHooks
-from streamcore.outbox.schema import jobs
+from streamcore.outbox.log_context import LogContextFilter, current_log_context, logging_context
+from streamcore.outbox.schema import TABLE, jobs
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:
@@ -101,3 +110,38 @@ def test_a_lost_concurrent_update_is_done_only_when_the_queue_allows_it(
             put(conn, "sync", {"row": 7}, registry=registry)
         wait_until(lambda: status(outbox.engine, "sync") == [DONE if allowed else ERROR])
     assert tries == [7]
+
+
+def test_a_job_runs_in_the_logging_context_it_was_put_with(make_outbox, registry) -> None:
+    seen: list[dict[str, str]] = []
+    registry.register("q", lambda payload: seen.append(current_log_context()))
+    outbox = make_outbox()
+    with outbox:
+        with logging_context(request_id="r-42", user="ada"), outbox.engine.begin() as conn:
+            put(conn, "q", {"n": 1}, registry=registry)
+        wait_until(lambda: len(seen) == 1, what="the first job")
+        with outbox.engine.begin() as conn:
+            put(conn, "q", {"n": 2}, registry=registry)  # no context: none leaks from the first
+        wait_until(lambda: len(seen) == 2, what="the second job")
+    assert seen == [{"request_id": "r-42", "user": "ada"}, {}]
+
+
+def test_the_log_filter_adds_the_context_to_records() -> None:
+    record = logging.LogRecord("x", logging.INFO, __file__, 1, "hello", None, None)
+    with logging_context(request_id="r-7"):
+        assert LogContextFilter().filter(record)
+    assert record.log_context == {"request_id": "r-7"}
+    assert record.log_context_text == "request_id=r-7"
+
+
+def test_a_table_of_an_older_version_is_refused_until_migrated(make_outbox, registry) -> None:
+    registry.register("q", lambda payload: None)
+    outbox = make_outbox()
+    with outbox.engine.begin() as conn:
+        conn.execute(sa.text(f"ALTER TABLE {TABLE} DROP COLUMN context"))
+    missing = r"lacks the column\(s\) \['context'\]"
+    with pytest.raises(SchemaMissingError, match=missing), outbox.engine.begin() as conn:
+        put(conn, "q", {"n": 1}, registry=registry)
+    create_schema(outbox.engine)  # adds the column
+    with outbox.engine.begin() as conn:
+        put(conn, "q", {"n": 1}, registry=registry)
