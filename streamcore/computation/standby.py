@@ -138,7 +138,10 @@ class StandbyTasks:
             if self._stop.is_set():
                 return
             with self._lock:
+                # Claimed since `wanted` was read: the unit opens it, the copy must not.
                 if task in self._taking or task in self.stores.tasks:
+                    continue
+                if task in self.tailer.owned_tasks():
                     continue
                 if self._follow(task):
                     self.warm.add(task)
@@ -150,8 +153,10 @@ class StandbyTasks:
         engines = self.copies.get(task)
         if engines is None:
             try:
+                # No wait for a lock: its holder is the task's owner, and a copy can wait.
                 engines = {
-                    name: stores.open_engine(task, spec) for name, spec in stores.specs.items()
+                    name: stores.open_engine(task, spec, lock_timeout=0.0)
+                    for name, spec in stores.specs.items()
                 }
             except StateError as exc:  # e.g. its files still locked by a closing owner
                 logger.info(

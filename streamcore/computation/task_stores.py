@@ -297,8 +297,11 @@ class TaskStores:
             )
         return writer
 
-    def open_engine(self, task: int, spec: StoreSpec) -> StoreEngine:
-        """The engine of store `spec` of `task`, opened at its path in the state directory."""
+    def open_engine(
+        self, task: int, spec: StoreSpec, lock_timeout: float | None = None
+    ) -> StoreEngine:
+        """The engine of store `spec` of `task`, opened at its path in the state directory
+        (waiting up to `lock_timeout`, default the unit's, for another holder to let go)."""
         kind = self.engine or spec.engine or self.default_engine
         path = None
         if kind != "memory":
@@ -308,7 +311,7 @@ class TaskStores:
                     "but no state directory is set; set Settings.state_dir (or STREAMCORE_HOME)"
                 )
             path = self.state_dir / Name.of(self.computation).id / str(task) / spec.name
-        return open_engine(kind, path, self.lock_timeout)
+        return open_engine(kind, path, self.lock_timeout if lock_timeout is None else lock_timeout)
 
     def _open(
         self,
