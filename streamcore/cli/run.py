@@ -76,56 +76,107 @@ def _apply_groups(ctx: Context, values: list[str]) -> None:
         raise UsageError(f"--group: {exc}") from None
 
 
+def _topologies(ctx: Context) -> list[tuple[str, Any, Any]]:
+    """(label, topology, settings) of what this run runs: `MODULE:FACTORY`, or the declared
+    processors named by --processor, or every declared one."""
+    from streamcore.computation.declared import declared_processors
+    from streamcore.computation.loader import TopologySpecError
+
+    args = ctx.args
+    if args.topology and args.processor:
+        raise UsageError("give MODULE:FACTORY or --processor NAME, not both")
+    if args.topology:
+        topology, settings = _load(args)
+        return [(args.topology, topology, settings)]
+    declared = declared_processors(ctx.config)
+    names = args.processor or sorted(declared)
+    if not names:
+        raise UsageError(
+            "give a topology (MODULE:FACTORY), or declare processors in [processors.NAME] of "
+            "the configuration (docs/operating.md)"
+        )
+    unknown = [n for n in names if n not in declared]
+    if unknown:
+        raise UsageError(
+            f"--processor {', '.join(unknown)}: not declared; the configuration declares "
+            f"{', '.join(sorted(declared)) or 'none'}"
+        )
+    out = []
+    for name in names:
+        try:
+            topology, settings = declared[name].load(args.app_dir)
+        except TopologySpecError as exc:
+            raise UsageError(f"processors.{name}: {exc}") from None
+        out.append((name, topology, settings))
+    return out
+
+
 def run_run(ctx: Context) -> int:
     from streamcore.computation import StreamProcessor
+    from streamcore.computation.declared import declared_logs, ensure_logs
     from streamcore.computation.dump import install_dump_signal
     from streamcore.computation.server import MetricsServer
     from streamcore.computation.summary import summary_rows
 
     args = ctx.args
     _apply_groups(ctx, args.group or [])
-    topology, settings = _load(args)
-    _apply_concurrency(settings, args.concurrency or [])
-    _apply_start(settings, args.start or [])
+    runs = _topologies(ctx)
+    if args.metrics_port is not None and len(runs) > 1:
+        raise UsageError(
+            f"--metrics-port serves one processor and this run has {len(runs)}; run one "
+            "--processor per process to scrape each"
+        )
+    for _, _, settings in runs:
+        _apply_concurrency(settings, args.concurrency or [])
+        _apply_start(settings, args.start or [])
+    for name in ensure_logs(ctx.manager, declared_logs(ctx.config)):
+        ctx.err(f"created declared log {name}")
     stop = threading.Event()
     previous = {
         sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)
     }
-    processor = StreamProcessor(ctx.manager, topology, settings, health_delay=args.health_delay)
-    restore_dump = install_dump_signal(processor, ctx.config.home)
+    processors = [
+        StreamProcessor(ctx.manager, topology, settings, health_delay=args.health_delay)
+        for _, topology, settings in runs
+    ]
+    restore_dump = install_dump_signal(processors, ctx.config.home)
     server = None
     started = time.monotonic()
     drained = False
+    ended = True
     try:
-        processor.start()
+        for processor in processors:
+            processor.start()
         if args.metrics_port is not None:
-            server = MetricsServer(processor, args.metrics_port, args.metrics_host)
+            server = MetricsServer(processors[0], args.metrics_port, args.metrics_host)
             ctx.err(f"metrics on {server.url}")
         progress = Progress("run", interval=args.progress)
         deadline = started + args.timeout if args.timeout else None
         while not stop.wait(_TICK):
-            progress.update(sum(s.processed for s in processor.unit_stats()))
-            if processor.is_terminated():
+            progress.update(sum(s.processed for p in processors for s in p.unit_stats()))
+            if any(p.is_terminated() for p in processors):
                 break
-            if args.drain and processor.is_drained():
+            if args.drain and all(p.is_drained() for p in processors):
                 drained = True
                 break
             if deadline is not None and time.monotonic() >= deadline:
                 break
-        ended = processor.stop(args.stop_timeout)
     finally:
+        for processor in processors:
+            ended = processor.stop(args.stop_timeout) and ended
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         restore_dump()
         if server is not None:
             server.close()
-    rows = summary_rows(processor)
-    failed = processor.failed_computations()
+    rows = [row for processor in processors for row in summary_rows(processor)]
+    failed = [name for processor in processors for name in processor.failed_computations()]
     elapsed = time.monotonic() - started
     if ctx.json:
         ctx.emit_json(
             {
                 "topology": args.topology,
+                "processors": [label for label, _, _ in runs],
                 "elapsed_s": round(elapsed, 3),
                 "drained": drained if args.drain else None,
                 "stopped_cleanly": ended,
@@ -206,7 +257,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
-        "topology", metavar="MODULE:FACTORY", help="returns Topology or (Topology, Settings)"
+        "topology",
+        nargs="?",
+        metavar="MODULE:FACTORY",
+        help="returns Topology or (Topology, Settings); without it, the declared processors",
+    )
+    p.add_argument(
+        "--processor",
+        action="append",
+        metavar="NAME",
+        help="a processor declared in [processors.NAME] of the configuration (default: all of "
+        "them when no MODULE:FACTORY is given); repeatable",
     )
     p.add_argument("--app-dir", default=".", help="folder put on the import path (default: .)")
     p.add_argument("--drain", action="store_true", help="stop once every input is caught up")

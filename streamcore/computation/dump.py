@@ -136,15 +136,16 @@ def dump_file(home: Path, pid: int) -> Path:
 
 
 def install_dump_signal(
-    processor: StreamProcessor, home: Path, signum: int = signal.SIGUSR1
+    processors: list[StreamProcessor], home: Path, signum: int = signal.SIGUSR1
 ) -> Callable[[], None]:
-    """Write a dump to stderr and to `dump_file(home, pid)` on `signum`; returns the function
-    that puts the previous handler back. The dump is made on a thread of its own: a signal
-    handler runs between two bytecodes of the main thread, which must not wait for the log."""
+    """Write a dump of `processors` to stderr and to `dump_file(home, pid)` on `signum`; returns
+    the function that puts the previous handler back. The dump is made on a thread of its own:
+    a signal handler runs between two bytecodes of the main thread, which must not wait for the
+    log."""
 
     def write() -> None:
         try:
-            text = render_dump(unit_dumps(processor))
+            text = render_dump([u for p in processors for u in unit_dumps(p)])
             sys.stderr.write(text)
             path = dump_file(home, os.getpid())
             path.parent.mkdir(parents=True, exist_ok=True)

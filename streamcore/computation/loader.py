@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Mapping
+from typing import Any
 
 from streamcore.computation.settings import Settings
 from streamcore.computation.topology import Topology
@@ -24,9 +26,11 @@ class TopologySpecError(TopologyError):
     not help."""
 
 
-def load_topology(spec: str, app_dir: str = ".") -> tuple[Topology, Settings]:
+def load_topology(
+    spec: str, app_dir: str = ".", options: Mapping[str, Any] | None = None
+) -> tuple[Topology, Settings]:
     """(Topology, Settings) from `module:factory` (Settings default when the factory returns a
-    Topology only)."""
+    Topology only), the factory called with `options` as keyword arguments."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise TopologySpecError(f"{spec!r}: give the topology factory as module:function")
@@ -42,7 +46,15 @@ def load_topology(spec: str, app_dir: str = ".") -> tuple[Topology, Settings]:
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise TopologySpecError(f"{module_name} has no function {attr!r}")
-    result = factory()
+    try:
+        result = factory(**(options or {}))
+    except TypeError as exc:
+        if not options:
+            raise
+        raise TopologySpecError(
+            f"{spec} does not take the options {sorted(options)} ({exc}); fix the options or "
+            "the function's parameters"
+        ) from None
     topology, settings = result if isinstance(result, tuple) else (result, None)
     if not isinstance(topology, Topology) or not isinstance(settings, Settings | None):
         raise TopologySpecError(
