@@ -25,7 +25,9 @@ class GroupTuning:
     to the maximum while nothing comes). `rebalance_timeout`: how long a member retries a change
     of the group state that other members keep changing first, before failing;
     `rebalance_backoff` / `rebalance_backoff_max`: its random exponential backoff between
-    tries. Seconds."""
+    tries. `rebalance_wait`: how long a member whose reads are busy (a slow batch) keeps
+    partitions the group wants elsewhere before its heartbeat gives them up for it, uncommitted
+    (Nuclio's `MaxWaitHandlerDuringRebalance`). Seconds."""
 
     heartbeat_interval: float = 3.0
     session_timeout: float = 10.0
@@ -35,6 +37,7 @@ class GroupTuning:
     rebalance_timeout: float = 30.0
     rebalance_backoff: float = 0.002
     rebalance_backoff_max: float = 0.25
+    rebalance_wait: float = 300.0
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -98,3 +98,38 @@ def test_a_member_gives_up_a_contended_change_after_the_rebalance_timeout() -> N
     member = GroupMember(Contended("test/g", ["test/in"]), ["p-00"], tuning=tuning)
     with pytest.raises(LogError, match=r"in 0.05 s \(groups.rebalance_timeout\)"):
         member.refresh()
+
+
+def test_a_busy_member_gives_partitions_up_after_the_rebalance_wait() -> None:
+    """A member whose reads stay busy (a slow handler) past `rebalance_wait` while another joins:
+    its heartbeat gives the joiner's share up, uncommitted; the busy member drops it when it
+    reads again. Without the bound the joiner would wait for the member's max poll interval."""
+    from streamcore.log.memory import MemoryLogManager
+
+    manager = MemoryLogManager(
+        GroupTuning(heartbeat_interval=0.1, session_timeout=5.0, rebalance_wait=0.3)
+    )
+    manager.create("test/in", 2)
+    appender = manager.appender("test/in")
+    appender.append_batch([(f"k{i}", b"v") for i in range(20)], partition=0)
+    appender.append_batch([(f"k{i}", b"v") for i in range(20)], partition=1)
+    busy = manager.subscribe("test/slow", ["test/in"])
+    record = busy.read(timeout=5)
+    assert record is not None and len(busy.assignments) == 2
+    busy.mark(record)  # processed, not committed: the handover must not commit it
+    # ... and now its handler is slow: it does not read while another member joins.
+    joiner = manager.subscribe("test/slow", ["test/in"])
+    deadline_reads = 0
+    while len(joiner.assignments) != 1:
+        joiner.read(timeout=0.05)
+        deadline_reads += 1
+        assert deadline_reads < 2000, "the joiner never got its share"
+    given = joiner.assignments[0]
+    assert manager.committed("test/in", "test/slow")[given.partition] is None
+    busy.read(timeout=0.1)  # back from its slow batch: drops what it gave up
+    assert len(busy.assignments) == 1 and busy.assignments[0] != given
+    busy.commit_marked()  # refused for the partition it gave up
+    assert manager.committed("test/in", "test/slow")[given.partition] is None
+    busy.close()
+    joiner.close()
+    manager.close()

@@ -32,6 +32,12 @@ exponential backoff when another member changed the state first.
   (sticky, as Kafka's cooperative-sticky assignor). A task split between members (only while a
   member of a version that assigned single partitions is in the group) is given up by the
   members that do not own its first partition, so that one member can complete it.
+- **Bounded handover.** A member gives tasks up between batches, on its tailer's thread. If its
+  reads stay busy (a slow batch) for `rebalance_wait` (GroupTuning, default 300 s) while the
+  group wants some of its tasks elsewhere, its heartbeat thread gives them up itself, without
+  committing: the tailer drops them at its next read (as after an expiry), the rest of the busy
+  batch's work on them is not committed, and their new owner processes those records again.
+  Lower it for faster rebalances, at the price of those duplicates.
 - **Handover.** A member that gives a task up stops reading its partitions, calls
   `listener.on_revoked`, commits the marked positions of those partitions (and nothing else
   implicitly: delivery stays at-least-once), and only then removes itself as their owner in the
@@ -235,7 +241,8 @@ class GroupMember:
             )
         self.standby_replicas = standby_replicas
         self.location = location  # where this member's state lives (standby's module doc)
-        self.tuning = tuning  # the rebalance timeout and backoff of `update`
+        self.tuning = tuning  # the rebalance timeout and backoff of `update`, rebalance_wait
+        self._giving_since: float | None = None  # since when the group wants tasks of this one
         self.warm: frozenset[int] = frozenset()  # task indexes held warm (set by the processor)
         self.heartbeat_interval = heartbeat_interval
         self.session_timeout = session_timeout
@@ -506,6 +513,33 @@ class GroupMember:
         lost partitions, left the group, or was paused long enough to have been expired."""
         return self.lost or self.evicted or now - self.last_ok > self.stale_after
 
+    def _bound_handover(self, state: dict[str, Any]) -> None:
+        """Give up, for a tailer busy longer than `rebalance_wait`, the tasks the group wants
+        elsewhere (see "Bounded handover" in the module doc)."""
+        give = self.surplus(state) if self.id in state["members"] else []
+        if not give:
+            self._giving_since = None
+            return
+        now = time.monotonic()
+        if self._giving_since is None:
+            self._giving_since = now
+            return
+        waited = now - self._giving_since
+        if waited < self.tuning.rebalance_wait:
+            return
+        logger.warning(
+            "group %s: member %s has been busy %.1f s (groups.rebalance_wait %.1f s) while the "
+            "group wants %s elsewhere; giving them up without committing their current batch "
+            "(its records are processed again by their new owner)",
+            state["group"],
+            self.id,
+            waited,
+            self.tuning.rebalance_wait,
+            ", ".join(give),
+        )
+        self._giving_since = None
+        self.release(give)
+
     # -- heartbeat thread -----------------------------------------------------------------------
     def start(self) -> None:
         self.refresh()
@@ -536,7 +570,7 @@ class GroupMember:
                     self.due = True
                 if now - last_beat >= self.heartbeat_interval:
                     last_beat = now
-                    self.refresh()
+                    self._bound_handover(self.refresh())
                     continue
                 current = self.store.signature()
                 if current == signature:
@@ -545,8 +579,9 @@ class GroupMember:
                 state = self.store.load()
                 if expired(state, time.time(), keep=self.id):
                     last_beat = time.monotonic()
-                    self.refresh()
+                    state = self.refresh()
                 else:
                     self.observe(state)
+                self._bound_handover(state)
             except Exception:  # keep beating: a transient I/O error must not end the membership
                 logger.exception("heartbeat of group member %s failed; retrying", self.id)
