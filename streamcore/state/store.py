@@ -207,7 +207,10 @@ class KeyValueStore(Generic[V]):
 
     def put_raw_all(self, items: Iterable[tuple[str, bytes]]) -> None:
         """`put` each (key, value) of a store with the `bytes` codec, whose values are the bytes
-        given, in one call: a window store's checkpoint writes thousands at once."""
+        given, in one call: a window store's checkpoint writes thousands at once. The read cache
+        forgets these keys instead of keeping the values: the layer above that writes this way
+        keeps them itself (the window cache), and thousands of keys a second would push the
+        keys read out of the cache (each trim copies it)."""
         if self._exact is not _RAW:
             raise ArgumentTypeError(
                 f"put_raw_all writes raw bytes; store {self.name!r} encodes its values with "
@@ -223,9 +226,18 @@ class KeyValueStore(Generic[V]):
                     f"{type(value).__name__} for key {key!r}"
                 )
             write(key.encode("utf-8"), value)
-            cache[key] = value
-        if len(cache) > self._cache_size:
-            self._trim()
+            cache.pop(key, None)
+
+    def delete_all(self, keys: Iterable[str]) -> None:
+        """Delete each key without reading it first (`put(key, None)`), in one call; the read
+        cache forgets them (as `put_raw_all`): a window store's closed windows, never read
+        again."""
+        write, cache = self._write, self._cache
+        for key in keys:
+            if type(key) is not str:
+                raise _bad_key(key)
+            write(key.encode("utf-8"), _DELETED)
+            cache.pop(key, None)
 
     def delete(self, key: str) -> V | None:
         """Remove `key`; returns the value it had (None when absent)."""

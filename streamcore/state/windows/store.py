@@ -335,13 +335,15 @@ class _WindowedStore(Generic[V]):
 
     def _delete_all(self, data_keys: list[str]) -> None:
         """Delete windows by data key, with their index entries, without reading them."""
-        put = self.store.put
-        indexed = not self._by_start
-        for data_key in data_keys:  # the index entry is the data key's parts in another order
-            # None deletes (KeyValueStore.put) without reading the value first, as delete does.
-            put(data_key, None)  # type: ignore[arg-type]
-            if indexed:
-                put("x" + data_key[-TIME_WIDTH:] + data_key[1:-TIME_WIDTH], None)  # type: ignore[arg-type]
+        if self._by_start:
+            self.store.delete_all(data_keys)
+            return
+        # The index entry is the data key's parts in another order.
+        self.store.delete_all(
+            key
+            for data_key in data_keys
+            for key in (data_key, "x" + data_key[-TIME_WIDTH:] + data_key[1:-TIME_WIDTH])
+        )
 
     def next_close_time(self) -> int | None:
         """The stream time from which `take_closed` returns something: the close time of the

@@ -268,3 +268,21 @@ def test_put_raw_all_writes_bytes_stores_only(store: KeyValueStore[Any]) -> None
     assert list(raw.all()) == [("a", b"1"), ("b", b"2")]
     with pytest.raises(ArgumentTypeError, match="bytes values"):
         raw.put_raw_all([("c", "3")])  # type: ignore[list-item]
+
+
+def test_delete_all_deletes_without_reading_and_is_undone_by_the_journal(
+    store: KeyValueStore[Any],
+) -> None:
+    store.put_all([("a", 1), ("b", 2), ("c", 3)])
+    store.flush(store.changes(), b"cp")
+    assert store.get("a") == 1  # in the read cache
+    journal: list[Any] = []
+    store.journal = journal
+    store.delete_all(["a", "b", "z"])
+    assert (store.get("a"), store.get("b"), store.get("c"), store.get("z")) == (None, None, 3, None)
+    assert store.changes() == {b"a": None, b"b": None, b"z": None}
+    while journal:  # a failed record's effects undone
+        journal.pop().pop()
+    assert list(store.all()) == [("a", 1), ("b", 2), ("c", 3)]
+    with pytest.raises(ArgumentTypeError, match="must be a str"):
+        store.delete_all([1])  # type: ignore[list-item]
