@@ -246,8 +246,10 @@ def test_subscribe_routes_to_the_backend_of_its_logs(
 ) -> None:
     calls: list[tuple[Any, ...]] = []
 
-    def fake_subscribe(self: Any, group: str, names: Any, listener: Any, codec: Any) -> str:
-        calls.append((type(self).__name__, group, list(names), listener, codec))
+    def fake_subscribe(
+        self: Any, group: str, names: Any, listener: Any, codec: Any, *, start: str
+    ) -> str:
+        calls.append((type(self).__name__, group, list(names), listener, codec, start))
         return "tailer"
 
     monkeypatch.setattr(MemoryLogManager, "subscribe", fake_subscribe)
@@ -255,7 +257,9 @@ def test_subscribe_routes_to_the_backend_of_its_logs(
     um.create("fast/a", 1)
     um.create("fast/b", 1)
     assert um.subscribe("app/g", ["fast/a", "fast/b"], listener, "codec") == "tailer"
-    assert calls == [("MemoryLogManager", "app/g", ["fast/a", "fast/b"], listener, "codec")]
+    assert calls == [
+        ("MemoryLogManager", "app/g", ["fast/a", "fast/b"], listener, "codec", "earliest")
+    ]
     um.create("app/c", 1)
     with pytest.raises(ConfigError, match="a subscription of group app/g cannot read logs"):
         um.subscribe("app/g", ["fast/a", "app/c"])
