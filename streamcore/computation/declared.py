@@ -3,9 +3,11 @@
 --processor NAME` (or `streamcore run` for all) without writing Python (docs/operating.md,
 "Declared processors and logs").
 
-    [logs."app/orders"]                  # created when missing, where LogConfig routes it
+    [logs."app/orders"]                  # created when missing
     partitions = 4
     retention = "7d"                     # as `create(retention=)`; default: the backend's
+    compact = false                      # keep the latest record per key (docs/log.md)
+    backend = "kafka"                    # a [log.configs.*] name; default: LogConfig's route
 
     [processors.enrich]
     topology = "myapp.flows:enrich"      # module:function: a Topology or (Topology, Settings)
@@ -56,7 +58,7 @@ __all__ = [
 ]
 
 _PROCESSOR_KEYS = ("topology", "concurrency", "start", "options", "policy")
-_LOG_KEYS = ("partitions", "retention")
+_LOG_KEYS = ("partitions", "retention", "compact", "backend")  # the last two: LogConfig's
 _DURATIONS = ("delay", "max_delay", "batch_threshold")
 
 

@@ -38,6 +38,9 @@ Schema (every key optional; with none of it, every log is a local log under `hom
     group = "audit/"                # consumer groups whose URN starts with audit/
     config = "kafka"
 
+A log declared in `[logs."<name>"]` with `backend` or `compact` (streamcore.computation.declared)
+gets an exact-name rule of its own, tried before every `[[log.match]]` rule.
+
 A `namespace` or `group` value is a string or a list of strings. A bare word (`"bulk"`) matches that
 namespace: `bulk/anything`, and the namespace-less name `bulk` itself. A value with a `/` is a URN
 prefix: `"bulk/dlq-"` matches `bulk/dlq-indexer` but not `bulk/command`; `"audit/"` is the whole
@@ -171,17 +174,20 @@ class MatchRule:
     config: str
     namespaces: tuple[str, ...] = ()
     groups: tuple[str, ...] = ()
+    names: tuple[str, ...] = ()  # exact log URNs: a declared `[logs."<name>"]` with a backend
     archive: bool = True  # namespace rules: whether retention archives the logs (`archived`)
     compact: bool = False  # namespace rules: whether the logs keep only the latest per key
 
     @property
     def label(self) -> str:
+        if self.names:
+            return f'[logs."{self.names[0]}"]'
         kind, values = ("namespace", self.namespaces) if self.namespaces else ("group", self.groups)
         shown = f'"{values[0]}"' if len(values) == 1 else "[" + ", ".join(values) + "]"
         return f"[[log.match]] #{self.position} ({kind} = {shown})"
 
     def matches_name(self, urn: str) -> bool:
-        return any(_prefix_matches(p, urn) for p in self.namespaces)
+        return urn in self.names or any(_prefix_matches(p, urn) for p in self.namespaces)
 
     def matches_group(self, urn: str) -> bool:
         return any(_prefix_matches(p, urn) for p in self.groups)
@@ -222,7 +228,7 @@ class LogConfig:
                 raise ConfigError(_unknown_config(rule, configs))
         if forced is not None and forced.config not in configs:
             raise ConfigError(f"{forced.reason}: no config named {forced.config!r}")
-        self._name_rules = tuple(r for r in self.rules if r.namespaces)
+        self._name_rules = tuple(r for r in self.rules if r.namespaces or r.names)
         self._group_rules = tuple(r for r in self.rules if r.groups)
         self._cache: dict[tuple[str, str | None], Route] = {}
 
@@ -268,6 +274,7 @@ class LogConfig:
                 configs[forced.config] = BackendConfig(
                     forced.config, forced.config, {}, builtin=True
                 )
+        rules = _declared_rules(document.get("logs", {}), cls(configs, rules, forced)) + rules
         config = cls(configs, rules, forced)
         reachable = {backend.name for backend in config.used()}
         for name, backend in config.configs.items():
@@ -461,6 +468,31 @@ def _parse_rule(position: int, raw: Any) -> MatchRule:
                 f"{setting} = ... on a namespace rule matching the logs"
             )
     return MatchRule(position, config, groups=_parse_prefixes(raw["group"], f"{key}.group"))
+
+
+def _declared_rules(declared: Any, base: LogConfig) -> list[MatchRule]:
+    """Exact-name rules for the `[logs."<name>"]` tables that set `backend` or `compact`
+    (streamcore.computation.declared): they come before every `[[log.match]]` rule. A declared
+    log without a backend stays where the other rules route it."""
+    if not isinstance(declared, Mapping):
+        raise ConfigError(f"[logs] in the config file must be a table, got {declared!r}")
+    out = []
+    for name, raw in declared.items():
+        if not isinstance(raw, Mapping) or not ({"backend", "compact"} & set(raw)):
+            continue
+        where = f'[logs."{name}"]'
+        urn = Name.of(name).urn
+        backend, compact = raw.get("backend"), raw.get("compact", False)
+        if not isinstance(compact, bool):
+            raise ConfigError(f"{where}.compact must be true or false, got {compact!r}")
+        if backend is not None and backend not in base.configs:
+            raise ConfigError(
+                f"{where}.backend is {backend!r}, but no [log.configs.{backend}] exists; the "
+                f"configs are {', '.join(sorted(base.configs))}"
+            )
+        config = backend if backend is not None else base.route(urn).config
+        out.append(MatchRule(0, config, names=(urn,), archive=base.archived(urn), compact=compact))
+    return out
 
 
 def _forced_route(value: Any, source: str, configs: Mapping[str, BackendConfig]) -> Route:

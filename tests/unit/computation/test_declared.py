@@ -162,3 +162,23 @@ def test_bad_policies_logs_names_and_options_are_refused(
     argv = ["--config", str(tmp_path / "options.toml"), "run", "--app-dir", folder]
     assert main([*argv, "--processor", "tagger"]) == 2
     assert "does not take the options ['prefix']" in capsys.readouterr().err
+
+
+def test_a_declared_log_routes_to_its_backend_and_is_compacted_by_exact_name() -> None:
+    from streamcore.log.config import LogConfig
+
+    document = {
+        "log": {"configs": {"scratch": {"type": "memory"}}},
+        "logs": {
+            "decl/events": {"backend": "scratch", "compact": True},
+            "decl/plain": {"partitions": 2},
+        },
+    }
+    routing = LogConfig.parse(document, environ={})
+    assert routing.route("decl/events").config == "scratch"
+    assert routing.route("decl/events").reason == '[logs."decl/events"]'
+    assert routing.compacted("decl/events") and not routing.compacted("decl/plain")
+    assert routing.route("decl/events-2").config == "default"  # the exact name only
+    document["logs"] = {"decl/events": {"backend": "nowhere"}}
+    with pytest.raises(ConfigError, match=r"backend is 'nowhere', but no \[log.configs.nowhere\]"):
+        LogConfig.parse(document, environ={})
