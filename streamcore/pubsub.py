@@ -24,12 +24,11 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable
 
-from streamcore.errors import InvalidArgumentError, InvalidNameError, LogLockedError
+from streamcore.errors import InvalidArgumentError, InvalidNameError
 from streamcore.log import LogAppender, LogManager
-from streamcore.log.capabilities import writer_locks_of
+from streamcore.log.shared_append import append_shared
 from streamcore.names import Name
 
 __all__ = ["DEFAULT_RETENTION", "PubSub", "Subscription"]
@@ -143,29 +142,7 @@ class PubSub:
             appender = self._appenders.get(name)
             if appender is None or appender.closed:
                 appender = self._appenders[name] = self.manager.appender(name)
-            locks = writer_locks_of(self.manager, name)
-            if locks is None:
-                appender.append(topic, bytes(message))
-                return
-            # The local log has one writing process per partition: take the topic's partition
-            # for this message only, so that every process can publish.
-            deadline = time.monotonic() + self.publish_timeout
-            pause = 0.001
-            while True:
-                try:
-                    appender.append(topic, bytes(message))
-                    break
-                except LogLockedError:
-                    if time.monotonic() > deadline:
-                        raise LogLockedError(
-                            f"pubsub topic {topic!r}: its log {name} stayed locked by another "
-                            f"publishing process for {self.publish_timeout:g} s; is a process "
-                            "holding it without publishing (an appender of its own on it)?"
-                        ) from None
-                    time.sleep(pause)
-                    pause = min(0.05, pause * 2)
-                finally:
-                    locks.release_writer(name, 0)
+        append_shared(self.manager, appender, name, topic, bytes(message), self.publish_timeout)
 
     def subscribe(self, topic: str, callback: Callable[[str, bytes], None]) -> Subscription:
         """Deliver every message published to `topic` from now on to `callback(topic,

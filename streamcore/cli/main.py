@@ -28,6 +28,7 @@ from streamcore.cli import (
     recovery,
     run,
     tables,
+    work,
 )
 from streamcore.cli.context import Context, UsageError, global_options, load_cli_config
 from streamcore.errors import (
@@ -61,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.register(sub)
     run.register(sub)
     processor.register(sub)
+    work.register(sub)
     outbox.register(sub)
     tables.register(sub)
     bulk.register(sub)
