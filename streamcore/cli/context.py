@@ -108,10 +108,12 @@ def require_backend(manager: LogManager, name: Name, capability: type[T], what: 
     return found
 
 
-def codec_names() -> tuple[str, ...]:
+def codec_names(config: StreamcoreConfig | None = None) -> tuple[str, ...]:
+    """The built-in Record codecs and the custom ones (streamcore.codecs.named)."""
     from streamcore.codecs import CODEC_NAMES
+    from streamcore.codecs.named import custom_codec_names
 
-    return tuple(CODEC_NAMES)
+    return (*CODEC_NAMES, *custom_codec_names(config))
 
 
 def resolve_codec(name: str | None, config: StreamcoreConfig, *, allow_raw: bool = True) -> Any:
@@ -121,7 +123,7 @@ def resolve_codec(name: str | None, config: StreamcoreConfig, *, allow_raw: bool
         if not allow_raw:
             raise UsageError("--codec raw is not possible here; pick a Record codec")
         return None
-    names = codec_names()
+    names = codec_names(config)
     if name not in names:
         choices = ", ".join((*names, RAW) if allow_raw else names)
         raise UsageError(f"unknown codec {name!r}; use one of {choices}")

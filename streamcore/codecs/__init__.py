@@ -15,6 +15,7 @@ from streamcore.codecs.avro import AVRO_MODES, AvroCodec, default_store
 from streamcore.codecs.base import Codec
 from streamcore.codecs.fingerprint import canonical_form, fingerprint, format_fingerprint
 from streamcore.codecs.json_codec import JsonCodec
+from streamcore.codecs.named import custom_codec, custom_codec_names, register_codec
 from streamcore.codecs.parsed_schema import ParsedSchema, load_schema
 from streamcore.codecs.record_codec import RecordCodec
 from streamcore.codecs.registry import (
@@ -49,6 +50,7 @@ __all__ = [
     "format_fingerprint",
     "get_codec",
     "load_schema",
+    "register_codec",
 ]
 
 logger = logging.getLogger(__name__)
@@ -98,7 +100,15 @@ def get_codec(
     `load_config()`); `store` overrides the schema directory.
     """
     if name not in CODEC_NAMES:
-        raise CodecError(name, f"unknown codec; use one of {', '.join(CODEC_NAMES)}")
+        custom = custom_codec(name, config)
+        if custom is None:
+            known = ", ".join((*CODEC_NAMES, *custom_codec_names(config)))
+            raise CodecError(
+                name, f"unknown codec; use one of {known}, or register it (register_codec)"
+            )
+        if schema is not None:
+            raise CodecError(name, "a custom codec takes no schema= (its factory has its own)")
+        return custom
     if store is None:
         store = _store_for(config)
     parsed = None

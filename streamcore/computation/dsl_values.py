@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from streamcore.codecs import AVRO_MODES, Codec, JsonCodec, get_codec
+from streamcore.codecs.named import custom_codec
 from streamcore.computation.errors import DslDefinitionError
 from streamcore.errors import CodecError
 
@@ -65,10 +66,16 @@ def resolve_value_codec(spec: ValueCodecSpec, schema: Any = None, *, where: str)
                 "get_codec() yourself or pass codec='avro', schema=..."
             )
         return spec
+    if isinstance(spec, str) and spec not in VALUE_CODEC_NAMES:
+        custom = custom_codec(spec)
+        if custom is not None:
+            if schema is not None:
+                raise DslDefinitionError(f"{where}: the custom codec {spec!r} takes no schema=")
+            return custom
     if not isinstance(spec, str) or spec not in VALUE_CODEC_NAMES:
         raise DslDefinitionError(
-            f"{where}: unknown value codec {spec!r}; use one of {', '.join(VALUE_CODEC_NAMES)} "
-            "or a streamcore.codecs.Codec instance"
+            f"{where}: unknown value codec {spec!r}; use one of {', '.join(VALUE_CODEC_NAMES)}, "
+            "a registered custom codec (docs/codecs.md) or a streamcore.codecs.Codec instance"
         )
     if spec in AVRO_MODES:
         if schema is None:

@@ -263,5 +263,14 @@ def _positive(what: str, value: int) -> None:
 
 
 def _codec(codec: str) -> None:
-    if codec not in _CODECS:
-        raise TopologyError(f"unknown codec {codec!r}; use one of {', '.join(_CODECS)}")
+    if codec in _CODECS:
+        return
+    from streamcore.codecs.named import custom_codec_names
+
+    custom = custom_codec_names()
+    if codec not in custom:
+        known = ", ".join((*_CODECS, *custom))
+        raise TopologyError(
+            f"unknown codec {codec!r}; use one of {known}, or register yours "
+            "(streamcore.codecs.register_codec, [codec.custom], docs/codecs.md)"
+        )
