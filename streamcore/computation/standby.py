@@ -85,13 +85,6 @@ class StandbyTasks:
         )
         self._thread.start()
 
-    def lag(self) -> dict[int, int]:
-        """Per task kept, the changelog offsets its copy had left at its last pass."""
-        out: dict[int, int] = {}
-        for (task, _), progress in list(self.progress.items()):
-            out[task] = out.get(task, 0) + progress.remaining
-        return out
-
     def take(self, task: int) -> dict[str, StoreEngine]:
         """Stop keeping `task` and hand over its open engines (empty if there is no copy)."""
         self._taking.add(task)
@@ -152,13 +145,14 @@ class StandbyTasks:
         stores = self.stores
         engines = self.copies.get(task)
         if engines is None:
+            engines = {}
             try:
-                # No wait for a lock: its holder is the task's owner, and a copy can wait.
-                engines = {
-                    name: stores.open_engine(task, spec, lock_timeout=0.0)
-                    for name, spec in stores.specs.items()
-                }
+                for name, spec in stores.specs.items():
+                    # No wait for a lock: its holder is the task's owner, and a copy can wait.
+                    engines[name] = stores.open_engine(task, spec, lock_timeout=0.0)
             except StateError as exc:  # e.g. its files still locked by a closing owner
+                for engine in engines.values():
+                    engine.close()
                 logger.info(
                     "computation %s: no standby copy of task %d yet: %s",
                     stores.computation,

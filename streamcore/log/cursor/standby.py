@@ -92,11 +92,16 @@ def reserved(
     mine = warm_tasks(state, member)
     owners = state["owners"]
     counts = held_counts(state, tasks)
-    room = {mid for mid in state["members"] if counts[mid] < targets.get(mid, 0)}
-    out = set()
-    for index, task in enumerate(tasks):
-        if index in mine or any(key in owners for key in task):
-            continue
-        if any(index in warm_tasks(state, mid) for mid in room if mid != member):
-            out.add(index)
-    return out
+    # Warm tasks of the other members with room under their target: theirs to claim.
+    theirs = set().union(
+        *(
+            warm_tasks(state, mid)
+            for mid in state["members"]
+            if mid != member and counts[mid] < targets.get(mid, 0)
+        )
+    )
+    return {
+        index
+        for index, task in enumerate(tasks)
+        if index in theirs and index not in mine and not any(key in owners for key in task)
+    }
