@@ -315,10 +315,10 @@ class _Restore:
         self.listener.on_restore_start(self.changelog, self.store, start, end)
         if start < end:
             full = self._read(start, end) or full
-        if self.writer is None:
-            self._hold(progress.position)
-        else:
+        if self.writer is not None:
             self._compensate(progress.position)
+        elif start < end or full:  # a standby's pass that read nothing leaves the store as it is
+            self._hold(progress.position)
         progress.finished = time.monotonic()
         progress.done = True
         total = progress.restored + progress.skipped
@@ -553,6 +553,33 @@ class _Restore:
         self.progress.position = max(self.progress.position, position)
 
 
+def _run(
+    manager: LogManager,
+    changelog: LogPartition,
+    store: str,
+    engine: StoreEngine,
+    committed: Positions,
+    writer: ChangelogWriter | None,
+    settings: RestoreSettings | None,
+    listener: StateRestoreListener | None,
+    keep_going: Callable[[], bool],
+    progress: RestoreProgress | None,
+) -> RestoreResult:
+    """`restore` (with a writer) or `follow` (without), with their defaults."""
+    return _Restore(
+        manager,
+        changelog,
+        store,
+        engine,
+        committed,
+        writer,
+        settings or RestoreSettings(),
+        listener or StateRestoreListener(),
+        keep_going,
+        progress or RestoreProgress(changelog, store),
+    ).run()
+
+
 def restore(
     manager: LogManager,
     changelog: LogPartition,
@@ -579,19 +606,18 @@ def restore(
         raise StateError(
             f"the writer appends to {writer.name}, not to the changelog {changelog.name} restored"
         )
-    job = _Restore(
+    return _run(
         manager,
         changelog,
         store,
         engine,
         committed,
         writer,
-        settings or RestoreSettings(),
-        listener or StateRestoreListener(),
+        settings,
+        listener,
         keep_going,
-        progress or RestoreProgress(changelog, store),
+        progress,
     )
-    return job.run()
 
 
 def follow(
@@ -611,16 +637,7 @@ def follow(
     checkpoint stays at the first of them, so the next pass, or the new owner's `restore` after a
     failover, reads them again with the committed positions of that time: a failover restores
     only the changelog's tail. Raises what `restore` raises."""
-    job = _Restore(
-        manager,
-        changelog,
-        store,
-        engine,
-        committed,
-        None,
-        settings or RestoreSettings(),
-        StateRestoreListener(),
-        keep_going,
-        progress or RestoreProgress(changelog, store),
+    # No writer: the void records are held back (`_hold`), never compensated.
+    return _run(
+        manager, changelog, store, engine, committed, None, settings, None, keep_going, progress
     )
-    return job.run()
