@@ -112,15 +112,18 @@ class PubSub:
         self._subscriptions: list[Subscription] = []
         self._lock = threading.Lock()
 
-    def log_name(self, topic: str) -> Name:
-        """The log of `topic`, created when missing."""
+    def _name(self, topic: str) -> Name:
         try:
-            name = Name.of(f"{self.namespace}/{topic}")
+            return Name.of(f"{self.namespace}/{topic}")
         except InvalidNameError as exc:
             raise InvalidNameError(
                 f"invalid pubsub topic {topic!r}: a topic is a log name without namespace, "
                 f"[A-Za-z0-9][A-Za-z0-9_-]* ({exc})"
             ) from None
+
+    def log_name(self, topic: str) -> Name:
+        """The log of `topic`, created when missing."""
+        name = self._name(topic)
         if not self.manager.exists(name):
             self.manager.create(name, 1, retention=self.retention)
         elif self.manager.size(name) != 1:
@@ -138,9 +141,10 @@ class PubSub:
                 f"a pubsub message is bytes, got {type(message).__name__}; encode it first"
             )
         with self._lock:
-            name = self.log_name(topic)
+            name = self._name(topic)
             appender = self._appenders.get(name)
-            if appender is None or appender.closed:
+            if appender is None or appender.closed:  # checked and created once per topic
+                name = self.log_name(topic)
                 appender = self._appenders[name] = self.manager.appender(name)
         append_shared(self.manager, appender, name, topic, bytes(message), self.publish_timeout)
 
