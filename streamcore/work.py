@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from streamcore.codecs import get_codec
@@ -119,13 +119,7 @@ class WorkStats:
     pool_size: int
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "queue": self.queue,
-            "scheduled": self.scheduled,
-            "running": self.running,
-            "completed": self.completed,
-            "pool_size": self.pool_size,
-        }
+        return asdict(self)
 
 
 class WorkManager:

@@ -29,7 +29,7 @@ from streamcore.outbox.errors import (
 )
 from streamcore.outbox.log_context import encode_context
 from streamcore.outbox.notify import PENDING_KEY, local_hub
-from streamcore.outbox.schema import INIT, NOTIFY_CHANNEL, TABLE, jobs
+from streamcore.outbox.schema import INIT, NOTIFY_CHANNEL, TABLE, jobs, missing_columns
 
 __all__ = ["JobRef", "put", "put_many"]
 
@@ -61,14 +61,12 @@ def _check_schema(conn: sa.Connection) -> None:
     engine = conn.engine
     if engine in _checked:
         return
-    inspector = sa.inspect(conn)
-    if not inspector.has_table(TABLE):
+    if not sa.inspect(conn).has_table(TABLE):
         raise SchemaMissingError(
             f"the outbox table {TABLE} does not exist in {engine.url.render_as_string()}; "
             "create it once with streamcore.outbox.create_schema(engine) (Outbox.start() does)"
         )
-    present = {c["name"] for c in inspector.get_columns(TABLE)}
-    missing = sorted(c.name for c in jobs.columns if c.name not in present)
+    missing = sorted(c.name for c in missing_columns(conn))
     if missing:
         raise SchemaMissingError(
             f"the outbox table {TABLE} in {engine.url.render_as_string()} lacks the column(s) "

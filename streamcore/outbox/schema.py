@@ -9,6 +9,7 @@ detector handed to another worker cannot be finished twice. Times are epoch mill
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
@@ -26,6 +27,7 @@ __all__ = [
     "create_schema",
     "jobs",
     "metadata",
+    "missing_columns",
 ]
 
 
@@ -80,12 +82,15 @@ def create_schema(engine: Engine) -> None:
         _migrate(conn)
 
 
+def missing_columns(conn: sa.Connection) -> list[sa.Column[Any]]:
+    """The columns of the jobs table that a table made by an older version lacks."""
+    present = {c["name"] for c in sa.inspect(conn).get_columns(TABLE)}
+    return [column for column in jobs.columns if column.name not in present]
+
+
 def _migrate(conn: sa.Connection) -> None:
     """Add columns a table made by an older version lacks (they are all nullable)."""
-    present = {c["name"] for c in sa.inspect(conn).get_columns(TABLE)}
-    for column in jobs.columns:
-        if column.name in present:
-            continue
+    for column in missing_columns(conn):
         kind = column.type.compile(dialect=conn.dialect)
         conn.execute(sa.text(f'ALTER TABLE {TABLE} ADD COLUMN "{column.name}" {kind}'))
         logger.info("outbox: added column %s to %s", column.name, TABLE)
