@@ -59,6 +59,15 @@ def _apply_start(settings: Any, values: list[str]) -> None:
             raise UsageError(f"--start {value!r}: {exc}") from None
 
 
+def _apply_worker_allocation(settings: Any, values: list[str]) -> None:
+    for value in values:
+        name, sep, allocation = value.rpartition("=")
+        try:
+            settings.set_worker_allocation(name if sep else "default", allocation)
+        except TopologyError as exc:
+            raise UsageError(f"--worker-allocation {value!r}: {exc}") from None
+
+
 def _apply_groups(ctx: Context, values: list[str]) -> None:
     """`--group KEY=VALUE`: `[groups]` keys for this run, checked before anything starts."""
     if not values:
@@ -129,6 +138,7 @@ def run_run(ctx: Context) -> int:
     for _, _, settings in runs:
         _apply_concurrency(settings, args.concurrency or [])
         _apply_start(settings, args.start or [])
+        _apply_worker_allocation(settings, args.worker_allocation or [])
     for name in ensure_logs(ctx.manager, declared_logs(ctx.config)):
         ctx.err(f"created declared log {name}")
     stop = threading.Event()
@@ -283,6 +293,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="[NAME=]earliest|latest",
         help="where a new group reads partitions it never committed, for every computation or "
         "one (default earliest); repeatable",
+    )
+    p.add_argument(
+        "--worker-allocation",
+        action="append",
+        metavar="[NAME=]static|pool",
+        help="static: each thread owns partitions (default); pool: the threads share them, per "
+        "key in order (stateless computations; docs/operating.md); repeatable",
     )
     p.add_argument(
         "--group",

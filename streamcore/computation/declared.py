@@ -13,6 +13,7 @@
     topology = "myapp.flows:enrich"      # module:function: a Topology or (Topology, Settings)
     concurrency = 2                      # every computation of the topology
     start = "earliest"                   # or "latest": where a new group starts
+    worker_allocation = "static"         # or "pool": the units share the member's partitions
     [processors.enrich.options]          # keyword arguments of the function
     threshold = 3
     [processors.enrich.policy]           # ComputationPolicy of every computation
@@ -41,6 +42,7 @@ from typing import Any
 
 from streamcore.computation.loader import load_topology
 from streamcore.computation.policy import ComputationPolicy
+from streamcore.computation.pool import WORKER_ALLOCATIONS
 from streamcore.computation.settings import Settings
 from streamcore.computation.topology import Topology
 from streamcore.config import StreamcoreConfig, parse_duration_ms
@@ -57,7 +59,7 @@ __all__ = [
     "ensure_logs",
 ]
 
-_PROCESSOR_KEYS = ("topology", "concurrency", "start", "options", "policy")
+_PROCESSOR_KEYS = ("topology", "concurrency", "start", "worker_allocation", "options", "policy")
 _LOG_KEYS = ("partitions", "retention", "compact", "backend")  # the last two: LogConfig's
 _DURATIONS = ("delay", "max_delay", "batch_threshold")
 
@@ -82,6 +84,7 @@ class DeclaredProcessor:
     topology: str
     concurrency: int | None = None
     start: str | None = None
+    worker_allocation: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
     policy: dict[str, Any] = field(default_factory=dict)  # ComputationPolicy fields to set
 
@@ -94,6 +97,8 @@ class DeclaredProcessor:
                     settings.set_concurrency(name, self.concurrency)
                 if self.start is not None:
                     settings.set_start(name, self.start)
+                if self.worker_allocation is not None:
+                    settings.set_worker_allocation(name, self.worker_allocation)
                 if self.policy:
                     settings.set_policy(name, replace(settings.policy(name), **self.policy))
             except TopologyError as exc:
@@ -179,11 +184,18 @@ def declared_processors(config: StreamcoreConfig) -> dict[str, DeclaredProcessor
                 f"processors.{name}.start must be one of {', '.join(START_POSITIONS)}, got "
                 f"{start!r}"
             )
+        allocation = os.environ.get(_env(name, "worker_allocation"), table.get("worker_allocation"))
+        if allocation is not None and allocation not in WORKER_ALLOCATIONS:
+            raise ConfigError(
+                f"processors.{name}.worker_allocation must be one of "
+                f"{', '.join(WORKER_ALLOCATIONS)}, got {allocation!r}"
+            )
         out[name] = DeclaredProcessor(
             name,
             topology,
             None if concurrency is None else _int(concurrency, f"processors.{name}.concurrency", 1),
             start,
+            allocation,
             dict(_table(table.get("options", {}), f"[processors.{name}.options]")),
             _policy(name, _table(table.get("policy", {}), f"[processors.{name}.policy]")),
         )

@@ -11,6 +11,7 @@ from typing import Self
 from streamcore.computation.exactly_once import AT_LEAST_ONCE, GUARANTEES
 from streamcore.computation.filters import FilterChain, RecordFilter
 from streamcore.computation.policy import ComputationPolicy
+from streamcore.computation.pool import STATIC, WORKER_ALLOCATIONS
 from streamcore.computation.stream_time import (
     TimestampExtractor,
     TimestampFunction,
@@ -51,6 +52,12 @@ class Settings:
     `default_start` / `set_start(computation, start)`: where a computation's group reads a
     partition it has no committed position on, "earliest" (the default) or "latest" (Nuclio's
     "Seek To"; `LogManager.subscribe`); a group with committed positions resumes from them.
+    `default_worker_allocation` / `set_worker_allocation(computation, allocation)`: "static"
+    (the default: each of the `concurrency` units is a group member owning its partitions) or
+    "pool" (Nuclio's `workerAllocationMode`: the units are workers sharing the partitions of
+    one member, any free worker taking the next record, per-key order kept, only each
+    partition's contiguous processed prefix committed; stateless computations at
+    at-least-once only: `streamcore.computation.pool`, docs/operating.md).
 
     State stores (docs/state.md): `state_dir` holds the persistent stores (None: `state/` under
     the configured home); `state_engine` is the engine of stores that do not name one (None: the
@@ -84,6 +91,7 @@ class Settings:
     default_codec: str = "avro"
     default_policy: ComputationPolicy = field(default_factory=ComputationPolicy)
     default_start: str = "earliest"
+    default_worker_allocation: str = STATIC
     checkpoint_retries: int = 3
     checkpoint_pause: float = 10.0
     checkpoint_interval: float = 0.0
@@ -102,6 +110,7 @@ class Settings:
     _codecs: dict[str, str] = field(default_factory=dict, repr=False)
     _concurrency: dict[str, int] = field(default_factory=dict, repr=False)
     _starts: dict[str, str] = field(default_factory=dict, repr=False)
+    _allocations: dict[str, str] = field(default_factory=dict, repr=False)
     _policies: dict[str, ComputationPolicy] = field(default_factory=dict, repr=False)
     _filters: dict[str, list[RecordFilter]] = field(default_factory=dict, repr=False)
     _extractors: dict[str, TimestampExtractor] = field(default_factory=dict, repr=False)
@@ -112,6 +121,7 @@ class Settings:
         _positive("read_batch", self.read_batch)
         _codec(self.default_codec)
         _start("default_start", self.default_start)
+        _allocation("default_worker_allocation", self.default_worker_allocation)
         if (
             min(
                 self.checkpoint_retries,
@@ -189,6 +199,16 @@ class Settings:
             self._starts[computation] = start
         return self
 
+    def set_worker_allocation(self, computation: str, allocation: str) -> Self:
+        """How `computation`'s units share its partitions: "static" (the default) or "pool"
+        (`streamcore.computation.pool`)."""
+        _allocation(f"worker_allocation of {computation}", allocation)
+        if computation == DEFAULT:
+            self.default_worker_allocation = allocation
+        else:
+            self._allocations[computation] = allocation
+        return self
+
     def set_policy(self, computation: str, policy: ComputationPolicy) -> Self:
         if not isinstance(policy, ComputationPolicy):
             raise TopologyError(
@@ -234,6 +254,9 @@ class Settings:
     def start(self, computation: str) -> str:
         return self._starts.get(computation, self.default_start)
 
+    def worker_allocation(self, computation: str) -> str:
+        return self._allocations.get(computation, self.default_worker_allocation)
+
     def policy(self, computation: str) -> ComputationPolicy:
         return self._policies.get(computation, self.default_policy)
 
@@ -254,6 +277,15 @@ def _start(what: str, start: str) -> None:
         raise TopologyError(
             f"{what} must be one of {', '.join(START_POSITIONS)}, got {start!r}: 'earliest' reads "
             "a new group's partitions from their first record, 'latest' from their end"
+        )
+
+
+def _allocation(what: str, allocation: str) -> None:
+    if allocation not in WORKER_ALLOCATIONS:
+        raise TopologyError(
+            f"{what} must be one of {', '.join(WORKER_ALLOCATIONS)}, got {allocation!r}: "
+            "'static' gives each unit its own partitions, 'pool' lets the units share the "
+            "partitions of one member (stateless computations at at-least-once)"
         )
 
 

@@ -35,6 +35,7 @@ from streamcore.computation.exactly_once import (
     transactional_manager,
 )
 from streamcore.computation.health import HealthStatus, check_health
+from streamcore.computation.pool import POOL, PoolMember, check_pool
 from streamcore.computation.runner import ComputationRunner, InputStream, OutputStream
 from streamcore.computation.settings import Settings
 from streamcore.computation.standby import (
@@ -102,6 +103,7 @@ class StreamProcessor:
         self.settings = settings or Settings()
         self.health_delay = health_delay
         self._units: dict[str, list[_Unit]] = {}
+        self._pools: dict[str, PoolMember] = {}  # computations under pool allocation
         self._appenders: dict[str, LogAppender[Any]] = {}
         self._codecs: dict[str, Any] = {}
         self._started = False
@@ -113,6 +115,9 @@ class StreamProcessor:
         # Per computation, the manager of its checkpoints' transactions: refused here, naming
         # the log's guarantee, rather than at start.
         self._transactional: dict[str, Transactional] = {}
+        for name in topology.computation_names():
+            if self.settings.worker_allocation(name) == POOL:
+                check_pool(topology, self.settings, name)  # refused here, naming the fix
         # Refused here, naming the backend, when its groups cannot prefer a warm copy.
         self._standby: dict[str, StandbyGroups] = {}
         if self.settings.standby_replicas:
@@ -259,6 +264,11 @@ class StreamProcessor:
                     self._make_unit(name, i, budget) for i in range(self.settings.concurrency(name))
                 ]
             for name, units in self._units.items():
+                if self._pooled(name):
+                    pool = self._pools[name] = self._make_pool(name, units)
+                    for unit, thread in zip(units, pool.start(), strict=True):
+                        unit.thread = thread
+                    continue
                 for unit in units:
                     unit.thread = threading.Thread(
                         target=self._run_unit,
@@ -272,6 +282,27 @@ class StreamProcessor:
             ", ".join(f"{n} x{len(u)}" for n, u in self._units.items()),
         )
         return self
+
+    def _pooled(self, name: str) -> bool:
+        """Whether `name` runs under pool allocation (a source, reading nothing, never does)."""
+        pooled = self.settings.worker_allocation(name) == POOL
+        return pooled and bool(self.topology.input_streams(name))
+
+    def _make_pool(self, name: str, units: list[_Unit]) -> PoolMember:
+        settings = self.settings
+        tuning = getattr(self.manager, "tuning", None)  # [groups]: the local and memory logs'
+        return PoolMember(
+            self.manager,
+            name,
+            units[0].inputs,
+            [u.runner for u in units],
+            [u.stop_event for u in units],
+            start=settings.start(name),
+            read_batch=settings.read_batch,
+            checkpoint_interval=settings.checkpoint_interval,
+            checkpoint_retries=settings.checkpoint_retries,
+            rebalance_wait=300.0 if tuning is None else tuning.rebalance_wait,
+        )
 
     def _run_unit(self, unit: _Unit) -> None:
         runner = unit.runner
@@ -395,6 +426,12 @@ class StreamProcessor:
                 continue
             partitions = sum(self.manager.size(s) for s in inputs)
             running = [u.runner for u in units if u.runner.running]
+            pool = self._pools.get(name)
+            if pool is not None:  # one member for all the workers
+                tailer = pool.tailer
+                if running and (tailer is None or tailer.closed or not tailer.assignments):
+                    return False
+                continue
             assigned = sum(
                 1
                 for r in running
