@@ -35,12 +35,10 @@ and the two stream classes are the computation's view of that same state.
 
 from __future__ import annotations
 
-import gc
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from streamcore.computation.computation import Computation
@@ -471,13 +469,11 @@ class ComputationRunner(RebalanceListener):
                 return done
             batch, decoded = sync.release(tailer.assignments, self.clock_ms())
             if batch:
-                with _collector_paused():
-                    self._process(batch, decoded)
+                self._process(batch, decoded)
                 done += len(batch)
             return done
         if batch:
-            with _collector_paused():
-                self._process(batch)
+            self._process(batch)
             done += len(batch)
         return done
 
@@ -1001,27 +997,6 @@ class ComputationRunner(RebalanceListener):
             if buffered and (not low or buffered < low):
                 low = buffered
         return low
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a read batch is processed. The batch's records
-    (read, decoded, their outputs and undo entries) all live until it ends, so a collection in
-    the middle frees none of them but promotes them to the oldest generation, and each of those
-    promotions brings the next full collection (a walk of the whole heap) closer: in the
-    windowed count of bench/window_bench.py, 30 full collections a million records instead of 8.
-    Only cycles wait: what a record drops is freed at once by reference counting, and cyclic
-    garbage made during the batch (at most `read_batch` records' worth) is collected after it,
-    the collector's counts having kept growing. The log tailer pauses it the same way while it
-    builds a batch."""
-    paused = gc.isenabled()
-    if paused:
-        gc.disable()
-    try:
-        yield
-    finally:
-        if paused:
-            gc.enable()
 
 
 def _taker(decoded: list[Record | CodecError]) -> Callable[[bytes], Record]:
