@@ -275,6 +275,10 @@ class StreamcoreSparkSubmitOperator(BaseOperator):
         )
         summary = self.hook.run()
         self.log.info("%s summary: %s", self.job, json.dumps(summary, sort_keys=True, default=str))
+        if self.outlets:
+            from _assets import record_asset_events
+
+            record_asset_events(context, self.outlets, summary)
         return summary
 
     def on_kill(self) -> None:
@@ -542,6 +546,7 @@ def job_tasks(
     *,
     retries: Mapping[str, int] | None = None,
     skip: Callable[[Mapping[str, list[str]]], str | None] | None = None,
+    assets: Mapping[str, Any] | None = None,
     **submit: Any,
 ) -> Any:
     """`validate` → one spark-submit of `jobs/<job>.py` per step of `steps` (task ids, in order) →
@@ -554,7 +559,9 @@ def job_tasks(
     once the arguments are valid, says why the run has nothing to do (or None), as does the job
     itself for every step (`empty_steps`): validate is then skipped, and with it every later task
     in the same scheduling pass (each is directly downstream of validate), so an idle scheduled
-    run costs no Spark start-up. Returns the summary task."""
+    run costs no Spark start-up. `assets` gives a step's inlets and outlets (`_assets.StepAssets`
+    by step name): its success emits an asset event on each outlet whose extra is what the job's
+    summary says of the batch. Returns the summary task."""
     from airflow.sdk import get_current_context, task
 
     # multiple_outputs: each step's spark-submit pulls its own key (`checked[step]`); said
@@ -579,11 +586,14 @@ def job_tasks(
     checked = validate()
     submits = []
     for step in steps:
+        declared = (assets or {}).get(step)
         operator = StreamcoreSparkSubmitOperator(
             task_id=step,
             job=job,
             application_args=checked[step],
             retries=(retries or {}).get(step, 1),
+            inlets=list(declared.inlets) if declared else [],
+            outlets=list(declared.outlets) if declared else [],
             **submit,
         )
         if submits:

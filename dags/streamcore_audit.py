@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pendulum
+from _assets import StepAssets, assets, watched_stream
 from _streamcore import (
     default_args,
     given_interval,
@@ -22,6 +23,7 @@ from _streamcore import (
 from airflow.sdk import CronTriggerTimetable, Param, dag
 from airflow.sdk.exceptions import AirflowFailException
 
+from streamcore.arrivals import runs_on
 from streamcore.config import load_config
 
 # From include/streamcore.toml `[audit] schedule` (or STREAMCORE_AUDIT_SCHEDULE), read when the
@@ -31,6 +33,9 @@ from streamcore.config import load_config
 logger = logging.getLogger("dags.streamcore_audit")
 
 SCHEDULE = load_config().audit_schedule
+# `[audit] runs_on = "records"` (STREAMCORE_AUDIT_RUNS_ON): a run starts when entries arrive.
+RUNS_ON = runs_on(load_config(), "audit", "schedule")
+STREAM, GROUP = "audit/entries", "audit/delta"  # jobs/audit.py's, not imported at parse time
 PERIOD = f"{SCHEDULE.period.total_seconds() / 60:g} minutes"
 BACKFILL = "backfill"  # DagRun.run_type of the runs `airflow backfill create` makes
 
@@ -55,6 +60,12 @@ event day: `spark-submit jobs/audit.py batch | interval`.
 **Schedule**: `{SCHEDULE.cron}` (UTC), from `[audit] schedule` in `include/streamcore.toml`
 (or `STREAMCORE_AUDIT_SCHEDULE`). Each run's data interval is the {PERIOD} before it.
 No catch-up; one run at a time.
+
+**Runs on records** instead, with `[audit] runs_on = "records"` (or
+`STREAMCORE_AUDIT_RUNS_ON=records`): no cron; the asset `audit/entries` is watched by a trigger
+in Airflow's triggerer, which looks at the stream's end offsets every `[audit] watch_interval`
+(default 2s) and starts a run (batch mode) when entries arrive past what group `audit/delta` has
+landed. An idle stream starts no run. This DAG now runs: **{RUNS_ON.mode}**.
 
 **Modes** (`mode`, default `auto`):
 - **batch**: the entries group `audit/delta` has not landed yet (at most `batch_limit`), MERGEd
@@ -140,7 +151,6 @@ def nothing_to_land(argvs: Mapping[str, list[str]]) -> str | None:
     are the job's to judge (`jobs.audit.empty_summary`, which validate asks next)."""
     if argvs["land"][0] != "batch":
         return None
-    from jobs.audit import GROUP, STREAM
     from streamcore.log import open_log_manager
 
     try:
@@ -163,7 +173,11 @@ def nothing_to_land(argvs: Mapping[str, list[str]]) -> str | None:
     dag_id="streamcore_audit",
     # `interval`: each run's data interval is the period before it. Without it, Airflow 3 gives
     # cron schedules an empty data interval, which a backfill run could not replay.
-    schedule=CronTriggerTimetable(SCHEDULE.cron, timezone="UTC", interval=SCHEDULE.period),
+    schedule=(
+        [watched_stream(STREAM, GROUP, RUNS_ON, "streamcore_audit_records")]
+        if RUNS_ON.records
+        else CronTriggerTimetable(SCHEDULE.cron, timezone="UTC", interval=SCHEDULE.period)
+    ),
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     max_active_runs=1,  # batch runs share the group's positions: one at a time
@@ -179,6 +193,9 @@ def streamcore_audit() -> None:
         audit_arguments,
         retries={"land": 2},  # both modes are crash-safe and idempotent
         skip=nothing_to_land,
+        assets={
+            "land": StepAssets(assets(streams=[STREAM]), assets(tables=["audit", "quarantine"]))
+        },
     )
 
 

@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 import pendulum
+from _assets import StepAssets, assets
 from _streamcore import (
     default_args,
     dry_run_for,
@@ -22,7 +23,7 @@ from _streamcore import (
     logs_exist,
     streamcore_home,
 )
-from airflow.sdk import CronTriggerTimetable, Param, dag
+from airflow.sdk import AssetAlias, CronTriggerTimetable, Param, dag
 from airflow.sdk.exceptions import AirflowFailException
 
 TARGET_KINDS = ("stream", "topology", "table")  # jobs/backfill.py's --target-kind choices
@@ -149,7 +150,18 @@ def _check_exist(stream: str, target: str | None) -> None:
     default_args=default_args(retries=1),
 )
 def streamcore_backfill() -> None:
-    job_tasks("backfill", ["replay"], backfill_arguments, retries={"replay": 2})
+    job_tasks(
+        "backfill",
+        ["replay"],
+        backfill_arguments,
+        retries={"replay": 2},
+        # The stream and the target are Params: the target's event goes through an alias.
+        assets={
+            "replay": StepAssets(
+                assets(tables=["archive"]), [AssetAlias("streamcore_backfill_target")]
+            )
+        },
+    )
 
 
 streamcore_backfill()

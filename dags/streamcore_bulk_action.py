@@ -10,6 +10,7 @@ import logging
 from typing import Any
 
 import pendulum
+from _assets import StepAssets, assets
 from _streamcore import (
     default_args,
     job_tasks,
@@ -155,7 +156,17 @@ def claim_command(context: Any, command_id: str) -> dict[str, list[str]]:
     default_args=default_args(retries=1),
 )
 def streamcore_bulk_action() -> None:
-    job_tasks("bulk_action", ["run"], bulk_arguments, retries={"run": 2})
+    job_tasks(
+        "bulk_action",
+        ["run"],
+        bulk_arguments,
+        retries={"run": 2},
+        assets={
+            "run": StepAssets(
+                assets(tables=["repository"]), assets(tables=["repository", "bulk_status"])
+            )
+        },
+    )
 
 
 streamcore_bulk_action()

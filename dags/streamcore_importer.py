@@ -10,13 +10,21 @@ from pathlib import Path
 from typing import Any
 
 import pendulum
+from _assets import StepAssets, assets, watched_stream
 from _streamcore import default_args, job_tasks, streamcore_home
 from airflow.sdk import Param, dag
 from airflow.sdk.exceptions import AirflowFailException
 
+from streamcore.arrivals import runs_on
+from streamcore.config import load_config
+
 STREAM = "import/docs"
 GROUP = "import/repository"
 TABLE = "repository"
+# `[importer] runs_on = "records"` (STREAMCORE_IMPORTER_RUNS_ON): consume runs start when
+# documents arrive on import/docs, written by something else (no produce step).
+RUNS_ON = runs_on(load_config(), "importer", "manual")
+STEPS = ["consume"] if RUNS_ON.records else ["produce", "consume"]
 
 DOC = """
 # streamcore importer
@@ -35,6 +43,13 @@ Imports documents into the Delta table **`repository`** (upsert by id) through t
   when the share of failing rows exceeds `failure_threshold`.
 - **summary** logs a table of what the run did and keeps it in
   `STREAMCORE_HOME/runs/importer/<dag id>+<run id>.json`.
+
+**Runs on records**, with `[importer] runs_on = "records"` (or
+`STREAMCORE_IMPORTER_RUNS_ON=records`): the DAG has no produce step, and a run starts when
+documents arrive on `import/docs` past what group `import/repository` has consumed (a trigger in
+Airflow's triggerer looks at the stream's end offsets every `[importer] watch_interval`, default
+2s); an idle stream starts no run. The documents come from whoever appends them (an
+application, `streamcore` tools). The default is `manual`: runs start from the Trigger form.
 
 Random documents are seeded by the run id unless `seed` is given: retrying a run regenerates the
 same ids (the MERGE by id absorbs them), a new run adds new documents.
@@ -170,7 +185,11 @@ def importer_arguments(params: dict[str, Any], home: Path, run_id: str) -> dict[
 
 @dag(
     dag_id="streamcore_importer",
-    schedule=None,
+    schedule=(
+        [watched_stream(STREAM, GROUP, RUNS_ON, "streamcore_importer_records")]
+        if RUNS_ON.records
+        else None
+    ),
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     max_active_runs=1,  # runs share the consumer group: one at a time
@@ -182,11 +201,19 @@ def importer_arguments(params: dict[str, Any], home: Path, run_id: str) -> dict[
 def streamcore_importer() -> None:
     job_tasks(
         "importer",
-        ["produce", "consume"],
-        lambda params, context: importer_arguments(
-            params, streamcore_home(), context["dag_run"].run_id
-        ),
+        STEPS,
+        lambda params, context: {
+            step: argv
+            for step, argv in importer_arguments(
+                params, streamcore_home(), context["dag_run"].run_id
+            ).items()
+            if step in STEPS
+        },
         retries={"consume": 2},  # crash-safe and idempotent: a retry after a lost worker is safe
+        assets={
+            "produce": StepAssets(outlets=assets(streams=[STREAM])),
+            "consume": StepAssets(assets(streams=[STREAM]), assets(tables=[TABLE, "quarantine"])),
+        },
         driver_memory="2g",
     )
 

@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 import pendulum
+from _assets import StepAssets, archived_streams, assets
 from _streamcore import (
     default_args,
     dry_run_for,
@@ -158,6 +159,9 @@ def streamcore_retention() -> None:
         ["archive", "purge", "compact", "maintain"],
         retention_arguments,
         retries={"archive": 2, "purge": 1, "compact": 1, "maintain": 1},  # each is idempotent
+        assets={
+            "archive": StepAssets(assets(streams=archived_streams()), assets(tables=["archive"]))
+        },
     )
     task(task_id="archive_failures", retries=0)(check_archive_failures)(report)
 

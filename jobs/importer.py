@@ -256,7 +256,8 @@ def render(summary: dict[str, Any]) -> str:
     prints it). `summary`: the run's job summaries by step, `produce`'s and `consume`'s."""
     from streamcore.text import render_rows
 
-    produced, consumed = summary["produce"], summary["consume"]
+    # A run on records (the DAG's `[importer] runs_on`) has no produce step.
+    produced, consumed = summary.get("produce") or {}, summary["consume"]
     validation = consumed.get("validation") or {}
     failed = validation.get("failed_expectations") or []
     seconds = (produced.get("seconds") or 0) + (consumed.get("seconds") or 0)
