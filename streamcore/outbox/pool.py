@@ -27,7 +27,14 @@ from typing import Any
 import sqlalchemy as sa
 
 from streamcore.outbox import store
-from streamcore.outbox.claim import BatchDue, ClaimedJob, claim_batch, claim_due_batch, peek_batch
+from streamcore.outbox.claim import (
+    BatchDue,
+    ClaimedJob,
+    claim_after_done,
+    claim_batch,
+    claim_due_batch,
+    peek_batch,
+)
 from streamcore.outbox.consumers import QueueSpec, Registry
 from streamcore.outbox.execute import ExecutionOutcome, execute, execute_batch
 from streamcore.outbox.hooks import SystemHooks
@@ -216,9 +223,16 @@ class WorkerPool:
                         stamped = time.monotonic()
                         counts = self.wakeup.announced(spec.name)  # before the claim's look
                         conn = held.get()
-                        with conn.begin():
-                            store.mark_done(conn, unrecorded)
-                            found, batch = self._claim(conn, spec)
+                        if self._alone(conn, spec):
+                            recorded, batch = claim_after_done(
+                                conn, spec.name, spec.batch_capacity or self.batch_size, unrecorded
+                            )
+                            store.check_done(unrecorded, recorded)
+                            found = None
+                        else:
+                            with conn.begin():
+                                store.mark_done(conn, unrecorded)
+                                found, batch = self._claim(conn, spec)
                         unrecorded = []
                         self.hooks.succeeded(f"claiming jobs of {spec.name}")
                         if found is not None:
@@ -283,6 +297,14 @@ class WorkerPool:
         )
         looks[spec.name] = _Look(now, found, *counts)
         return found.seconds
+
+    @staticmethod
+    def _alone(conn: sa.Connection, spec: QueueSpec) -> bool:
+        """Whether the claim of `spec` and the `done` before it are one statement
+        (`claim_after_done`): on PostgreSQL, for a queue neither ordered nor waiting for batches
+        to fill."""
+        waits = bool(spec.batch_threshold) and spec.batch_capacity is not None
+        return conn.dialect.name == "postgresql" and not (spec.ordered or waits)
 
     def _claim(
         self, conn: sa.Connection, spec: QueueSpec

@@ -21,6 +21,7 @@ from streamcore.outbox.schema import DONE, ERROR, INIT, PROCESSING, TABLE, jobs
 
 __all__ = [
     "FailedJob",
+    "check_done",
     "due_errors",
     "errors",
     "force_retry",
@@ -71,6 +72,12 @@ def mark_done(conn: sa.Connection, batch: Sequence[ClaimedJob]) -> int:
             "AND lock_token = :token",
             params,
         ).rowcount
+    check_done(batch, changed)
+    return changed
+
+
+def check_done(batch: Sequence[ClaimedJob], changed: int) -> None:
+    """Log the jobs of `batch` that recording them `done` did not change (`changed` did)."""
     if changed != len(batch):
         logger.warning(
             "outbox: %d of %d finished jobs of %s had been taken over (hung timeout too short "
@@ -79,7 +86,6 @@ def mark_done(conn: sa.Connection, batch: Sequence[ClaimedJob]) -> int:
             len(batch),
             batch[0].queue,
         )
-    return changed
 
 
 def stamp(conn: sa.Connection, batch: Sequence[ClaimedJob]) -> set[int]:

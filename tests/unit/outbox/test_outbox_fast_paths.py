@@ -280,3 +280,44 @@ def test_a_worker_whose_connection_broke_takes_another(make_outbox, registry, mo
             put(conn, "q", 2, registry=registry)
         wait_for(lambda: done == [1, 2], 15, "the job after the connection broke")
     assert len(held) == 2 and held[1] is not held[0]
+
+
+@pytest.mark.parametrize("outbox_url", ["postgres"], indirect=True)
+@pytest.mark.parametrize("observed", [False, True], ids=["driver", "listener"])
+def test_a_postgres_claim_records_the_last_batch_done_in_one_statement(
+    make_outbox, registry, observed
+) -> None:
+    # What the transaction of mark_done then claim_batch did: the jobs still holding their
+    # token are recorded done (a taken-over one is not), and a job waiting for one of them is
+    # claimable in the same claim. Without a statement listener it runs in autocommit on the
+    # driver connection, which is left as SQLAlchemy expects it.
+    from streamcore.outbox.claim import claim_after_done, claim_batch
+
+    registry.define_queue("q")
+    outbox = make_outbox()
+    statements: list[str] = []
+    if observed:
+        sa.event.listen(outbox.engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    with outbox.engine.begin() as conn:
+        put(conn, "q", 1, id="first", registry=registry)
+        put(conn, "q", 2, id="taken-over", registry=registry)
+        put(conn, "q", 3, id="after-first", depends_on=("q", "first"), registry=registry)
+    with outbox.engine.begin() as conn:
+        running = claim_batch(conn, "q", 10)
+    assert [job.id for job in running] == ["first", "taken-over"]
+    with outbox.engine.begin() as conn:  # the hung detector hands "taken-over" to another run
+        conn.execute(
+            sa.update(jobs).where(jobs.c.id == "taken-over").values(status="init", lock_token=None)
+        )
+    with outbox.engine.connect() as conn:
+        recorded, claimed = claim_after_done(conn, "q", 10, running)
+        assert not conn.in_transaction()
+        assert conn.connection.dbapi_connection.autocommit is False
+        again, none = claim_after_done(conn, "q", 10, claimed)
+    assert recorded == 1
+    assert sorted(job.id for job in claimed) == ["after-first", "taken-over"]
+    assert (again, none) == (2, [])
+    with outbox.engine.connect() as conn:
+        status = dict(conn.execute(sa.select(jobs.c.id, jobs.c.status)).all())
+    assert status == {"first": "done", "taken-over": "done", "after-first": "done"}
+    assert any("WITH done AS" in s for s in statements) is observed
