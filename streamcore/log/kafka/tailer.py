@@ -627,7 +627,10 @@ class KafkaTailer(LogTailer[Any]):
                 break  # the next call raises it, at the record put back
             if len(out) >= max_records:
                 break
-            found = self._next(0)
+            # What is fetched already is taken straight from the buffer (`_take` skips what
+            # `_wait` would); `_next` only once it is used up. `_wait`'s other work cannot
+            # change in between: the marks move between reads, `_failed` only in a consume.
+            found = self._take() or self._next(0)
         return out
 
     def read_arrow(self, max_records: int = 65536, timeout: float = 0.0) -> Any:
