@@ -23,12 +23,11 @@ from streamcore.computation import (
     Topology,
 )
 from streamcore.computation.declared import declared_processors
-from streamcore.computation.pool import KeyQueue, PrefixTracker
+from streamcore.computation.pool import KeyQueue, PoolMember, PrefixTracker
 from streamcore.config import load_config
 from streamcore.errors import ConfigError, TopologyError
 from streamcore.log import LogManager, LogPartition, LogRecord
 from streamcore.log.memory import MemoryLogManager
-from streamcore.log.tuning import GroupTuning
 from streamcore.names import Name
 from streamcore.record import Record
 
@@ -180,13 +179,20 @@ def test_policies_apply_per_record_retry_then_dead_letter(manager: LogManager) -
     assert processor.lag("pooled").lag == 0
 
 
-def test_a_revoked_partition_waits_for_its_records_in_flight_then_moves() -> None:
+def test_a_revoked_partition_waits_for_its_records_in_flight_then_moves(
+    manager: LogManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A pool member with a record in flight on each partition while a second member joins:
-    the handover waits (within rebalance_wait) for the one on the partition it gives up,
-    commits it, and the joiner reads that partition from there."""
-    manager = MemoryLogManager(
-        GroupTuning(heartbeat_interval=0.1, session_timeout=5.0, rebalance_wait=30.0)
-    )
+    the handover waits (within rebalance_wait, 300 s here) for the records in flight on what it
+    gives up, commits them, and the joiner reads from there: each record is delivered once."""
+    revoking = threading.Event()
+    original = PoolMember.on_revoked
+
+    def on_revoked(self, tailer, partitions) -> None:
+        revoking.set()
+        original(self, tailer, partitions)
+
+    monkeypatch.setattr(PoolMember, "on_revoked", on_revoked)
     manager.create("app/in", 2)
     appender = manager.appender("app/in", CODEC)
     appender.append_batch([("a0", Record.of("a0", b"0"))], partition=0)
@@ -198,10 +204,11 @@ def test_a_revoked_partition_waits_for_its_records_in_flight_then_moves() -> Non
     wait_until(lambda: journal.entered == {"a0", "b0"}, WAIT, "both records in flight")
     second_journal = Journal()
     second = StreamProcessor(manager, topology(second_journal), pooled(2)).start()
-    wait_until(lambda: len(manager.group_members("pooled")) == 2, WAIT, "the joiner")
-    for gate in gates.values():  # the revoke waits for them: nothing is given up before
+    wait_until(revoking.is_set, WAIT, "the revoke")
+    assert manager.committed("app/in", "pooled") == [None, None]  # the handover waits
+    for gate in gates.values():
         gate.set()
-    assert second.wait_for_assignments(WAIT)
+    assert second.wait_for_assignments(WAIT) and first.wait_for_assignments(WAIT)
     wait_until(lambda: manager.committed("app/in", "pooled") == [1, 1], WAIT, "the handover")
     for partition, key in ((0, "a1"), (1, "b1")):
         appender.append_batch([(key, Record.of(key, b"1"))], partition=partition)
@@ -212,7 +219,6 @@ def test_a_revoked_partition_waits_for_its_records_in_flight_then_moves() -> Non
     )
     assert first.stop(WAIT) and second.stop(WAIT)
     assert len(second_journal.order) == 1  # the joiner took one partition, after its commit
-    manager.close()
 
 
 class Counted(Computation):
