@@ -20,7 +20,8 @@ The guarantees:
 - **Policies per record.** Each worker is a `ComputationRunner` without a tailer: retries,
   backoff, dead-letter, skip and continue-on-failure apply to each record as under static
   allocation; a record whose policy terminates stops every worker of the computation, and the
-  commit stops before that record.
+  commit stops before that record. A poison pill (or `ask_for_termination`) stops every worker
+  too: they are one member; records read and not processed then stay uncommitted.
 - **Bounded handover.** When the group takes partitions away (`on_revoked`), their records not
   started are dropped, the member waits up to `[groups] rebalance_wait` for their records in
   flight, commits their processed prefix and then gives them up.
@@ -43,7 +44,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from streamcore.computation.stats import TERMINATED
+from streamcore.computation.stats import RUNNING
 from streamcore.errors import TopologyError
 from streamcore.log import LogManager, LogPartition, LogRecord, LogTailer, RebalanceListener
 
@@ -444,7 +445,7 @@ class PoolMember(RebalanceListener):
         except Exception as exc:
             runner.terminate(exc, "the worker crashed")
         finally:
-            if runner.stats.state == TERMINATED:  # the whole computation stops, as static units
+            if runner.stats.state != RUNNING:  # failed, or a poison pill: every worker stops
                 self.request_stop()
             with queue.cond:
                 self._active -= 1

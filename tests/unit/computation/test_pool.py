@@ -29,7 +29,7 @@ from streamcore.errors import ConfigError, TopologyError
 from streamcore.log import LogManager, LogPartition, LogRecord
 from streamcore.log.memory import MemoryLogManager
 from streamcore.names import Name
-from streamcore.record import Record
+from streamcore.record import Flag, Record
 
 CODEC = get_codec("avro")
 WAIT = 60.0
@@ -177,6 +177,25 @@ def test_policies_apply_per_record_retry_then_dead_letter(manager: LogManager) -
     assert sum(s.retried for s in stats) == 4 and sum(s.dead_lettered for s in stats) == 2
     assert sum(len(v) for v in journal.seen.values()) == 60
     assert processor.lag("pooled").lag == 0
+
+
+def test_a_poison_pill_stops_every_worker(manager: LogManager) -> None:
+    feed(manager, [(f"k{i}", i) for i in range(10)], 1)
+    manager.appender("app/in", CODEC).append_batch(
+        [
+            ("pill", Record("pill", b"0", flags=Flag.POISON_PILL)),
+            ("after", Record.of("after", b"1")),
+        ]
+    )
+    journal = Journal()
+    processor = StreamProcessor(manager, topology(journal), pooled(3)).start()
+    wait_until(processor.is_terminated, WAIT, "every worker to stop")
+    assert processor.failed_computations() == [] and "pill" in journal.order
+    committed = manager.committed("app/in", "pooled")[0] or 0
+    assert committed <= 12  # the prefix: never past a record not processed
+    processed = {int(d) for key, values in journal.seen.items() for d in values if key != "after"}
+    assert set(range(min(committed, 10))) <= processed
+    assert processor.stop(WAIT)
 
 
 def test_a_revoked_partition_waits_for_its_records_in_flight_then_moves(
