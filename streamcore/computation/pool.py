@@ -44,6 +44,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from streamcore.computation.exactly_once import AT_LEAST_ONCE
 from streamcore.computation.stats import RUNNING
 from streamcore.errors import TopologyError
 from streamcore.log import LogManager, LogPartition, LogRecord, LogTailer, RebalanceListener
@@ -77,7 +78,7 @@ def check_pool(topology: Topology, settings: Settings, name: str) -> None:
     stores = topology.stores(name)
     if stores:
         why = f"it has state stores ({', '.join(s.name for s in stores)})"
-    elif settings.processing_guarantee != "at_least_once":
+    elif settings.processing_guarantee != AT_LEAST_ONCE:
         why = f'processing_guarantee is "{settings.processing_guarantee}"'
     elif settings.policy(name).batch_capacity > 1:
         why = f"its policy batches records (batch_capacity {settings.policy(name).batch_capacity})"

@@ -4,6 +4,7 @@ policies per record, the bounded handover and the refusals, on the memory, local
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 from collections import defaultdict
@@ -343,18 +344,41 @@ def test_the_key_queue_hands_a_key_to_one_worker_at_a_time() -> None:
     assert queue.take(0) is None and queue.size == 0
 
 
-def test_worker_allocation_from_the_cli_flag() -> None:
-    from streamcore.cli.context import UsageError
-    from streamcore.cli.run import _apply_worker_allocation
+CLI_APP = """
+from streamcore.computation import Computation, Settings, Topology
 
-    settings = Settings()
-    _apply_worker_allocation(settings, ["pool", "other=static"])
-    assert (settings.worker_allocation("x"), settings.worker_allocation("other")) == (
-        "pool",
-        "static",
+class Upper(Computation):
+    def __init__(self):
+        super().__init__("upper", 1, 1)
+
+    def process_record(self, context, input_stream, record):
+        context.produce_record("o1", record.key, record.data.upper())
+        context.ask_for_checkpoint()
+
+def flow():
+    topology = Topology.builder().add_computation(Upper, ["i1:cli/in", "o1:cli/out"]).build()
+    return topology, Settings(drain_quiet=0.2)
+"""
+
+
+def test_worker_allocation_from_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from streamcore.cli.main import main
+    from streamcore.log import open_log_manager
+
+    (tmp_path / "pool_cli_app.py").write_text(CLI_APP)
+    with open_log_manager() as manager:
+        manager.create("cli/in", 2)
+        manager.appender("cli/in", CODEC).append_batch(
+            [(f"k{i % 5}", Record.of(f"k{i % 5}", b"v")) for i in range(30)]
+        )
+    argv = ["run", "pool_cli_app:flow", "--app-dir", str(tmp_path), "--drain", "--timeout", "60"]
+    assert main([*argv, "--worker-allocation", "upper=shared"]) == 2
+    assert "--worker-allocation 'upper=shared': worker_allocation of upper must be one of " in (
+        capsys.readouterr().err
     )
-    with pytest.raises(UsageError, match="--worker-allocation 'x=shared': worker_allocation of x"):
-        _apply_worker_allocation(settings, ["x=shared"])
+    assert main([*argv, "--json", "--concurrency", "3", "--worker-allocation", "pool"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["computations"]
+    assert (row["units"], row["processed"], row["lag"]) == (3, 30, 0)
 
 
 def test_worker_allocation_declared_for_a_processor(
