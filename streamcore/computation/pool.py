@@ -38,6 +38,7 @@ Each worker has its own computation instance (from the topology's supplier), as 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -421,11 +422,11 @@ class PoolMember(RebalanceListener):
         try:
             runner.open(None)
             while runner.running:
+                if runner.next_timer <= runner.clock_ms():  # wall-clock timers run on the
+                    runner.step(0.0)  # worker that set them
                 timeout = _READ_TIMEOUT
-                if runner.next_timer != float("inf"):  # wall-clock timers fire on this worker
+                if runner.next_timer != math.inf:
                     due_in = (runner.next_timer - runner.clock_ms()) / 1000.0
-                    if due_in <= 0:
-                        runner.step(0.0)
                     timeout = max(0.0, min(timeout, due_in))
                 item = queue.take(timeout)
                 if item is None:

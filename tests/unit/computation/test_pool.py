@@ -241,6 +241,37 @@ def test_a_revoked_partition_waits_for_its_records_in_flight_then_moves(
     assert len(second_journal.order) == 1  # the joiner took one partition, after its commit
 
 
+class Ticking(Computation):
+    """Sets a wall-clock timer at init; its timer produces a record and asks for a checkpoint."""
+
+    def __init__(self) -> None:
+        super().__init__("ticking", 1, 1)
+
+    def init(self, context) -> None:
+        context.set_timer("tick", context.now_ms())
+
+    def process_record(self, context, input_stream, record) -> None:
+        context.ask_for_checkpoint()
+
+    def process_timer(self, context, key, timestamp_ms) -> None:
+        context.produce_record("o1", "tick", b"")
+        context.ask_for_checkpoint()
+
+
+def test_wall_clock_timers_run_on_the_worker_that_set_them() -> None:
+    manager = MemoryLogManager()
+    manager.create("app/in", 1)
+    ticking = Topology.builder().add_computation(Ticking, ["i1:app/in", "o1:app/ticks"]).build()
+    processor = StreamProcessor(manager, ticking, pooled(3)).start()
+    wait_until(
+        lambda: manager.exists("app/ticks") and manager.end_offsets("app/ticks") == [3],
+        WAIT,
+        "one tick per worker",
+    )
+    assert processor.stop(WAIT)
+    manager.close()
+
+
 class Counted(Computation):
     def __init__(self) -> None:
         super().__init__("test/counted", 1, 0)
