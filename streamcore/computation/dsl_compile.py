@@ -17,7 +17,7 @@ from typing import Any
 
 from streamcore.computation.computation import Computation, ComputationContext
 from streamcore.computation.dsl_graph import OperatorNode, SubTopology
-from streamcore.computation.dsl_process import BuiltinStep, ProcessStep
+from streamcore.computation.dsl_process import BuiltinStep, ProcessStep, noted
 from streamcore.computation.errors import DslDefinitionError, NotProcessingError
 from streamcore.errors import RecordFieldError
 from streamcore.record import Flag, Record
@@ -28,13 +28,6 @@ logger = logging.getLogger(__name__)
 
 Emit = Callable[[str, Any], None]
 _CONTROL = Flag.COMMIT | Flag.POISON_PILL
-
-
-def _noted(exc: BaseException, node: OperatorNode) -> None:
-    """Name the operator that raised; an exception a step's downstream raised inside a
-    `process` call already names its own operator."""
-    if not any(note.startswith("in DSL operator ") for note in getattr(exc, "__notes__", ())):
-        exc.add_note(f"in DSL operator {node.chain()}")
 
 
 def _fan_out(targets: list[Emit]) -> Emit:
@@ -67,6 +60,7 @@ class DslComputation(Computation):
         self._logical = {stream: f"o{i}" for i, stream in enumerate(subtopology.outputs, 1)}
         self._compiled: dict[int, Emit] = {}
         self._steps: list[ProcessStep] = []
+        self._user_steps: list[ProcessStep] = []  # those that may punctuate on stream time
         # logical input -> (its stream, value decoder, the compiled tree of its source)
         self._inputs: dict[str, tuple[str, Callable[[bytes], Any], Emit]] = {}
         trees = [(subtopology.source, subtopology.codec, subtopology.root), *subtopology.joined]
@@ -113,7 +107,7 @@ class DslComputation(Computation):
                 try:
                     keep = fn(key, value)
                 except Exception as exc:
-                    _noted(exc, node)
+                    noted(exc, node)
                     raise
                 if keep:
                     nxt(key, value)
@@ -125,7 +119,7 @@ class DslComputation(Computation):
                 try:
                     value = fn(value)
                 except Exception as exc:
-                    _noted(exc, node)
+                    noted(exc, node)
                     raise
                 nxt(key, value)
 
@@ -136,7 +130,7 @@ class DslComputation(Computation):
                 try:
                     key, value = fn(key, value)
                 except Exception as exc:
-                    _noted(exc, node)
+                    noted(exc, node)
                     raise
                 nxt(key, value)
 
@@ -147,13 +141,13 @@ class DslComputation(Computation):
                 try:
                     pairs = list(fn(key, value))
                 except Exception as exc:
-                    _noted(exc, node)
+                    noted(exc, node)
                     raise
                 for pair in pairs:
                     try:
                         k, v = pair
                     except Exception as exc:
-                        _noted(exc, node)
+                        noted(exc, node)
                         raise
                     nxt(k, v)
 
@@ -164,7 +158,7 @@ class DslComputation(Computation):
                 try:
                     values = list(fn(value))
                 except Exception as exc:
-                    _noted(exc, node)
+                    noted(exc, node)
                     raise
                 for one in values:
                     nxt(key, one)
@@ -176,7 +170,7 @@ class DslComputation(Computation):
                 try:
                     fn(key, value)
                 except Exception as exc:
-                    _noted(exc, node)
+                    noted(exc, node)
                     raise
                 nxt(key, value)
 
@@ -187,7 +181,7 @@ class DslComputation(Computation):
                 try:
                     key = fn(key, value)
                 except Exception as exc:
-                    _noted(exc, node)
+                    noted(exc, node)
                     raise
                 nxt(key, value)
 
@@ -198,22 +192,14 @@ class DslComputation(Computation):
         step = ProcessStep(node, self.metadata.name, self._source, nxt, len(self._steps))
         self._steps.append(step)
         if isinstance(step.processor, BuiltinStep):
-            builtin = step.processor.process
-
-            def process_builtin(key: str, value: Any) -> None:
-                try:
-                    builtin(key, value)
-                except Exception as exc:
-                    _noted(exc, node)
-                    raise
-
-            return process_builtin
+            return step.processor.process  # it names its operator in its exceptions itself
+        self._user_steps.append(step)
 
         def process(key: str, value: Any) -> None:
             try:
                 step.process(self._record, key, value)
             except Exception as exc:
-                _noted(exc, node)
+                noted(exc, node)
                 raise
 
         return process
@@ -226,7 +212,7 @@ class DslComputation(Computation):
                 try:
                     matched = predicate(key, value)
                 except Exception as exc:
-                    _noted(exc, node)
+                    noted(exc, node)
                     raise
                 if matched:
                     arm(key, value)
@@ -244,12 +230,12 @@ class DslComputation(Computation):
                     f"a record key must be a str, got {type(key).__name__} {key!r}; make the "
                     "map/flat_map before it return str keys"
                 )
-                _noted(exc, node)
+                noted(exc, node)
                 raise exc
             try:
                 data = encode(value)
             except Exception as exc:
-                _noted(exc, node)
+                noted(exc, node)
                 raise
             self._produce(output, Record(key, data, self._watermark))
 
@@ -279,7 +265,7 @@ class DslComputation(Computation):
         self._watermark = record.watermark
         self._record = record
         root(record.key, value)
-        for step in self._steps:
+        for step in self._user_steps:
             if step.stream_interval_ms:
                 step.start_stream_punctuation(context)
         context.ask_for_checkpoint()
@@ -297,5 +283,5 @@ class DslComputation(Computation):
                 if step.on_timer(context, key, timestamp_ms):
                     return
             except Exception as exc:
-                _noted(exc, step.node)
+                noted(exc, step.node)
                 raise

@@ -31,11 +31,18 @@ if TYPE_CHECKING:
     from streamcore.record import Record
     from streamcore.state.store import KeyValueStore
 
-__all__ = ["BuiltinStep", "DslProcessorContext", "ProcessStep"]
+__all__ = ["BuiltinStep", "DslProcessorContext", "ProcessStep", "noted"]
 
 logger = logging.getLogger(__name__)
 
 Emit = Callable[[str, Any], None]
+
+
+def noted(exc: BaseException, node: OperatorNode) -> None:
+    """Name the operator that raised; an exception a step's downstream raised inside a
+    `process` call already names its own operator."""
+    if not any(note.startswith("in DSL operator ") for note in getattr(exc, "__notes__", ())):
+        exc.add_note(f"in DSL operator {node.chain()}")
 
 
 class BuiltinStep(Processor):
@@ -43,15 +50,20 @@ class BuiltinStep(Processor):
     context to no user code: the chain calls its `process` directly, without
     `ProcessStep.process`'s per-record set-up of a `DslProcessorContext` (the current key and
     record, and the check that `forward` runs within `process`, which only a user's processor
-    needs). Before `init`, `bind` gives it the computation's context (the record's task and
-    times) and the rest of the chain, which it forwards to."""
+    needs), and without a wrapper that names the operator in an exception: its `process` does
+    that itself (`noted(exc, self._node)`). It schedules no punctuation, so the chain does not
+    look for its stream-time timer after each record. Before `init`, `bind` gives it the
+    computation's context (the record's task and times), the rest of the chain, which it
+    forwards to, and its operator."""
 
     _computation: ComputationContext
     _forward: Emit
+    _node: OperatorNode
 
-    def bind(self, context: ComputationContext, downstream: Emit) -> None:
+    def bind(self, context: ComputationContext, downstream: Emit, node: OperatorNode) -> None:
         self._computation = context
         self._forward = downstream
+        self._node = node
 
 
 class ProcessStep:
@@ -84,7 +96,7 @@ class ProcessStep:
         self.stream_tasks.clear()  # the runner forgets its stream-time timers on a rebalance
         self.context = DslProcessorContext(self, context)
         if isinstance(self.processor, BuiltinStep):
-            self.processor.bind(context, self.downstream)
+            self.processor.bind(context, self.downstream, self.node)
         self.processor.init(self.context)
 
     def process(self, record: Record | None, key: str, value: Any) -> None:

@@ -41,7 +41,7 @@ from streamcore.computation.dsl_aggregate import Aggregator, Initializer, Reduce
 from streamcore.computation.dsl_functions import Reduced, plus_one, require_callable, sum_counts
 from streamcore.computation.dsl_graph import computation_name_of
 from streamcore.computation.dsl_late import LateLog, route_late
-from streamcore.computation.dsl_process import BuiltinStep
+from streamcore.computation.dsl_process import BuiltinStep, noted
 from streamcore.computation.dsl_values import resolve_value_codec
 from streamcore.computation.errors import DslDefinitionError
 from streamcore.computation.processor import Processor, ProcessorContext
@@ -160,40 +160,46 @@ class _WindowedStep(BuiltinStep):
     def process(self, key: str, value: Any) -> None:
         if value is None:
             return
-        context = self._computation
-        times = context.record_times
-        assert times is not None  # process runs for a record
-        task_id, timestamp, now = times
-        task = self._tasks.get(task_id) or self._open_task(task_id)
-        if timestamp > now:
-            now = timestamp
-        if now > task.time:
-            task.time = now
-        else:
-            now = task.time
-        cache = task.cache
-        if cache is None:
-            self._uncached(task, key, value, timestamp, now)
-            return
-        updates = self._updates
-        windows = cache.aggregate(
-            key, value, timestamp, now, self.initializer, self.aggregator, updates
-        )
-        forward = self._forward
-        if windows.__class__ is LateRecord:
-            self.late.send(forward, context, key, value, windows.reason)
-            return
-        if updates:
-            for update in windows:  # type: ignore[union-attr]
-                forward(key, _result(update, update.value))
-        if now < cache.due_at or now < cache.due():
-            return  # nothing closes or expires yet
-        if updates:
-            cache.flush_closed(now)  # expiry reads the store
-            task.store.expire(now)
-            return
-        for closed in cache.take_closed(now):
-            forward(closed.key, _result(closed, closed.value))
+        try:  # the chain calls this directly: name the operator in what it raises (BuiltinStep)
+            context = self._computation
+            times = context.record_times
+            assert times is not None  # process runs for a record
+            task_id, timestamp, now = times
+            task = self._tasks.get(task_id) or self._open_task(task_id)
+            if timestamp > now:
+                now = timestamp
+            if now > task.time:
+                task.time = now
+            else:
+                now = task.time
+            cache = task.cache
+            if cache is None:
+                self._uncached(task, key, value, timestamp, now)
+                return
+            updates = self._updates
+            windows = cache.aggregate(
+                key, value, timestamp, now, self.initializer, self.aggregator, updates
+            )
+            if not windows and now < cache.due_at:  # a LateRecord is true
+                return  # the common case: nothing to forward, nothing closes or expires yet
+            forward = self._forward
+            if windows.__class__ is LateRecord:
+                self.late.send(forward, context, key, value, windows.reason)
+                return
+            if updates:
+                for update in windows:  # type: ignore[union-attr]
+                    forward(key, _result(update, update.value))
+            if now < cache.due_at or now < cache.due():
+                return  # nothing closes or expires yet
+            if updates:
+                cache.flush_closed(now)  # expiry reads the store
+                task.store.expire(now)
+                return
+            for closed in cache.take_closed(now):
+                forward(closed.key, _result(closed, closed.value))
+        except Exception as exc:
+            noted(exc, self._node)
+            raise
 
     def _uncached(self, task: _TaskWindows, key: str, value: Any, timestamp: int, now: int) -> None:
         """`process` for sliding and session windows, which go to the store at every record."""
