@@ -8,8 +8,8 @@ that does your business write.
 from __future__ import annotations
 
 import logging
+import os
 import time
-import uuid
 import weakref
 from collections.abc import Sequence
 from typing import Any, cast
@@ -31,7 +31,7 @@ from streamcore.outbox.log_context import encode_context
 from streamcore.outbox.notify import PENDING_KEY, local_hub
 from streamcore.outbox.schema import INIT, NOTIFY_CHANNEL, TABLE, jobs, missing_columns
 
-__all__ = ["JobRef", "put", "put_many"]
+__all__ = ["JobRef", "new_ids", "put", "put_many"]
 
 
 logger = logging.getLogger(__name__)
@@ -178,6 +178,26 @@ SELECT (SELECT count(*) FROM ins), pg_notify(%(channel)s, %(queue)s)
 """
 
 
+def new_ids(count: int, now_ms: int) -> list[str]:
+    """`count` job ids as UUIDv7 (RFC 9562) in hex: 48 bits of Unix time in milliseconds, then
+    74 random bits. Ids put together sort together, so the rows of a put land on one or two
+    pages of the (queue, id) index instead of one page each, which random UUIDs (version 4)
+    cost on every put and commit, on SQLite and PostgreSQL alike. Still unique: an id of the same
+    millisecond repeats with odds of about 2^-74 per pair."""
+    random = int.from_bytes(os.urandom(10 * count), "big")
+    ids = []
+    for _ in range(count):
+        bits, random = random & _RANDOM_80, random >> 80
+        rand_a, rand_b = bits >> 68, bits & _RANDOM_62  # 12 and 62 random bits
+        value = now_ms << 80 | 0x7 << 76 | rand_a << 64 | 0b10 << 62 | rand_b
+        ids.append(f"{value:032x}")
+    return ids
+
+
+_RANDOM_80 = (1 << 80) - 1
+_RANDOM_62 = (1 << 62) - 1
+
+
 def _notify_local(conn: sa.Connection, queue: str, count: int) -> None:
     """Wake this process's SQLite workers when the caller's transaction commits, telling them
     how many jobs of `queue` it put."""
@@ -205,8 +225,9 @@ def put_many(
     context = encode_context()
     rows: list[dict[str, Any]] = []
     refs: set[JobRef] = set()
+    job_ids = [str(i) for i in ids] if ids is not None else new_ids(len(payloads), now)
     for n, payload in enumerate(payloads):
-        job_id = str(ids[n]) if ids is not None else uuid.uuid4().hex
+        job_id = job_ids[n]
         ref = _dependency(spec, payload, depends_on)
         if ref is not None:
             refs.add(ref)
@@ -273,7 +294,8 @@ def put(
 ) -> str:
     """Put one job on `queue` in the transaction of `conn_or_session`; returns its id.
 
-    :param id: the job id, unique per queue. Default - a random UUID.
+    :param id: the job id, unique per queue. Default - a UUIDv7 in hex (time-ordered, 74 random
+        bits: `new_ids`).
     :param depends_on: `(queue, id)` of an existing job that must be `done` before this one
         runs. Default - the queue's `depends_on(payload)`, if it has one.
     :raises UnknownQueueError: the queue is not registered in this process.

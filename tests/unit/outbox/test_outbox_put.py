@@ -177,3 +177,22 @@ def test_depends_on_from_the_queue_option(make_outbox, registry):
             put(conn, "invoices", {"order": "o2"}, registry=registry)
     deps = [(r.depends_queue, r.depends_id) for r in job_rows(outbox.engine)]
     assert deps == [(None, None), ("orders", "o1"), (None, None)]
+
+
+def test_default_ids_are_uuid7_in_put_order_of_milliseconds(make_outbox, registry) -> None:
+    # Time-ordered ids keep the rows of a put together in the (queue, id) index.
+    import uuid
+
+    from streamcore.outbox.put import new_ids
+
+    registry.define_queue("q")
+    outbox = make_outbox()
+    with outbox.engine.begin() as conn:
+        ids = put_many(conn, "q", list(range(50)), registry=registry)
+    assert len(set(ids)) == 50
+    for job_id in ids:
+        parsed = uuid.UUID(job_id)
+        assert (parsed.version, parsed.variant, parsed.hex) == (7, uuid.RFC_4122, job_id)
+    assert new_ids(1, 1_000)[0] < new_ids(1, 1_001)[0]  # the first 48 bits are the milliseconds
+    assert new_ids(3, 0x0123456789AB)[2].startswith("0123456789ab7")
+    assert len(set(new_ids(10_000, 5))) == 10_000
