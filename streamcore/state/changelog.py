@@ -35,12 +35,17 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from streamcore.codecs.framing import SINGLE_OBJECT_HEADER_SIZE, single_object_header
-from streamcore.codecs.record_binary import RECORD_FINGERPRINT, decode_record, encode_record
+from streamcore.codecs.record_binary import (
+    RECORD_FINGERPRINT,
+    avro_long,
+    decode_record,
+    encode_record,
+)
 from streamcore.errors import CorruptCheckpointError, InvalidNameError, StateError
 from streamcore.log.api import LogAppender, LogManager
 from streamcore.log.capabilities import Segmented, TopicConfigurable
@@ -57,6 +62,7 @@ __all__ = [
     "StoreCheckpoint",
     "changelog_name",
     "decode_positions",
+    "delete_encoder",
     "encode_delete",
     "encode_positions",
     "encode_put",
@@ -176,6 +182,23 @@ def encode_delete(key: str, blob: bytes) -> bytes:
     return encode_record(Record(key, blob, 0, TOMBSTONE), DELETE_PREFIX)
 
 
+def delete_encoder(blob: bytes) -> Callable[[bytes], bytes]:
+    """`encode_delete(key, blob)` for many keys, given in UTF-8, and one `blob` (the deletes of
+    one append: a window store's checkpoint has thousands). The Avro body of a Record is its
+    fields in schema order, the key an Avro string (zigzag varint length, then the UTF-8) right
+    after the watermark, so the bytes around the key are those of the tombstone with the empty
+    key, made once."""
+    empty = avro_long(0)  # the empty key's length
+    whole = encode_record(Record("", blob, 0, TOMBSTONE), DELETE_PREFIX)
+    at = len(DELETE_PREFIX) + len(avro_long(0))  # after the watermark 0
+    head, tail = whole[:at], whole[at + len(empty) :]
+
+    def encode(key: bytes) -> bytes:
+        return head + avro_long(len(key)) + key + tail
+
+    return encode
+
+
 def decode_delete(value: bytes) -> bytes:
     """The positions of a delete `encode_delete` wrote."""
     return decode_record(value, SINGLE_OBJECT_HEADER_SIZE).data
@@ -209,10 +232,10 @@ class ChangelogWriter:
             return self.manager.end_offsets(self.name)[task]
         blob = encode_positions(positions)
         header = put_header(blob)
+        delete = delete_encoder(blob)
         items: list[tuple[str, bytes]] = []
         for raw, value in changes.items():
-            key = raw.decode("utf-8")
-            items.append((key, encode_delete(key, blob) if value is None else header + value))
+            items.append((raw.decode("utf-8"), delete(raw) if value is None else header + value))
         offsets = self._appender.append_batch(items, partition=task)
         return offsets[-1].offset + 1
 

@@ -27,6 +27,8 @@ from streamcore.state.changelog import (
     StoreCheckpoint,
     changelog_name,
     decode_positions,
+    delete_encoder,
+    encode_delete,
     encode_positions,
     ensure_changelog,
 )
@@ -128,3 +130,13 @@ def test_the_checkpoint_round_trips_and_a_corrupt_one_says_so() -> None:
     for corrupt in (b"", b"\xff", b"[]", b'{"v":2}', b'{"v":1,"incarnation":1,"offset":0}'):
         with pytest.raises(CorruptCheckpointError, match="not a store checkpoint"):
             StoreCheckpoint.decode(corrupt)
+
+
+@pytest.mark.parametrize("blob", [b"", b"[]", bytes(range(256)) * 20])
+def test_the_delete_encoder_writes_encode_deletes_bytes(blob: bytes) -> None:
+    """Around the key, the bytes of the empty key's tombstone: the same bytes as encode_delete
+    for keys whose length takes one, two and three varint bytes, and for non-ASCII keys."""
+    delete = delete_encoder(blob)
+    keys = ["", "k", "w" + "0" * 16 + "k42\x00\x00", "é€😀\x00", "x" * 63, "x" * 64, "y" * 9000]
+    for key in keys:
+        assert delete(key.encode("utf-8")) == encode_delete(key, blob), key
