@@ -42,6 +42,7 @@ __all__ = [
     "claim_batch",
     "claim_due_batch",
     "claim_error",
+    "may_claim",
     "now_ms",
     "peek_batch",
 ]
@@ -76,6 +77,9 @@ _HEAD = (
 _CLAIMABLE_CREATED = (
     f"SELECT j.created_ms FROM {TABLE} j WHERE j.queue = :queue AND j.status = '{INIT}' "
     f"AND {_READY} ORDER BY j.seq LIMIT :limit"
+)
+_ANY_CLAIMABLE = (
+    f"SELECT 1 FROM {TABLE} j WHERE j.queue = :queue AND j.status = '{INIT}' AND {_READY} LIMIT 1"
 )
 _CLAIM_ERROR = (
     f"UPDATE {TABLE} {_SET_PROCESSING} WHERE seq = :seq AND status = '{ERROR}' {_RETURNING}"
@@ -177,6 +181,14 @@ def claim_after_done(
     rows = sql.alone(conn, _CLAIM_AFTER_DONE_PG, params)
     claimed = [row[1:] for row in rows if row[1] is not None]
     return rows[0][0], _jobs(claimed, queue, token)
+
+
+def may_claim(conn: sa.Connection, queue: str) -> bool:
+    """False when a read on SQLite, outside any write transaction, finds no claimable job of
+    `queue` (not ordered): a claim would take the write lock for nothing. True otherwise
+    (PostgreSQL, whose claim finds that out in one round trip, or an observed engine)."""
+    rows = sql.read_unlocked(conn, _ANY_CLAIMABLE, {"queue": queue})
+    return rows is None or bool(rows)
 
 
 def _leading(rows: list[Any]) -> list[Any]:

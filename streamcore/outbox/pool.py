@@ -4,7 +4,8 @@ A worker claims up to `batch_size` jobs of one queue (queues taken in turn), run
 one, and marks the successes `done` in one statement. The batch is a `Lease`: the hung timeout
 counts per job from its own start, not from the claim (see `lease`). When no queue has work it
 sleeps until a wake-up (a committed `put`, see `notify`) or `poll_interval` (jobs put by
-processes that cannot wake us, and jobs whose dependency got done).
+processes that cannot wake us, and jobs whose dependency got done). On SQLite a worker with no
+`done` to record looks for a claimable job without the write lock before it claims.
 
 A batch queue (`batch_capacity`) is claimed `batch_capacity` jobs at a time, once its batch is
 due (`batch_threshold`), and its consumer runs once for the whole batch: they succeed together
@@ -33,6 +34,7 @@ from streamcore.outbox.claim import (
     claim_after_done,
     claim_batch,
     claim_due_batch,
+    may_claim,
     peek_batch,
 )
 from streamcore.outbox.consumers import QueueSpec, Registry
@@ -219,11 +221,16 @@ class WorkerPool:
                 try:
                     # Jobs to record `done` need the write transaction anyway: no look first.
                     due = self._due(spec, looks) if not unrecorded else 0.0
+                    conn = held.get()
+                    if due == 0 and not unrecorded and self._plain(spec):
+                        # A look without the write lock: a woken worker whose jobs another one
+                        # took takes no write transaction (SQLite). A put committed after the
+                        # look wakes it again (`seen` is older).
+                        due = 0.0 if may_claim(conn, spec.name) else None
                     if due == 0:
                         stamped = time.monotonic()
                         counts = self.wakeup.announced(spec.name)  # before the claim's look
-                        conn = held.get()
-                        if self._alone(conn, spec):
+                        if conn.dialect.name == "postgresql" and self._plain(spec):
                             recorded, batch = claim_after_done(
                                 conn, spec.name, spec.batch_capacity or self.batch_size, unrecorded
                             )
@@ -299,12 +306,12 @@ class WorkerPool:
         return found.seconds
 
     @staticmethod
-    def _alone(conn: sa.Connection, spec: QueueSpec) -> bool:
-        """Whether the claim of `spec` and the `done` before it are one statement
-        (`claim_after_done`): on PostgreSQL, for a queue neither ordered nor waiting for batches
-        to fill."""
+    def _plain(spec: QueueSpec) -> bool:
+        """Whether `spec` is neither ordered nor waiting for batches to fill: its claim takes
+        the oldest claimable jobs, on PostgreSQL in one statement with the `done` before it
+        (`claim_after_done`)."""
         waits = bool(spec.batch_threshold) and spec.batch_capacity is not None
-        return conn.dialect.name == "postgresql" and not (spec.ordered or waits)
+        return not (spec.ordered or waits)
 
     def _claim(
         self, conn: sa.Connection, spec: QueueSpec

@@ -33,7 +33,7 @@ import sqlalchemy as sa
 
 from streamcore.sql import SerializedSqliteConnection
 
-__all__ = ["Params", "alone", "execute", "in_list", "read"]
+__all__ = ["Params", "alone", "execute", "in_list", "read", "read_unlocked"]
 
 
 _NAMED = re.compile(r"(?<![:\w]):(\w+)")
@@ -111,6 +111,19 @@ def alone(conn: sa.Connection, sql: str, params: dict[str, Any]) -> list[Any]:
         return list(
             conn.exec_driver_sql(_for_driver(sql, conn.dialect.paramstyle), params).fetchall()
         )
+
+
+def read_unlocked(conn: sa.Connection, sql: str, params: dict[str, Any]) -> list[Any] | None:
+    """The rows of a query run on the SQLite driver connection of `conn`, which is in no
+    transaction: in autocommit the query is its own read transaction, which takes neither the
+    process's write lock nor a BEGIN IMMEDIATE (see `read`). None where that cannot be done
+    unseen (PostgreSQL, or an observed engine: see the module docstring)."""
+    if conn.in_transaction():
+        return None
+    driver = _sqlite_driver(conn)
+    if driver is None:
+        return None
+    return _on_driver(conn, driver, sql, params).fetchall()
 
 
 def read(engine: sa.Engine, sql: str, params: dict[str, Any]) -> list[Any]:

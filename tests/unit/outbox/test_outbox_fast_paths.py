@@ -321,3 +321,34 @@ def test_a_postgres_claim_records_the_last_batch_done_in_one_statement(
         status = dict(conn.execute(sa.select(jobs.c.id, jobs.c.status)).all())
     assert status == {"first": "done", "taken-over": "done", "after-first": "done"}
     assert any("WITH done AS" in s for s in statements) is observed
+
+
+def test_a_look_for_claimable_jobs_takes_no_write_lock_on_sqlite(make_outbox, registry) -> None:
+    # A woken worker whose jobs another one took looks first and takes no write transaction;
+    # PostgreSQL's claim finds that out in one round trip, so it always claims there.
+    from streamcore.outbox.claim import claim_batch, may_claim
+
+    registry.define_queue("q")
+    outbox = make_outbox()
+    sqlite = outbox.engine.dialect.name == "sqlite"
+    with outbox.engine.connect() as conn:
+        assert may_claim(conn, "q") is not sqlite
+        with outbox.engine.begin() as other:
+            put(other, "q", 1, id="first", registry=registry)
+            put(other, "q", 2, id="second", depends_on=("q", "first"), registry=registry)
+        assert may_claim(conn, "q") is True
+        with conn.begin():
+            [first] = claim_batch(conn, "q", 10)
+            assert may_claim(conn, "q") is True  # in a transaction: it cannot look unseen
+        assert first.id == "first"
+        if sqlite:  # "second" waits for "first"; a writer holding the lock does not block the look
+            writer = outbox.engine.connect()
+            writer.begin()
+            put(writer, "q", 3, id="held", depends_on=("q", "first"), registry=registry)
+            assert may_claim(conn, "q") is False
+            writer.rollback()
+            writer.close()
+    observed: list[str] = []
+    sa.event.listen(outbox.engine, "before_cursor_execute", lambda *a: observed.append(a[2]))
+    with outbox.engine.connect() as conn:
+        assert may_claim(conn, "q") is True  # observed: the claim itself says
