@@ -17,7 +17,7 @@ from typing import Any
 
 from airflow.sdk import Asset, AssetAlias
 
-from streamcore.arrivals import RunsOn
+from streamcore.arrivals import RunsOn, runs_on
 from streamcore.config import load_config
 from streamcore.datasets import CATALOG_STREAMS, Dataset, stream_dataset, table_dataset
 from streamcore.log.config import LogConfig
@@ -28,6 +28,14 @@ from streamcore.log.config import LogConfig
 ROW_KEYS = ("imported", "landed", "archived", "processed", "appended")
 # Summary keys copied as they are into the event's `extra`.
 COPIED = ("batch", "delta_version", "quarantined", "read", "dry_run", "state", "command_id")
+
+
+# The DAGs that can run on records (docs/airflow.md, "Assets and event-driven runs"): their
+# configuration section and default mode, the stream they watch and the group that lands it.
+RECORDS_DAGS = {
+    "streamcore_audit": ("audit", "schedule", "audit/entries", "audit/delta"),
+    "streamcore_importer": ("importer", "manual", "import/docs", "import/repository"),
+}
 
 
 @cache
@@ -42,32 +50,43 @@ def dataset_asset(dataset: Dataset, **kwargs: Any) -> Asset:
     return Asset(name=dataset.name, uri=dataset.uri, group=dataset.kind, **kwargs)
 
 
-def stream_asset(name: str, **kwargs: Any) -> Asset:
-    """The asset of stream `name`, where its name routes (`kwargs` as `Asset` takes them, e.g.
-    `watchers`)."""
+def runs_on_records(dag_id: str) -> RunsOn:
+    """What starts the runs of `dag_id`, one of `RECORDS_DAGS` (its `[section] runs_on`)."""
+    section, default, _stream, _group = RECORDS_DAGS[dag_id]
+    return runs_on(_routing()[0], section, default)
+
+
+def _watchers(stream: str) -> list[Any]:
+    """The asset watcher of `stream` when a DAG runs on its records, else none. Every reference
+    to the stream's asset carries it (schedules, inlets, outlets of every DAG file): Airflow
+    keeps the watchers of the reference it collects last, and drops the trigger of an asset
+    whose reference in some file has none."""
+    for dag_id, (_section, _default, watched, group) in RECORDS_DAGS.items():
+        runs = runs_on_records(dag_id)
+        if watched == stream and runs.records:
+            from airflow.sdk import AssetWatcher
+            from streamcore_triggers import StreamRecordsTrigger
+
+            trigger = StreamRecordsTrigger(
+                stream=stream,
+                group=group,
+                poll_interval=runs.watch_interval_s,
+                home=str(_routing()[0].home),
+            )
+            return [AssetWatcher(name=f"{dag_id}_records", trigger=trigger)]
+    return []
+
+
+def stream_asset(name: str) -> Asset:
+    """The asset of stream `name`, where its name routes, with its watcher when a DAG runs on
+    its records (`RECORDS_DAGS`)."""
     config, routing = _routing()
-    return dataset_asset(stream_dataset(name, config, routing), **kwargs)
+    return dataset_asset(stream_dataset(name, config, routing), watchers=_watchers(name))
 
 
 def table_asset(name: str) -> Asset:
     """The asset of the Delta table `name` under the warehouse."""
     return dataset_asset(table_dataset(name, _routing()[0]))
-
-
-def watched_stream(stream: str, group: str, runs: RunsOn, watcher: str) -> Asset:
-    """The asset of `stream` watched for records `group` has not committed: a DAG scheduled on
-    it runs when records arrive (`[<dag>] runs_on = "records"`), the trigger polling the
-    stream's end offsets in the triggerer every `runs.watch_interval_s`."""
-    from airflow.sdk import AssetWatcher
-    from streamcore_triggers import StreamRecordsTrigger
-
-    trigger = StreamRecordsTrigger(
-        stream=stream,
-        group=group,
-        poll_interval=runs.watch_interval_s,
-        home=str(_routing()[0].home),
-    )
-    return stream_asset(stream, watchers=[AssetWatcher(name=watcher, trigger=trigger)])
 
 
 def archived_streams() -> list[str]:

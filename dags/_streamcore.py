@@ -133,6 +133,8 @@ class StreamcoreJobHook(BaseHook):
         self.conf, self.jars, self.env_vars = dict(conf or {}), jars, dict(env_vars or {})
         self.driver_memory = driver_memory
         self.submit_hook: StreamcoreSparkSubmitHook | None = None
+        # The job's last summary, kept when it failed too: the task's lineage events carry it.
+        self.summary: dict[str, Any] | None = None
 
     def get_conn(self) -> str:
         """The master URL of the connection (see `connection_master`)."""
@@ -167,8 +169,11 @@ class StreamcoreJobHook(BaseHook):
             env_vars={**config["env_vars"], **self.env_vars},
             driver_memory=self.driver_memory,
         )
-        self.submit_hook.submit(self.application)
-        summary = self.submit_hook.summary
+        try:
+            self.submit_hook.submit(self.application)
+        finally:
+            self.summary = self.submit_hook.summary
+        summary = self.summary
         if summary is None:
             raise AirflowFailException(
                 f"{self.application} exited 0 but printed no JSON summary line; check the job's "
@@ -190,6 +195,7 @@ class StreamcoreJobHook(BaseHook):
         try:
             summary, code = execute_job(module, argv)
             summary["spark_connect"] = url  # where it ran, in the run record
+            self.summary = summary
         except SystemExit as exc:  # argparse refused the arguments (its message is logged)
             raise AirflowFailException(
                 f"jobs/{self.job}.py rejects `{' '.join(argv)}` (exit {exc.code}); see above"
@@ -268,7 +274,7 @@ class StreamcoreSparkSubmitOperator(BaseOperator):
             application_args=self.application_args,
             conn_id=self.conn_id,
             name=self.name,
-            conf=self.conf,
+            conf=_with_openlineage_parent(self.conf, context),
             jars=self.jars,
             env_vars=self.env_vars,
             driver_memory=self.driver_memory,
@@ -284,6 +290,38 @@ class StreamcoreSparkSubmitOperator(BaseOperator):
     def on_kill(self) -> None:
         if self.hook is not None:
             self.hook.on_kill()
+
+    # OpenLineage (the provider calls these when it is enabled; dags/_lineage.py): the task's
+    # inlets and outlets as datasets, and once the job has printed its summary, its facets.
+    # The provider asks on_complete for a failed task too (no on_failure): a failed job's
+    # summary carries what it got to, the validation that refused the batch included.
+    def get_openlineage_facets_on_start(self) -> Any:
+        from _lineage import job_lineage
+
+        return job_lineage(self.job, self.inlets, self.outlets)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        from _lineage import job_lineage
+
+        summary = self.hook.summary if self.hook is not None else None
+        return job_lineage(self.job, self.inlets, self.outlets, summary)
+
+
+def _with_openlineage_parent(conf: Mapping[str, Any] | None, context: Any) -> dict[str, Any]:
+    """`conf` with the OpenLineage parent of the Spark application (`spark.openlineage.parent*`:
+    this task's job and run) when `[openlineage] spark_inject_parent_job_info` is on, as the
+    provider's own SparkSubmitOperator does: openlineage-spark's events then name this task's
+    run as their parent (docs/airflow.md, "Lineage"). The confs are inert without the listener."""
+    from airflow.providers.common.compat.sdk import conf as airflow_conf
+
+    found = dict(conf or {})
+    if not airflow_conf.getboolean("openlineage", "spark_inject_parent_job_info", fallback=False):
+        return found
+    from airflow.providers.common.compat.openlineage.utils.spark import (
+        inject_parent_job_information_into_spark_properties,
+    )
+
+    return dict(inject_parent_job_information_into_spark_properties(found, context))
 
 
 def connection_master(conn_id: str = SPARK_CONN_ID) -> str:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pendulum
-from _assets import StepAssets, assets, watched_stream
+from _assets import StepAssets, assets, runs_on_records, stream_asset
 from _streamcore import (
     default_args,
     given_interval,
@@ -23,7 +23,6 @@ from _streamcore import (
 from airflow.sdk import CronTriggerTimetable, Param, dag
 from airflow.sdk.exceptions import AirflowFailException
 
-from streamcore.arrivals import runs_on
 from streamcore.config import load_config
 
 # From include/streamcore.toml `[audit] schedule` (or STREAMCORE_AUDIT_SCHEDULE), read when the
@@ -34,7 +33,7 @@ logger = logging.getLogger("dags.streamcore_audit")
 
 SCHEDULE = load_config().audit_schedule
 # `[audit] runs_on = "records"` (STREAMCORE_AUDIT_RUNS_ON): a run starts when entries arrive.
-RUNS_ON = runs_on(load_config(), "audit", "schedule")
+RUNS_ON = runs_on_records("streamcore_audit")
 STREAM, GROUP = "audit/entries", "audit/delta"  # jobs/audit.py's, not imported at parse time
 PERIOD = f"{SCHEDULE.period.total_seconds() / 60:g} minutes"
 BACKFILL = "backfill"  # DagRun.run_type of the runs `airflow backfill create` makes
@@ -174,7 +173,7 @@ def nothing_to_land(argvs: Mapping[str, list[str]]) -> str | None:
     # `interval`: each run's data interval is the period before it. Without it, Airflow 3 gives
     # cron schedules an empty data interval, which a backfill run could not replay.
     schedule=(
-        [watched_stream(STREAM, GROUP, RUNS_ON, "streamcore_audit_records")]
+        [stream_asset(STREAM)]  # with its watcher
         if RUNS_ON.records
         else CronTriggerTimetable(SCHEDULE.cron, timezone="UTC", interval=SCHEDULE.period)
     ),

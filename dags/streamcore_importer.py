@@ -10,20 +10,17 @@ from pathlib import Path
 from typing import Any
 
 import pendulum
-from _assets import StepAssets, assets, watched_stream
+from _assets import StepAssets, assets, runs_on_records, stream_asset
 from _streamcore import default_args, job_tasks, streamcore_home
 from airflow.sdk import Param, dag
 from airflow.sdk.exceptions import AirflowFailException
-
-from streamcore.arrivals import runs_on
-from streamcore.config import load_config
 
 STREAM = "import/docs"
 GROUP = "import/repository"
 TABLE = "repository"
 # `[importer] runs_on = "records"` (STREAMCORE_IMPORTER_RUNS_ON): consume runs start when
 # documents arrive on import/docs, written by something else (no produce step).
-RUNS_ON = runs_on(load_config(), "importer", "manual")
+RUNS_ON = runs_on_records("streamcore_importer")
 STEPS = ["consume"] if RUNS_ON.records else ["produce", "consume"]
 
 DOC = """
@@ -186,7 +183,7 @@ def importer_arguments(params: dict[str, Any], home: Path, run_id: str) -> dict[
 @dag(
     dag_id="streamcore_importer",
     schedule=(
-        [watched_stream(STREAM, GROUP, RUNS_ON, "streamcore_importer_records")]
+        [stream_asset(STREAM)]  # with its watcher
         if RUNS_ON.records
         else None
     ),

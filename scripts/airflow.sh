@@ -159,6 +159,18 @@ jwt_secret = $(secret jwt_secret)
 [dag_processor]
 refresh_interval = 30
 parsing_processes = 1
+
+[openlineage]
+# OpenLineage events of every task and DAG run (docs/airflow.md, "Lineage"), appended to a file;
+# AIRFLOW__OPENLINEAGE__TRANSPORT in the Airflow processes' environment names another transport
+# (HTTP for Marquez or DataHub), AIRFLOW__OPENLINEAGE__DISABLED=true turns them off.
+namespace = streamcore
+transport = {"type": "file", "log_file_path": "$AIRFLOW_HOME/logs/openlineage.jsonl", "append": true}
+# Emit from a thread of the task, not a fork of it: a forked task runner shares its supervisor
+# connection (and, on Spark Connect, the job's gRPC channel) with the child.
+execute_in_thread = True
+# Name each job task's run as the parent of its Spark application's (openlineage-spark) run.
+spark_inject_parent_job_info = True
 EOF
 }
 

@@ -116,7 +116,8 @@ def _drop_database(url: str) -> None:
 
 def run_python(af: AirflowEnv, code: str, timeout: float = 900) -> dict[str, Any]:
     """Runs `code` in a fresh interpreter with the Airflow environment; the code prints its result
-    as the last line of stdout, a JSON object."""
+    as a JSON object, the last line of stdout that is one (the OpenLineage provider may log the
+    DAG run's COMPLETE event after it, from its own process)."""
     prelude = f"import json, sys\nsys.path.insert(0, {str(DAGS)!r})\n"
     done = subprocess.run(
         [str(VENV_BIN / "python"), "-c", prelude + textwrap.dedent(code)],
@@ -126,7 +127,7 @@ def run_python(af: AirflowEnv, code: str, timeout: float = 900) -> dict[str, Any
         text=True,
         timeout=timeout,
     )
-    lines = done.stdout.strip().splitlines()
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
         raise AssertionError(
             f"subprocess failed ({done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-8000:]}"

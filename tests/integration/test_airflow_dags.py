@@ -688,6 +688,7 @@ def test_audit_schedule_comes_from_the_configuration(af: AirflowEnv, tmp_path: P
         "streamcore_bulk_trash_old_notes",
         "streamcore_importer",
         "streamcore_recovery",
+        "streamcore_repository_report",
         "streamcore_retention",
         "streamcore_stream_stats",
     ]

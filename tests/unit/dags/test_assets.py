@@ -151,7 +151,7 @@ def test_records_mode_watches_the_stream_instead_of_a_schedule(tmp_path: Path) -
     code = """
         from airflow.triggers.base import BaseEventTrigger
         out = {}
-        for module in ("streamcore_audit", "streamcore_importer"):
+        for module in ("streamcore_audit", "streamcore_importer", "streamcore_retention"):
             dag = getattr(__import__(module), module)()
             condition = getattr(dag.timetable, "asset_condition", None)
             assets = list(condition.objects) if condition is not None else []
@@ -161,6 +161,13 @@ def test_records_mode_watches_the_stream_instead_of_a_schedule(tmp_path: Path) -
                 "assets": [a.name for a in assets],
                 "triggers": [w.trigger.serialize() for w in watchers],
                 "event_trigger": all(isinstance(w.trigger, BaseEventTrigger) for w in watchers),
+                # Every reference to a watched stream carries its watcher (see _assets).
+                "referenced": sorted(
+                    (a.name, w.name, w.trigger.serialize()[1]["group"])
+                    for t in dag.tasks
+                    for a in [*t.inlets, *t.outlets]
+                    for w in getattr(a, "watchers", [])
+                ),
             }
         print(json.dumps(out))
         """
@@ -183,6 +190,14 @@ def test_records_mode_watches_the_stream_instead_of_a_schedule(tmp_path: Path) -
             {"stream": "audit/entries", "group": "audit/delta", "poll_interval": 2.0, "home": home},
         ]
     ]
+    assert [tuple(r) for r in audit["referenced"]] == [
+        ("audit/entries", "streamcore_audit_records", "audit/delta")
+    ]
+    assert [tuple(r) for r in records["streamcore_retention"]["referenced"]] == [
+        ("audit/entries", "streamcore_audit_records", "audit/delta"),
+        ("import/docs", "streamcore_importer_records", "import/repository"),
+    ]
+    assert default["streamcore_retention"]["referenced"] == []
     assert importer["tasks"] == ["consume", "summary", "validate"]
     assert importer["triggers"][0][1] == {
         "stream": "import/docs",

@@ -1,0 +1,153 @@
+"""dags/_lineage.py: what the job task's OpenLineage methods give the provider. The datasets are
+the task's asset inlets and outlets named by streamcore.datasets; the job's summary becomes the
+`streamcore_job` run facet (valid against include/openlineage/StreamcoreJobRunFacet.json) and its
+Great Expectations result the data-quality facets of the inputs. Run in a fresh interpreter with
+its own AIRFLOW_HOME: no Spark, no Airflow database."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+ROOT = Path(__file__).resolve().parents[3]
+CONSUMED = {
+    "job": "importer",
+    "step": "consume",
+    "status": "ok",
+    "group": "import/repository",
+    "batch": 3,
+    "offsets": {"0": [10, 20], "1": [0, 5]},
+    "read": 15,
+    "imported": 14,
+    "quarantined": 1,
+    "delta_version": 7,
+    "seconds": 12.5,
+    "validation": {
+        "success": False,
+        "evaluated_expectations": 9,
+        "failed_expectations": ["expect_column_values_to_not_be_null"],
+        "unexpected_counts": {"expect_column_values_to_not_be_null": 1},
+    },
+}
+
+
+def _lineage(tmp_path: Path, summary: dict[str, Any] | None) -> dict[str, Any]:
+    """job_lineage of an importer consume task reading import/docs into repository and
+    quarantine, serialized as the provider's events carry it."""
+    code = f"""
+        import json, sys
+        sys.path.insert(0, {str(ROOT / "dags")!r})
+        from airflow.sdk import Asset
+        from openlineage.client.serde import Serde
+        from streamcore.config import load_config
+        from streamcore.datasets import stream_dataset, table_dataset
+        from _lineage import job_lineage
+
+        config = load_config()
+        found = [stream_dataset("import/docs", config), table_dataset("repository", config),
+                 table_dataset("quarantine", config)]
+        stream, table, quarantine = (Asset(d.name, uri=d.uri, group=d.kind) for d in found)
+        got = job_lineage("importer", [stream], [table, quarantine], {summary!r})
+        print(json.dumps({{
+            "inputs": [json.loads(Serde.to_json(d)) for d in got.inputs],
+            "outputs": [json.loads(Serde.to_json(d)) for d in got.outputs],
+            "run_facets": {{k: json.loads(Serde.to_json(v)) for k, v in got.run_facets.items()}},
+            "expected": [list(d.openlineage) for d in found],
+        }}))
+    """
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(tmp_path / "airflow"),
+        "STREAMCORE_HOME": str(tmp_path / "home"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_inlets_and_outlets_are_the_datasets_named_by_streamcore_datasets(tmp_path: Path) -> None:
+    got = _lineage(tmp_path, None)
+    stream, table, quarantine = got["expected"]
+    assert [[d["namespace"], d["name"]] for d in got["inputs"]] == [stream]
+    assert [[d["namespace"], d["name"]] for d in got["outputs"]] == [table, quarantine]
+    assert stream[0] == "file" and stream[1].endswith("/log/import-docs")
+    # Before the job ran (the START event): no summary, so no facets yet.
+    assert got["run_facets"] == {} and got["inputs"][0].get("inputFacets", {}) == {}
+
+
+def test_the_summary_is_the_run_facet_and_the_validation_the_quality_facets(
+    tmp_path: Path,
+) -> None:
+    got = _lineage(tmp_path, CONSUMED)
+    facet = got["run_facets"]["streamcore_job"]
+    # The batch in the keys of the asset event's extra (dags/_assets.py's batch_extra).
+    assert {k: facet[k] for k in ("job", "step", "status", "batch", "offsets")} == {
+        "job": "importer",
+        "step": "consume",
+        "status": "ok",
+        "batch": 3,
+        "offsets": {"0": [10, 20], "1": [0, 5]},
+    }
+    assert (facet["read"], facet["rows"], facet["quarantined"]) == (15, 14, 1)
+    assert facet["delta_version"] == 7 and facet["_schemaURL"].startswith(
+        "include/openlineage/StreamcoreJobRunFacet.json"
+    )
+    schema = json.loads((ROOT / "include/openlineage/StreamcoreJobRunFacet.json").read_text())
+    # The facet's own properties (the base RunFacet's schema lives at openlineage.io).
+    jsonschema.validate(facet, schema["$defs"]["StreamcoreJobRunFacet"]["allOf"][1])
+
+    quality = got["inputs"][0]["inputFacets"]
+    assert quality["dataQualityAssertions"]["assertions"] == [
+        {
+            "assertion": "expect_column_values_to_not_be_null",
+            "success": False,
+            "actual": "1 unexpected rows",
+            "params": {},
+        }
+    ]
+    assert quality["dataQualityMetrics"]["rowCount"] == 15
+    assert "inputFacets" not in got["outputs"][0] or not got["outputs"][0]["inputFacets"]
+
+
+def test_a_suite_that_held_is_one_successful_assertion(tmp_path: Path) -> None:
+    passed = {**CONSUMED, "validation": {"success": True, "failed_expectations": []}}
+    got = _lineage(tmp_path, passed)
+    assertions = got["inputs"][0]["inputFacets"]["dataQualityAssertions"]["assertions"]
+    assert assertions == [{"assertion": "expectation_suite", "success": True, "params": {}}]
+
+
+def test_a_step_without_validation_has_no_quality_facet(tmp_path: Path) -> None:
+    produced = {"job": "importer", "step": "produce", "documents": 100, "status": "ok"}
+    got = _lineage(tmp_path, produced)
+    assert got["inputs"][0].get("inputFacets", {}) == {}
+    facet = got["run_facets"]["streamcore_job"]
+    # Fields the summary does not give are left out of the event.
+    assert facet["step"] == "produce" and "batch" not in facet and "offsets" not in facet
+
+
+def test_without_gx_counts_an_assertion_tells_the_jobs_own(tmp_path: Path) -> None:
+    """GX gives no unexpected count when it could not compute an expectation's metrics; the
+    job's own row checks (`quarantined_by_expectation`) still counted the rows."""
+    name = "expect_column_values_to_not_be_null"
+    validation = {
+        "success": False,
+        "failed_expectations": [name],
+        "unexpected_counts": {name: None},
+        "quarantined_by_expectation": {name: 2},
+    }
+    got = _lineage(tmp_path, {**CONSUMED, "validation": validation})
+    assertions = got["inputs"][0]["inputFacets"]["dataQualityAssertions"]["assertions"]
+    assert [a["actual"] for a in assertions] == ["2 unexpected rows"]
