@@ -154,7 +154,10 @@ class LocalAppender(LogAppender[Any]):
         def columns(array: Any) -> tuple[Any, Any]:
             if isinstance(array, pa.ChunkedArray):
                 array = array.combine_chunks()
-            array = array.cast(pa.binary()) if array.type != pa.binary() else array
+            # string and binary share one layout (int32 offsets, then bytes): read either's
+            # buffers as they are; only the large (int64-offset) types need the cast.
+            if not (pa.types.is_binary(array.type) or pa.types.is_string(array.type)):
+                array = array.cast(pa.binary())
             _, offsets, data = array.buffers()
             count = len(array)
             if not count:

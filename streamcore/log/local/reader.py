@@ -22,6 +22,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from streamcore.errors import CorruptLogError
 from streamcore.log.cursor.tailer import BinaryKey
 from streamcore.log.local.segment import (
@@ -218,11 +220,12 @@ class PartitionCursor:
         values = pa.Array.from_buffers(
             pa.binary(), n, [None, offsets_v, body.slice(batch.value_start)], offset=start
         )
-        offsets = pa.array(
-            range(batch.base_offset + start, batch.base_offset + start + n), type=pa.int64()
-        )
+        # Numpy buffers, not a Python range (pyarrow would convert one int object per record)
+        # nor pa.array (which imports pandas on first use).
+        first = batch.base_offset + start
+        offsets = _int64s(np.arange(first, first + n, dtype=np.int64))
         if batch.timestamps is None:
-            ts = pa.repeat(pa.scalar(batch.first_ts, pa.int64()), n)
+            ts = _int64s(np.full(n, batch.first_ts, dtype=np.int64))
         else:
             ts = pa.Array.from_buffers(
                 pa.int64(), n, [None, pa.py_buffer(batch.timestamps)], offset=start
@@ -438,6 +441,13 @@ class PartitionCursor:
 
     def close(self) -> None:
         self._close_fd()
+
+
+def _int64s(values: np.ndarray) -> Any:
+    """An Arrow int64 array over a numpy int64 array's buffer, zero-copy."""
+    import pyarrow as pa
+
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
 
 
 def _all_ascii(batch: Batch, start: int, n: int) -> bool:
