@@ -151,3 +151,55 @@ def test_without_gx_counts_an_assertion_tells_the_jobs_own(tmp_path: Path) -> No
     got = _lineage(tmp_path, {**CONSUMED, "validation": validation})
     assertions = got["inputs"][0]["inputFacets"]["dataQualityAssertions"]["assertions"]
     assert [a["actual"] for a in assertions] == ["2 unexpected rows"]
+
+
+def test_spark_submit_gets_the_task_run_as_openlineage_parent(tmp_path: Path) -> None:
+    """With `[openlineage] spark_inject_parent_job_info` (scripts/airflow.sh sets it), the job
+    task's Spark confs name its run as the parent of the Spark application's (openlineage-spark
+    reads them); without it they are left as given."""
+    code = f"""
+        import json, os, sys
+        from datetime import datetime, timezone
+        from types import SimpleNamespace
+        sys.path.insert(0, {str(ROOT / "dags")!r})
+        from airflow.providers.openlineage.plugins.adapter import OpenLineageAdapter
+        from _streamcore import _with_openlineage_parent
+
+        when = datetime(2026, 1, 2, tzinfo=timezone.utc)
+        run = SimpleNamespace(conf={{}}, clear_number=0, logical_date=when)
+        ti = SimpleNamespace(dag_id="streamcore_importer", task_id="consume", try_number=1,
+                             map_index=-1, dag_run=run, get_template_context=lambda: {{}})
+        conf = _with_openlineage_parent({{"spark.x": "1"}}, {{"ti": ti}})
+        expected = OpenLineageAdapter.build_task_instance_run_id(
+            dag_id="streamcore_importer", task_id="consume", try_number=1, logical_date=when,
+            map_index=-1)
+        print(json.dumps({{"conf": conf, "expected": str(expected)}}))
+    """
+    outs = []
+    for on in ("true", "false"):
+        env = {
+            **os.environ,
+            "AIRFLOW_HOME": str(tmp_path / on),
+            "AIRFLOW__OPENLINEAGE__NAMESPACE": "streamcore",
+            "AIRFLOW__OPENLINEAGE__SPARK_INJECT_PARENT_JOB_INFO": on,
+        }
+        done = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(code)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        outs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    injected, left = outs
+    assert injected["conf"] == {
+        "spark.x": "1",
+        "spark.openlineage.parentJobNamespace": "streamcore",
+        "spark.openlineage.parentJobName": "streamcore_importer.consume",
+        "spark.openlineage.parentRunId": injected["expected"],
+        "spark.openlineage.rootParentRunId": injected["conf"]["spark.openlineage.rootParentRunId"],
+        "spark.openlineage.rootParentJobName": "streamcore_importer",
+        "spark.openlineage.rootParentJobNamespace": "streamcore",
+    }
+    assert left["conf"] == {"spark.x": "1"}
