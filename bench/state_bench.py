@@ -346,11 +346,11 @@ def quix_python() -> Path:
     return python
 
 
-def quix(python: Path, timeout: float, *args: str) -> dict[str, Any]:
-    """One phase of bench/peers/quix_state.py; its JSON figures."""
+def quix(python: Path, timeout: float, *args: str, script: Path = QUIX_SCRIPT) -> dict[str, Any]:
+    """One phase of a Quix script of bench/peers/ (quix_state.py by default); its JSON figures."""
     try:
         done = subprocess.run(
-            [str(python), str(QUIX_SCRIPT), *args],
+            [str(python), str(script), *args],
             capture_output=True,
             text=True,
             timeout=timeout,
