@@ -11,7 +11,7 @@ from operator import mul
 
 import numpy as np
 
-__all__ = ["java_string_hash", "partition_for_key", "partitions_for_keys"]
+__all__ = ["java_string_hash", "partition_for_key", "partitions_for_ascii", "partitions_for_keys"]
 
 _POW31 = np.ones(1, dtype=np.uint32)
 _ASCII_WEIGHTS: dict[int, tuple[int, ...]] = {}
@@ -66,9 +66,26 @@ def partitions_for_keys(keys: Sequence[str], partitions: int) -> np.ndarray:
         encoded = [k.encode("utf-16-le", "surrogatepass") for k in keys]
         units = np.frombuffer(b"".join(encoded), dtype="<u2").astype(np.uint32)
         lengths = np.fromiter((len(e) // 2 for e in encoded), dtype=np.int64, count=count)
+    return _partitions(units, lengths, partitions)
+
+
+def partitions_for_ascii(data: bytes, offsets: np.ndarray, partitions: int) -> np.ndarray:
+    """`partition_for_key` for ASCII keys given as their joined bytes and Arrow-style offsets
+    (count + 1 of them, from 0): no per-key Python work."""
+    units = np.frombuffer(data, dtype=np.uint8).astype(np.uint32)
+    return _partitions(units, np.diff(offsets).astype(np.int64), partitions)
+
+
+def _partitions(units: np.ndarray, lengths: np.ndarray, partitions: int) -> np.ndarray:
+    count = len(lengths)
     total = int(lengths.sum())
     hashes = np.zeros(count, dtype=np.uint32)
-    if total:
+    if total and int(lengths.min()) == int(lengths.max()):
+        # Keys of one length (fixed-width ids, the common case): a row of units per key.
+        width = int(lengths[0])
+        weights = np.ascontiguousarray(_powers(width)[::-1])
+        hashes = units.reshape(count, width) @ weights  # uint32: wraps like Java's int
+    elif total:
         ends = np.cumsum(lengths)
         exponents = np.repeat(ends, lengths) - 1 - np.arange(total)
         with np.errstate(over="ignore"):

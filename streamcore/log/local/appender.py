@@ -4,8 +4,10 @@ all-or-nothing batches over several partitions, and Arrow columns for bulk loads
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, cast
+import contextlib
+import functools
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -14,11 +16,16 @@ from streamcore.errors import (
     InvalidRecordError,
     LogClosedError,
     PartitionNotFoundError,
+    RecordTooLargeError,
 )
 from streamcore.log.api import LogAppender
 from streamcore.log.append_checks import check_keys_encode, check_timestamps, check_types
-from streamcore.log.local.writer import PartitionWriter, append_all_or_nothing
-from streamcore.log.partitioner import partition_for_key, partitions_for_keys
+from streamcore.log.local.writer import Encoded, PartitionWriter
+from streamcore.log.partitioner import (
+    partition_for_key,
+    partitions_for_ascii,
+    partitions_for_keys,
+)
 from streamcore.log.values import AppendedOffsets, LogOffset, LogPartition
 from streamcore.names import Name
 
@@ -99,37 +106,46 @@ class LocalAppender(LogAppender[Any]):
             )
         self._check(0)
         try:  # the joins check every type in C; check_types only words the error
-            targets = partitions_for_keys(keys, self._size)
-            b"".join(values)
+            joined_keys = "".join(keys)
+            value_bytes = b"".join(values)
         except TypeError:
             check_types(keys, values)
             raise
+        # Columns (offsets and joined bytes) from here on: hashing, grouping by partition and
+        # encoding are vectorised, with no Python work per record.
+        if joined_keys.isascii():  # the common case
+            key_bytes = joined_keys.encode("ascii")
+            key_offsets = _offsets(keys)
+            targets = partitions_for_ascii(key_bytes, key_offsets, self._size)
+        else:
+            check_keys_encode(keys)  # here, where a bad key's index is the caller's
+            encoded = [k.encode() for k in keys]
+            key_bytes, key_offsets = b"".join(encoded), _offsets(encoded)
+            targets = partitions_for_keys(keys, self._size)
+        value_offsets = _offsets(values)
         counts = np.bincount(targets, minlength=self._size)
         used = np.flatnonzero(counts).tolist()
-        if len(used) == 1:
-            base = self.manager._writer(self.name, used[0]).append(keys, values, times)
-            return AppendedOffsets(self.name, targets, np.arange(base, base + count))
-        check_keys_encode(keys)  # here, where a bad key's index is the caller's
-        order = np.argsort(targets, kind="stable")
-        keys_by_order = np.empty(count, dtype=object)
-        keys_by_order[:] = keys
-        values_by_order = np.empty(count, dtype=object)
-        values_by_order[:] = values
-        keys_by_order, values_by_order = keys_by_order[order], values_by_order[order]
+        order = None
+        if len(used) > 1:
+            order = np.argsort(targets, kind="stable")
+            key_offsets, key_bytes = _take(key_offsets, key_bytes, order)
+            value_offsets, value_bytes = _take(value_offsets, value_bytes, order)
+            times = times[order] if times is not None else None
         # Every writer (so every partition's lock) first: LogLockedError writes nothing.
         writers = [self.manager._writer(self.name, p) for p in used]
-        batches: list[tuple[PartitionWriter, Sequence[str], Sequence[bytes], np.ndarray | None]]
-        batches = []
+        encoders: list[tuple[PartitionWriter, Callable[[], Encoded | None]]] = []
         start = 0
         for p, writer in zip(used, writers, strict=True):
-            part = slice(start, start + int(counts[p]))
-            part_ts = times[order[part]] if times is not None else None
-            # Object arrays of the keys and values: the writer takes them as sequences.
-            keys_part = cast("Sequence[str]", keys_by_order[part])
-            values_part = cast("Sequence[bytes]", values_by_order[part])
-            batches.append((writer, keys_part, values_part, part_ts))
-            start = part.stop
-        bases = append_all_or_nothing(batches)
+            stop = start + int(counts[p])
+            ko, kb = _part(key_offsets, key_bytes, start, stop)
+            vo, vb = _part(value_offsets, value_bytes, start, stop)
+            ts = times[start:stop] if times is not None else None
+            encode_part = functools.partial(writer.encode_columns, stop - start, ko, kb, vo, vb, ts)
+            encoders.append((writer, encode_part))
+            start = stop
+        bases = _write_all_or_nothing(encoders)
+        if order is None:
+            return AppendedOffsets(self.name, targets, np.arange(bases[0], bases[0] + count))
         offsets = np.empty(count, dtype=np.int64)
         start = 0
         for p, base in zip(used, bases, strict=True):
@@ -199,6 +215,58 @@ class LocalAppender(LogAppender[Any]):
 
     def close(self) -> None:
         self._closed = True
+
+
+def _write_all_or_nothing(
+    batches: Sequence[tuple[PartitionWriter, Callable[[], Encoded | None]]],
+) -> list[int]:
+    """Write one batch per writer, each writer once, in ascending partition order (every
+    caller takes the mutexes in that order, so two of them cannot deadlock). Every batch is
+    checked and encoded (its writer's encode call) under every writer's mutex before the first
+    byte is written, so a bad item, an oversize batch or a closed writer leaves every partition
+    as it was. Only a write error (a full disk) on a later partition leaves the earlier
+    partitions' batches in place. Returns the first offsets."""
+    with contextlib.ExitStack() as held:
+        for writer, _ in batches:
+            held.enter_context(writer.mutex)
+        encoded = [encode() for _, encode in batches]
+        return [
+            writer.write(batch) if batch is not None else writer.next_offset
+            for (writer, _), batch in zip(batches, encoded, strict=True)
+        ]
+
+
+def _offsets(items: Sequence[str] | Sequence[bytes]) -> np.ndarray:
+    """Arrow-style offsets (count + 1, from 0) of the items' lengths, int64: a whole keyed
+    batch may hold more than an int32 spans before it is split by partition."""
+    out = np.zeros(len(items) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, items), dtype=np.int64, count=len(items)), out=out[1:])
+    return out
+
+
+def _take(offsets: np.ndarray, data: bytes, order: np.ndarray) -> tuple[np.ndarray, Any]:
+    """The column (int64 offsets, bytes) with its items in `order`, gathered by Arrow in C++."""
+    import pyarrow as pa
+
+    count = len(offsets) - 1
+    column = pa.Array.from_buffers(
+        pa.large_binary(), count, [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+    )
+    indices = np.ascontiguousarray(order, dtype=np.int64)
+    taken = column.take(pa.Array.from_buffers(pa.int64(), count, [None, pa.py_buffer(indices)]))
+    _, taken_offsets, taken_data = taken.buffers()
+    return (
+        np.frombuffer(taken_offsets, dtype=np.int64, count=count + 1),
+        taken_data if taken_data is not None else b"",
+    )
+
+
+def _part(offsets: np.ndarray, data: Any, start: int, stop: int) -> tuple[memoryview, memoryview]:
+    """Items `start..stop-1` of a column as one batch's int32 offsets (from 0) and bytes."""
+    first, last = int(offsets[start]), int(offsets[stop])
+    if last - first > 0x7FFFFFFF - 8:
+        raise RecordTooLargeError("a batch holds more than 2 GiB of data; append smaller batches")
+    return (offsets[start : stop + 1] - first).astype(np.int32).data, memoryview(data)[first:last]
 
 
 def _utf8_keys(keys: Any) -> Any:

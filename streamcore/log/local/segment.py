@@ -211,10 +211,18 @@ def encode_columns(
     value_offsets: bytes | memoryview,
     value_bytes: bytes | memoryview,
     timestamp: int,
+    timestamps: np.ndarray | None = None,
 ) -> tuple[list[bytes | memoryview], int]:
     """Encode one batch from Arrow-style columns (offsets must start at 0)."""
     return _assemble(
-        base_offset, count, key_offsets, value_offsets, key_bytes, value_bytes, timestamp, None
+        base_offset,
+        count,
+        key_offsets,
+        value_offsets,
+        key_bytes,
+        value_bytes,
+        timestamp,
+        timestamps,
     )
 
 

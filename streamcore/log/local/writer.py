@@ -58,7 +58,7 @@ from streamcore.log.local.segment import (
     segment_name,
 )
 
-__all__ = ["BATCH_FSYNC_INTERVAL", "PartitionWriter", "append_all_or_nothing"]
+__all__ = ["BATCH_FSYNC_INTERVAL", "Encoded", "PartitionWriter"]
 
 logger = logging.getLogger(__name__)
 INDEX_EVERY = 64 * 1024  # bytes of log between two sparse index entries
@@ -66,6 +66,8 @@ BATCH_FSYNC_INTERVAL = 1.0  # seconds: fsync=batch's promise
 _NO_INDEX = -(1 << 62)  # `_since_index` that never reaches INDEX_EVERY: stop indexing a segment
 _NEVER = 1 << 64  # beyond any ms timestamp: the roll window of a segment that never rolls by time
 _Buf = bytes | memoryview  # an Arrow column's buffer (`append_columns`)
+# An encoded batch: its buffers, size, record count and record times (first, oldest, newest).
+Encoded = tuple[list[bytes | memoryview], int, int, int, int, int]
 
 
 def now_ms() -> int:
@@ -266,7 +268,7 @@ class PartitionWriter:
         keys: Sequence[str],
         values: Sequence[bytes],
         timestamps: Sequence[int] | np.ndarray | None = None,
-    ) -> tuple[list[bytes | memoryview], int, int, int, int, int] | None:
+    ) -> Encoded | None:
         """Check and encode a batch for `write` without touching the disk (None if it is empty):
         its buffers, size, record count and record times (first, oldest, newest). Call both
         under `mutex`, with no other append in between."""
@@ -288,7 +290,7 @@ class PartitionWriter:
 
     @property
     def mutex(self) -> threading.Lock:
-        """Held across `encode` and `write` (see `append_all_or_nothing`)."""
+        """Held across `encode` and `write` (see the appender's `_write_all_or_nothing`)."""
         return self._mutex
 
     def append_one(self, key: str, value: bytes) -> int:
@@ -346,18 +348,41 @@ class PartitionWriter:
     ) -> int:
         """Append one batch given as Arrow-style columns (no per-record Python work)."""
         with self._mutex:
-            self._check_open()
-            if not count:
-                return self._next_offset  # an empty batch would only make readers stop early
-            ts = self._timestamp()
-            parts, size = encode_columns(
-                self._next_offset, count, key_offsets, key_bytes, value_offsets, value_bytes, ts
-            )
-            if count and size > self.max_record_bytes:
-                lengths = np.diff(np.frombuffer(value_offsets, dtype=np.int32))
-                if int(lengths.max()) > self.max_record_bytes:
-                    raise RecordTooLargeError(self._too_large(int(lengths.max())))
-            return self.write((parts, size, count, ts, ts, ts))
+            batch = self.encode_columns(count, key_offsets, key_bytes, value_offsets, value_bytes)
+            # An empty batch would only make readers stop early.
+            return self._next_offset if batch is None else self.write(batch)
+
+    def encode_columns(
+        self,
+        count: int,
+        key_offsets: _Buf,
+        key_bytes: _Buf,
+        value_offsets: _Buf,
+        value_bytes: _Buf,
+        timestamps: np.ndarray | None = None,
+    ) -> Encoded | None:
+        """`encode` for a batch given as Arrow-style columns (offsets from 0; keys UTF-8)."""
+        self._check_open()
+        if not count:
+            return None
+        ts = self._timestamp()
+        parts, size = encode_columns(
+            self._next_offset,
+            count,
+            key_offsets,
+            key_bytes,
+            value_offsets,
+            value_bytes,
+            ts,
+            timestamps,
+        )
+        if size > self.max_record_bytes:
+            lengths = np.diff(np.frombuffer(value_offsets, dtype=np.int32))
+            if int(lengths.max()) > self.max_record_bytes:
+                raise RecordTooLargeError(self._too_large(int(lengths.max())))
+        if timestamps is None:
+            return parts, size, count, ts, ts, ts
+        return parts, size, count, int(timestamps[0]), int(timestamps.min()), int(timestamps.max())
 
     def _too_large(self, size: int) -> str:
         return (
@@ -375,7 +400,7 @@ class PartitionWriter:
         if largest > self.max_record_bytes:
             raise RecordTooLargeError(self._too_large(largest))
 
-    def write(self, batch: tuple[list[bytes | memoryview], int, int, int, int, int]) -> int:
+    def write(self, batch: Encoded) -> int:
         """Write a batch made by `encode` (under `mutex`); returns its first offset. On failure
         nothing of it stays in the segment (see the module docstring)."""
         parts, size, count, first_ts, oldest, newest = batch
@@ -568,21 +593,3 @@ class PartitionWriter:
                     self._synced_offset = self._next_offset
             finally:
                 self._close_files()
-
-
-def append_all_or_nothing(
-    batches: Sequence[tuple[PartitionWriter, Sequence[str], Sequence[bytes], np.ndarray | None]],
-) -> list[int]:
-    """Append one batch per writer, each writer once, in ascending partition order (every
-    caller takes the mutexes in that order, so two of them cannot deadlock). Every batch is
-    checked and encoded before the first byte is written, so a bad item, an oversize batch or a
-    closed writer leaves every partition as it was. Only a write error (a full disk) on a later
-    partition leaves the earlier partitions' batches in place. Returns the first offsets."""
-    with contextlib.ExitStack() as held:
-        for writer, _, _, _ in batches:
-            held.enter_context(writer.mutex)
-        encoded = [writer.encode(keys, values, ts) for writer, keys, values, ts in batches]
-        return [
-            writer.write(batch) if batch is not None else writer.next_offset
-            for (writer, _, _, _), batch in zip(batches, encoded, strict=True)
-        ]
