@@ -5,7 +5,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamcore.log.partitioner import java_string_hash, partition_for_key, partitions_for_keys
+from streamcore.log.partitioner import (
+    java_string_hash,
+    partition_for_key,
+    partitions_for_ascii,
+    partitions_for_keys,
+)
 
 INT_MIN = -(2**31)
 
@@ -144,3 +149,23 @@ class TestPartitionsForKeys:
     @given(st.lists(st.from_regex(r"[ -~]{0,20}", fullmatch=True), max_size=30))
     def test_ascii_fast_path_equals_scalar(self, keys: list[str]) -> None:
         assert partitions_for_keys(keys, 7).tolist() == [partition_for_key(k, 7) for k in keys]
+
+    @given(st.integers(min_value=0, max_value=40), st.integers(min_value=1, max_value=60))
+    def test_keys_of_one_length_equal_scalar(self, width: int, count: int) -> None:
+        # One length takes the matrix-product path; long keys wrap like Java's int.
+        keys = [f"{i:0{width}d}"[-width:] if width else "" for i in range(count)]
+        assert partitions_for_keys(keys, 11).tolist() == [partition_for_key(k, 11) for k in keys]
+
+
+class TestPartitionsForAscii:
+    @given(
+        st.lists(st.from_regex(r"[ -~]{0,20}", fullmatch=True), max_size=30),
+        st.integers(min_value=1, max_value=1000),
+    )
+    def test_equals_scalar(self, keys: list[str], partitions: int) -> None:
+        offsets = np.zeros(len(keys) + 1, dtype=np.int64)
+        np.cumsum([len(k) for k in keys], out=offsets[1:])
+        data = "".join(keys).encode("ascii")
+        assert partitions_for_ascii(data, offsets, partitions).tolist() == [
+            partition_for_key(k, partitions) for k in keys
+        ]
