@@ -111,6 +111,8 @@ def test_file_sources_jsonl_csv_parquet(spark, tmp_path: Path, monkeypatch) -> N
     with jsonl.open("w") as f:
         for d in docs[:3]:
             row = dict(d, created="2023-11-14T22:13:20Z", modified="2023-11-14T22:13:20Z")
+            if d is docs[1]:  # a JSON number is epoch milliseconds, as in Document.avsc
+                row = dict(row, created=1_700_000_000_000)
             f.write(json.dumps(row) + "\n")
         # The same document again, retitled: the later version must win.
         f.write(json.dumps(dict(row, title="retitled")) + "\n")
@@ -119,7 +121,7 @@ def test_file_sources_jsonl_csv_parquet(spark, tmp_path: Path, monkeypatch) -> N
         "id,parentPath,type,title,language,creator,created,modified,properties\n"
         + "".join(
             f"{d['id']},/ws,Note,{d['title']},fr_FR,bob,2023-11-14 22:13:20,"
-            f'2023-11-14 22:13:20,"{{""a"": ""b""}}"\n'
+            f'{1_700_000_000_000 if d is docs[4] else "2023-11-14 22:13:20"},"{{""a"": ""b""}}"\n'
             for d in docs[3:5]
         )
     )
@@ -141,6 +143,8 @@ def test_file_sources_jsonl_csv_parquet(spark, tmp_path: Path, monkeypatch) -> N
     assert table[docs[2]["id"]]["title"] == "retitled"
     assert dict(table[docs[3]["id"]]["properties"]) == {"a": "b"}
     assert dict(table[docs[5]["id"]]["properties"]) == {"x": "y"}
+    # ISO text, epoch-millisecond numbers (JSON) and digits (CSV) name the same instant
+    assert {(r["created"], r["modified"]) for r in table.values()} == {(when, when)}
 
 
 def test_invalid_file_rows_are_refused_before_anything_is_appended(spark) -> None:

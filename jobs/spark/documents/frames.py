@@ -12,7 +12,14 @@ import logging
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import MapType, StringType, StructField, StructType
+from pyspark.sql.types import (
+    IntegralType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 from jobs.spark.documents.formats import FILE_FORMATS, DocumentInputError, detect_format
 from streamcore.codecs import ParsedSchema
@@ -130,11 +137,22 @@ def read_documents(
 ) -> DataFrame:
     """Documents from files (a file or a folder of them), conformed to `document_type` (the Spark
     type of Document.avsc): columns cast to their types, missing nullable fields null.
-    `DocumentInputError` names required columns that are missing."""
+    `DocumentInputError` names required columns that are missing.
+
+    A timestamp field holds an ISO 8601 instant (text, or a timestamp column) or a number of
+    epoch milliseconds, in every format: Document.avsc's timestamps are `timestamp-millis`,
+    while Spark's own cast of a number to a timestamp reads seconds (1.7e12 ms, November 2023,
+    would be the year 55,841)."""
     fmt = fmt or detect_format(path)
     if fmt == "jsonl":
         # Every field nullable: a missing value reads as null (reported below), not a parse error.
-        lenient = StructType([StructField(f.name, f.dataType, True) for f in document_type.fields])
+        # Timestamps read as text, which keeps a JSON number's digits for `_timestamp`.
+        lenient = StructType(
+            [
+                StructField(f.name, _TEXT if isinstance(f.dataType, TimestampType) else f.dataType)
+                for f in document_type.fields
+            ]
+        )
         df = spark.read.schema(lenient).json(path)
     elif fmt == "csv":
         # RFC 4180 quoting ("" inside a quoted cell), as spreadsheets and Python's csv write it.
@@ -167,9 +185,29 @@ def read_documents(
             columns.append(
                 F.coalesce(F.col(field.name), F.create_map().cast(field.dataType)).alias(field.name)
             )
+        elif isinstance(field.dataType, TimestampType):
+            columns.append(_timestamp(df.schema[field.name].dataType, field.name))
         else:
             columns.append(F.col(field.name).cast(field.dataType).alias(field.name))
     return df.select(*columns)
+
+
+_TEXT = StringType()
+
+
+def _timestamp(source: object, name: str) -> Column:
+    """Column `name` as a timestamp: integers and all-digit text are epoch milliseconds, the rest
+    is cast (ISO 8601 text, timestamps)."""
+    column = F.col(name)
+    if isinstance(source, IntegralType):
+        return F.timestamp_millis(column).alias(name)
+    if isinstance(source, StringType):
+        text = F.trim(column)
+        millis = F.timestamp_millis(text.cast("long"))
+        return (
+            F.when(text.rlike("^-?[0-9]+$"), millis).otherwise(text.cast("timestamp")).alias(name)
+        )
+    return column.cast(TimestampType()).alias(name)
 
 
 def check_encodable(df: DataFrame, schema: ParsedSchema) -> None:
