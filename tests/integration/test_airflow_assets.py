@@ -1,17 +1,29 @@
-"""Assets and runs started by records, on real Airflow, Spark (job tasks as thin clients of a
-Spark Connect server) and Delta:
+"""Assets, lineage and runs started by records, end to end on real Airflow, Spark (job tasks as
+thin clients of a Spark Connect server) and Delta, in one Airflow home (each DAG gets one
+end-to-end run, not one per case: DEVELOPERS.md):
 
-- data-aware scheduling: one importer run (`dag.test()`) emits an asset event on `repository`
-  whose extra is the landed batch, which queues `streamcore_repository_report`; once the
-  scheduler runs, the report's run starts from that event and records it;
+- one importer run (`dag.test()`) from a file of 5 documents, one of them failing an expectation
+  under a 0.5 threshold, lands 4 rows and quarantines 1. It serves both:
+  - lineage, with the file transport scripts/airflow.sh configures
+    (AIRFLOW_HOME/logs/openlineage.jsonl): each job task's events come START then COMPLETE, name
+    the datasets of streamcore.datasets, carry the job's summary (`streamcore_job`) and Great
+    Expectations' result (`dataQualityAssertions` on the stream read), under their DAG run;
+  - data-aware scheduling: its asset event on `repository` holds the landed batch in its extra
+    and queues `streamcore_repository_report`; once the scheduler runs, the report's run starts
+    from that event and records it;
+- then one importer run whose consume the job refuses (the same failing row over a 0 threshold)
+  emits FAIL with the validation;
 - records mode: with `[audit] runs_on = "records"` and Airflow's triggerer running, entries
   appended to `audit/entries` start an audit run that lands them (three rounds; the append →
   landed latency of each is printed and kept in `ROUNDS`), and over several trigger polls with
   nothing appended, before and after, no run starts. Polls are counted in the triggerer's log
-  (the trigger logs each at debug level), never waited for by the clock."""
+  (the trigger logs each at debug level), never waited for by the clock. The audit DAG's stream
+  and group (`audit/entries`, `audit/delta`) share nothing with the importer's, so the importer
+  runs before leave it nothing to land."""
 
 from __future__ import annotations
 
+import json
 import re
 import statistics
 import subprocess
@@ -33,11 +45,14 @@ from airflow_harness import (
 from audit_support import append_entries, entry
 
 from streamcore.config import load_config
+from streamcore.datasets import stream_dataset, table_dataset
 
-pytestmark = [pytest.mark.airflow, pytest.mark.spark]
+# The fixtures' two importer runs come before the first test: more than the default 600 s.
+pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.timeout(1800)]
 
 REPORT, IMPORTER, AUDIT = "streamcore_repository_report", "streamcore_importer", "streamcore_audit"
-DOCUMENTS = 60
+LATE = "expect_column_pair_values_a_to_be_greater_than_b(modified, created)"
+READ, LANDED = 5, 4  # documents in the file; rows landed (one is quarantined)
 IDLE_POLLS = 5  # trigger intervals with nothing appended, in which no run may start
 ROUND_ENTRIES = 4
 ROUNDS: list[float] = []  # append → landed seconds of each records-mode round
@@ -58,15 +73,33 @@ def af(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AirflowEnv]:
     with airflow_on_connect(tmp_path_factory) as af:
         af.env["STREAMCORE_AUDIT_RUNS_ON"] = "records"
         af.env["STREAMCORE_AUDIT_WATCH_INTERVAL"] = "1s"
-        # Lineage has tests of its own; its log lines would follow run_python's JSON line.
-        af.env["AIRFLOW__OPENLINEAGE__DISABLED"] = "true"
         airflow(af, "dags", "reserialize")
         airflow(af, "dags", "unpause", REPORT)
         yield af
 
 
+def _doc(i: int, **changes: Any) -> dict[str, Any]:
+    doc = {
+        "id": f"{i:08x}-bbbb-4000-8000-000000000000",
+        "parentPath": "/ws",
+        "type": "Note",
+        "title": f"note {i}",
+        "description": None,
+        "language": "fr_FR",
+        "creator": "bob",
+        # ISO strings: a JSON number in a timestamp column is read as seconds since the epoch.
+        "created": "2023-11-14T22:13:20Z",
+        "modified": "2023-11-14T22:13:20Z",
+        "properties": {},
+        "blobName": None,
+        "blobSize": None,
+    }
+    return {**doc, **changes}
+
+
 def queued_and_events(af: AirflowEnv) -> dict[str, Any]:
-    """The asset queue (DAG, asset) and the asset events (asset, source task, extra)."""
+    """The asset queue (DAG, asset) and the asset events (asset, source DAG, task and run,
+    extra)."""
     return run_python(
         af,
         """
@@ -80,7 +113,7 @@ def queued_and_events(af: AirflowEnv) -> dict[str, Any]:
             ).all()
             events = session.execute(
                 select(AssetModel.name, AssetEvent.source_dag_id, AssetEvent.source_task_id,
-                       AssetEvent.extra)
+                       AssetEvent.source_run_id, AssetEvent.extra)
                 .join(AssetModel, AssetModel.id == AssetEvent.asset_id)
                 .order_by(AssetEvent.id)
             ).all()
@@ -92,24 +125,131 @@ def queued_and_events(af: AirflowEnv) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def imported(af: AirflowEnv) -> dict[str, Any]:
-    """One importer run; then the queue and the events it left."""
-    run = dag_test(af, IMPORTER, {"count": DOCUMENTS, "partitions": 2, "avg_blob_size": 64})
-    assert run["state"] == "success", run
-    return {"run": run, **queued_and_events(af)}
+    """The two importer runs (landed, then refused), their task states, the asset queue and
+    events they left and the OpenLineage events they emitted."""
+    docs = af.streamcore_home / "docs.jsonl"
+    af.streamcore_home.mkdir(parents=True, exist_ok=True)
+    rows = [_doc(i) for i in range(LANDED)] + [
+        _doc(4, modified="2020-09-13T12:26:40Z")
+    ]  # < created
+    docs.write_text("".join(json.dumps(d) + "\n" for d in rows))
+    conf = {"source": "files", "path": str(docs)}
+    landed = dag_test(af, IMPORTER, {**conf, "failure_threshold": 0.5})
+    assert landed["state"] == "success", landed
+    # consume's retries (2, 30 s apart) cannot change the verdict on the same records: none here.
+    refused = run_python(
+        af,
+        f"""
+        from pathlib import Path
+        from airflow.dag_processing.dagbag import BundleDagBag
+        folder = Path("dags").resolve()
+        dag = BundleDagBag(dag_folder=folder, bundle_path=folder).dags[{IMPORTER!r}]
+        dag.task_dict["consume"].retries = 0
+        run = dag.test(run_conf={{**{conf!r}, "failure_threshold": 0.0}})
+        states = {{ti.task_id: str(ti.state) for ti in run.get_task_instances()}}
+        print(json.dumps({{"state": str(run.state), "run_id": run.run_id, "tasks": states}}))
+        """,
+    )
+    path = af.home / "logs" / "openlineage.jsonl"
+    found = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return {"landed": landed, "refused": refused, "lineage": found, **queued_and_events(af)}
+
+
+def _task_events(events: list[dict[str, Any]], run_id: str, task: str) -> list[dict[str, Any]]:
+    """The events of task `task` of importer run `run_id`, in the order they were written."""
+    return [
+        e
+        for e in events
+        if e["job"]["name"] == f"{IMPORTER}.{task}"
+        and e["run"]["facets"].get("airflow", {}).get("dagRun", {}).get("run_id") == run_id
+    ]
+
+
+def _datasets(event: dict[str, Any], key: str) -> list[tuple[str, str]]:
+    return [(d["namespace"], d["name"]) for d in event.get(key, [])]
+
+
+def test_each_job_task_emits_start_then_complete_with_its_datasets(
+    af: AirflowEnv, imported: dict[str, Any]
+) -> None:
+    landed = imported["landed"]
+    config = load_config(home=af.streamcore_home)
+    stream = stream_dataset("import/docs", config).openlineage
+    tables = [table_dataset(t, config).openlineage for t in ("repository", "quarantine")]
+    produce = _task_events(imported["lineage"], landed["run_id"], "produce")
+    consume = _task_events(imported["lineage"], landed["run_id"], "consume")
+    assert [e["eventType"] for e in produce] == ["START", "COMPLETE"]
+    assert [e["eventType"] for e in consume] == ["START", "COMPLETE"]
+    assert produce[0]["run"]["runId"] == produce[1]["run"]["runId"]
+    for event in consume:
+        assert _datasets(event, "inputs") == [stream]
+        assert _datasets(event, "outputs") == tables
+    assert _datasets(produce[1], "outputs") == [stream]
+
+    # The job's summary: on COMPLETE only (START comes before the job runs).
+    assert "streamcore_job" not in consume[0]["run"]["facets"]
+    job = consume[1]["run"]["facets"]["streamcore_job"]
+    assert (job["job"], job["step"], job["status"]) == ("importer", "consume", "ok")
+    assert (job["batch"], job["read"], job["rows"], job["quarantined"]) == (0, READ, LANDED, 1)
+    assert sum(end - start for start, end in job["offsets"].values()) == READ
+    assert job["delta_version"] >= 0
+    assert job["_schemaURL"].startswith("include/openlineage/StreamcoreJobRunFacet.json")
+    produced = produce[1]["run"]["facets"]["streamcore_job"]
+    assert (produced["step"], produced.get("batch")) == ("produce", None)
+
+    # Great Expectations' result on the stream the step validated.
+    quality = consume[1]["inputs"][0]["inputFacets"]
+    assert quality["dataQualityAssertions"]["assertions"] == [
+        {"assertion": LATE, "success": False, "actual": "1 unexpected rows", "params": {}}
+    ]
+    assert quality["dataQualityMetrics"]["rowCount"] == READ
+
+
+def test_a_refused_batch_emits_fail_with_the_validation(imported: dict[str, Any]) -> None:
+    refused = imported["refused"]
+    assert refused["state"] == "failed", refused
+    assert refused["tasks"]["produce"] == "success" and refused["tasks"]["consume"] == "failed"
+    consume = _task_events(imported["lineage"], refused["run_id"], "consume")
+    assert [e["eventType"] for e in consume] == ["START", "FAIL"]
+    failed = consume[1]
+    job = failed["run"]["facets"]["streamcore_job"]
+    assert (job["status"], job["batch"], job["quarantined"]) == ("failed", 1, 0)
+    assert "over the --failure-threshold" in job["error"]
+    assert sum(end - start for start, end in job["offsets"].values()) == READ
+    assertions = failed["inputs"][0]["inputFacets"]["dataQualityAssertions"]["assertions"]
+    assert [(a["assertion"], a["success"]) for a in assertions] == [(LATE, False)]
+    assert "errorMessage" in failed["run"]["facets"]  # the provider's: the task's exception
+
+
+def test_task_events_are_children_of_their_dag_run(imported: dict[str, Any]) -> None:
+    """The provider's parent facet ties each task's run to its DAG run's (the DAG-level job the
+    Spark listener's runs are tied to in turn, docs/airflow.md "Lineage")."""
+    run_id = imported["landed"]["run_id"]
+    consume = _task_events(imported["lineage"], run_id, "consume")[-1]
+    parent = consume["run"]["facets"]["parent"]
+    assert parent["job"]["name"] == IMPORTER
 
 
 def test_a_landed_batch_emits_its_asset_event_and_queues_the_report(
     imported: dict[str, Any],
 ) -> None:
     assert [REPORT, "repository"] in imported["queued"], imported["queued"]
-    by_asset = {name: (dag, task, extra) for name, dag, task, extra in imported["events"]}
+    run_id = imported["landed"]["run_id"]
+    by_asset = {
+        name: (dag, task, extra)
+        for name, dag, task, run, extra in imported["events"]
+        if run == run_id
+    }
     assert by_asset["import/docs"][:2] == (IMPORTER, "produce")
     dag, task, extra = by_asset["repository"]
     assert (dag, task) == (IMPORTER, "consume")
-    assert (extra["job"], extra["batch"], extra["rows"]) == ("importer", 0, DOCUMENTS)
-    assert extra["quarantined"] == 0 and isinstance(extra["delta_version"], int)
-    assert sum(end - start for start, end in extra["offsets"].values()) == DOCUMENTS
+    assert (extra["job"], extra["batch"], extra["rows"]) == ("importer", 0, LANDED)
+    assert extra["quarantined"] == 1 and isinstance(extra["delta_version"], int)
+    assert sum(end - start for start, end in extra["offsets"].values()) == READ
     assert by_asset["quarantine"][2]["batch"] == 0
+    # The refused run lands nothing: no event on the tables, so nothing more for the report.
+    refused = imported["refused"]["run_id"]
+    assert [e[0] for e in imported["events"] if e[3] == refused] == ["import/docs"]
 
 
 @pytest.fixture(scope="module")
@@ -161,7 +301,7 @@ def test_the_report_runs_from_the_importer_event(af: AirflowEnv, services: RestC
     records = list((af.streamcore_home / "runs" / "repository_report").glob("*.json"))
     [record] = [r.read_text() for r in records]
     assert '"source_dag_id": "streamcore_importer"' in record
-    assert f'"rows": {DOCUMENTS}' in record
+    assert f'"rows": {LANDED}' in record
 
 
 def polls(af: AirflowEnv) -> int:
