@@ -72,6 +72,7 @@ bench: $(STAMP) $(JARS_STAMP)
 	$(BIN)/python bench/eos_bench.py
 	$(BIN)/python bench/standby_bench.py
 	$(BIN)/python bench/quix_peer_bench.py
+	$(BIN)/python bench/landing_peer_bench.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -297,9 +297,9 @@ def spark_baseline(spark: Any, count: int, path: Path) -> float:
     return time.monotonic() - started
 
 
-def spark_job(spark: Any, count: int, home: Path) -> dict[str, Any]:
-    """The same rows published to `audit/entries` (Avro Records appended from Spark, untimed:
-    the relay's work), then `jobs/audit.py batch` timed."""
+def publish_entries(spark: Any, count: int) -> None:
+    """`count` entries of `audit_rows` put in `audit/entries` of the configured log (Avro Records
+    appended from Spark, as the relay would: one partition)."""
     from pyspark.sql import functions as F
 
     from jobs import audit
@@ -309,7 +309,6 @@ def spark_job(spark: Any, count: int, home: Path) -> dict[str, Any]:
     from streamcore.config import load_config
     from streamcore.log import open_log_manager
 
-    os.environ["STREAMCORE_HOME"] = str(home)
     config = load_config()
     schema = SchemaStore(config.schemas_dir).by_name(audit.SCHEMA)
     rows = audit_rows(spark, count, 1)
@@ -325,15 +324,29 @@ def spark_job(spark: Any, count: int, home: Path) -> dict[str, Any]:
         append_dataframe(records, manager, audit.STREAM, layout="by_task")
     finally:
         manager.close()
+
+
+def audit_batch(count: int, *args: str) -> dict[str, Any]:
+    """`jobs/audit.py batch *args`, timed; it must land `count` entries."""
+    from jobs import audit
+
     out = io.StringIO()
     started = time.monotonic()
     with contextlib.redirect_stdout(out):
-        code = audit.main(["batch"])
+        code = audit.main(["batch", *args])
     seconds = time.monotonic() - started
     summary = json.loads(out.getvalue().strip().splitlines()[-1])
     if code != 0 or summary["landed"] != count:
         raise SystemExit(f"audit batch failed or landed {summary.get('landed')}: {summary}")
     return {"seconds": seconds, "phases": summary.get("phases", {})}
+
+
+def spark_job(spark: Any, count: int, home: Path) -> dict[str, Any]:
+    """The same rows published to `audit/entries` (untimed: the relay's work), then
+    `jobs/audit.py batch` timed."""
+    os.environ["STREAMCORE_HOME"] = str(home)
+    publish_entries(spark, count)
+    return audit_batch(count)
 
 
 def spark_section(args: argparse.Namespace) -> dict[str, Any]:
