@@ -314,17 +314,6 @@ class ComputationRunner(RebalanceListener):
             self._sync = StreamSynchronizer(decoders, timestamps, max_task_idle_ms)
         self._outputs = outputs
         self._dlq = dlq
-        # Outputs whose appender sends ahead (Kafka) leave at the end of each read batch, the
-        # checkpoint waits for them before it commits (`_send_ahead`, `_wait_sent`); exactly-once
-        # appends them inside the checkpoint's transaction.
-        self._ahead = [
-            out
-            for out in (*outputs.values(), *(() if dlq is None else (dlq,)))
-            if transactions is None and out.appender.sends_ahead
-        ]
-        # What was sent ahead, in order: (stream, items, their wait; None: append them again).
-        self._sent: list[tuple[OutputStream, list[tuple[str, Record]], Callable[[], object] | None]]
-        self._sent = []
         self._skip_budget = skip_budget
         self._read_size = read_batch
         self._checkpoint_retries = checkpoint_retries
@@ -428,7 +417,6 @@ class ComputationRunner(RebalanceListener):
             ", ".join(map(str, self.tailer.assignments)) or "no partition",
         )
         self.context._clear()
-        self._sent.clear()  # in flight or landed: processed again, appended again (at-least-once)
         if self.stores is not None:
             self.stores.discard()
         self._window.clear()
@@ -612,16 +600,12 @@ class ComputationRunner(RebalanceListener):
             if asked == len(batch) - 1 and not halted and self._put_off():
                 self._add_to_window(batch)
                 self._deferred = True
-                if self._ahead:
-                    self._send_ahead()
             else:
                 self._checkpoint(batch, asked, asked_mark)
         elif self._deferred:  # the put-off ask covers the window, not this batch
             self._checkpoint(batch, -1, batch_mark)
         else:
             self._add_to_window(batch if not halted else batch[:count])
-            if self._ahead and not halted:
-                self._send_ahead()
         if halted:
             logger.info("computation %s unit %d stops as asked", self.name, self.unit)
             stats.state = STOPPED
@@ -977,54 +961,30 @@ class ComputationRunner(RebalanceListener):
             if partition in touched:
                 tailer.commit_partition(partition)
 
-    def _send_ahead(self) -> None:
-        """Send what the streams of `_ahead` buffered, at the end of a read batch whose records
-        are past every rollback (a failed record dropped its outputs as it ended), with the low
-        watermark the next checkpoint appends with (that of the window's first record)."""
-        low = self._held_watermark
-        if not low:
-            first = self._first_uncommitted()
-            low = self._watermark_of(first) if first is not None else self._committed_watermark
-        for out in self._ahead:
-            if out.buffer:
-                try:
-                    items = _to_append(out, low)
-                    if items:
-                        self._sent.append((out, items, out.appender.send_batch(items)))
-                except Exception:  # kept: the checkpoint meets it again, and retries or fails
-                    continue
-                out.buffer.clear()
-
-    def _wait_sent(self) -> None:
-        """Wait for what was sent ahead, in order. A failure fails the checkpoint before it
-        commits a position; its retry appends again what failed and what was sent after it."""
-        sent = self._sent
-        for index, (out, items, wait) in enumerate(sent):
-            try:
-                if wait is None:
-                    out.appender.append_batch(items)
-                else:
-                    wait()
-            except Exception:
-                self._sent = [(o, i, None) for o, i, _ in sent[index:]]
-                raise
-            self.stats.produced += len(items)
-        if sent:
-            sent.clear()
-            self.stats.last_activity = time.monotonic()
-
     def _append_outputs(self, low_watermark: int) -> None:
-        """Append every buffered record (after waiting for those sent ahead); each stream's
-        buffer is emptied once appended, so a retried checkpoint does not append it twice."""
-        if self._sent:
-            self._wait_sent()
+        """Append every buffered record; each stream's buffer is emptied once appended, so a
+        retried checkpoint does not append it twice."""
         outputs = list(self._outputs.values())
         if self._dlq is not None:
             outputs.append(self._dlq)
         for out in outputs:
-            if not out.buffer:
+            items = out.buffer
+            if not items:
                 continue
-            items = _to_append(out, low_watermark)
+            record_filter = out.filter
+            if record_filter is not None:
+                kept = []
+                for _, record in items:
+                    filtered = record_filter.before_append(record)
+                    if filtered is not None:
+                        kept.append((filtered.key, filtered))
+                items = kept
+            # A record produced without a watermark gets the low watermark, in a copy: the
+            # computation's Record is never changed under it.
+            items = [
+                (key, record if record.watermark else record.with_watermark(low_watermark))
+                for key, record in items
+            ]
             if items:
                 out.appender.append_batch(items)
                 self.stats.last_activity = time.monotonic()
@@ -1058,25 +1018,6 @@ class ComputationRunner(RebalanceListener):
             if buffered and (not low or buffered < low):
                 low = buffered
         return low
-
-
-def _to_append(out: OutputStream, low_watermark: int) -> list[tuple[str, Record]]:
-    """The records `out` buffered as appended: through its append filter, and a record produced
-    without a watermark gets the low watermark, in a copy (the computation's Record is never
-    changed under it)."""
-    items = out.buffer
-    record_filter = out.filter
-    if record_filter is not None:
-        kept = []
-        for _, record in items:
-            filtered = record_filter.before_append(record)
-            if filtered is not None:
-                kept.append((filtered.key, filtered))
-        items = kept
-    return [
-        (key, record if record.watermark else record.with_watermark(low_watermark))
-        for key, record in items
-    ]
 
 
 def _collect_as_due() -> None:

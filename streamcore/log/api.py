@@ -19,9 +19,8 @@ Contracts (Nuxeo Stream semantics, see docs/log.md):
 from __future__ import annotations
 
 import abc
-import functools
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from streamcore.errors import PartitionNotFoundError, TailerConflictError, UnsupportedOperationError
@@ -80,17 +79,6 @@ class LogAppender(abc.ABC, Generic[M]):
         written, so such an error leaves the log as it was. Not atomic across partitions against
         a failing write: a `LogWriteError` (local: a full disk) or a broker error (Kafka) on one
         partition leaves what was already written to the others."""
-
-    # True when `send_batch` hands the records to the backend at once and only its wait waits
-    # (Kafka: produced, the delivery reports pending), so a caller can work while they travel.
-    sends_ahead = False
-
-    def send_batch(self, items: Sequence[tuple[str, M]]) -> Callable[[], Sequence[LogOffset]]:
-        """Start appending `items` as `append_batch(items)` does; the callable returned waits
-        until every one is in the log and returns their offsets, or raises what
-        `append_batch` would. Records sent one after another keep their order per partition.
-        By default (`sends_ahead` False) nothing is sent before the wait, which appends."""
-        return functools.partial(self.append_batch, items)
 
     @abc.abstractmethod
     def wait_for(self, offset: LogOffset, group: str, timeout: float) -> bool:

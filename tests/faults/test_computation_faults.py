@@ -1,14 +1,13 @@
 """Computation faults: a batch held across an input change then a stop, a failed batch sent to the
-dead-letter stream, a computation that rarely checkpoints, retries past attempt 1024, and an
-output the broker rejects after it was sent ahead of the checkpoint. Each test checks one promise
-of docs/computations.md (commits, dead-letter metadata, low watermark, retries)."""
+dead-letter stream, a computation that rarely checkpoints, and retries past attempt 1024. Each
+test checks one promise of docs/computations.md (commits, dead-letter metadata, low watermark,
+retries)."""
 
 from __future__ import annotations
 
 import math
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
@@ -329,49 +328,3 @@ def test_policy_refuses_unbounded_retries(changes: dict[str, object], message: s
         ComputationPolicy(**changes)  # type: ignore[arg-type]
     assert ComputationPolicy(max_retries=0).max_retries == 0  # 0 = no retry, still valid
     assert ComputationPolicy(max_retries=10_000).max_retries == 10_000
-
-
-# -- 5. an output rejected after it was sent ahead fails the checkpoint -------------------------
-class Grow(Computation):
-    """Sends each record on; data b"big" grows past the output topic's max.message.bytes, data
-    b"ask" asks for a checkpoint."""
-
-    def __init__(self) -> None:
-        super().__init__("grow", 1, 1)
-
-    def process_record(self, context, input_stream, record) -> None:
-        data = record.data * 5000 if record.data == b"big" else record.data
-        context.produce_record("o1", Record(record.key, data))
-        if record.data == b"ask":
-            context.ask_for_checkpoint()
-
-
-@pytest.mark.kafka
-def test_a_delivery_failure_after_sending_ahead_fails_the_checkpoint(tmp_path: Path) -> None:
-    from log_fixtures import MANAGER_FACTORIES
-
-    manager = MANAGER_FACTORIES["kafka"](tmp_path)
-    processor = None
-    try:
-        manager.create("app/in", 1)
-        manager.create(OUT, 1, topic_config={"max.message.bytes": "2000"})
-        appender = manager.appender("app/in", CODEC)
-        appender.append("k0", Record.of("k0", b"a"))
-        topology = Topology.builder().add_computation(Grow, ["i1:app/in", f"o1:{OUT}"]).build()
-        settings = Settings(checkpoint_retries=1, checkpoint_pause=0.01)
-        processor = StreamProcessor(manager, topology, settings).start()
-        # No checkpoint was asked for: k0's output landed, sent at the end of its read batch.
-        assert wait_until(lambda: manager.end_offsets(OUT) == [1])
-        appender.append("k1", Record.of("k1", b"big"))  # sent at the end of its batch too
-        assert wait_until(lambda: processor.unit_stats("grow")[0].processed == 2)
-        assert processor.lag("grow").lag == 2 and not processor.failed_computations()
-        appender.append("k2", Record.of("k2", b"ask"))  # the checkpoint waits for the reports
-        assert wait_until(lambda: bool(processor.failed_computations()))
-        stats = processor.unit_stats("grow")[0]
-        assert stats.state == "terminated" and stats.checkpoint_failures == 2
-        assert "max.message.bytes" in (stats.failure or "")
-        assert processor.lag("grow").lag == 3  # no position committed past the lost output
-    finally:
-        if processor is not None:
-            assert processor.stop(10)
-        manager.close()

@@ -322,24 +322,6 @@ class TestAppend:
         for (key, value), off in zip(items, offsets, strict=True):
             assert got[(off.partition.partition, off.offset)] == (key, value)
 
-    def test_send_batch_then_wait_appends_in_order(
-        self, manager: LogManager, new_log: NewLog, backend: str
-    ) -> None:
-        name = new_log(2)
-        app = manager.appender(name)
-        assert app.sends_ahead == (backend == "kafka")
-        first = [(f"key-{i}", f"a{i}".encode()) for i in range(20)]
-        second = [(f"key-{i}", f"b{i}".encode()) for i in range(20)]
-        waits = [app.send_batch(first), app.send_batch(second), app.send_batch([])]
-        offsets = [list(wait()) for wait in waits]
-        assert [len(o) for o in offsets] == [20, 20, 0]
-        for (key, _), a, b in zip(first, offsets[0], offsets[1], strict=True):
-            assert (
-                a.partition == b.partition == LogPartition.of(name, key_partition(backend, key, 2))
-            )
-            assert b.offset > a.offset  # sent after: later in the key's partition
-        assert sum(manager.end_offsets(name)) == 40
-
     def test_append_batch_to_partition(self, manager: LogManager, new_log: NewLog) -> None:
         name = new_log(3)
         app = manager.appender(name)

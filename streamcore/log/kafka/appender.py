@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
@@ -92,8 +92,7 @@ class _Batch:
 
 class KafkaAppender(LogAppender[Any]):
     """Produces to one topic through the manager's (pooled) idempotent producer and waits for the
-    delivery reports, so every append returns where its records landed; `send_batch` produces at
-    once and leaves the wait to its caller. Thread-safe.
+    delivery reports, so every append returns where its records landed. Thread-safe.
 
     `producer`: another producer to append through instead of the pooled one (a transaction's,
     `streamcore.log.kafka.transaction`: the same checks, encoding and delivery reports)."""
@@ -113,8 +112,6 @@ class KafkaAppender(LogAppender[Any]):
         self.topic = manager.topic(name)
         self._size = size
         self._closed = False
-
-    sends_ahead = True
 
     @property
     def size(self) -> int:
@@ -173,31 +170,12 @@ class KafkaAppender(LogAppender[Any]):
             return AppendedOffsets(self.name, (), ())
         return self._send(items, partition, None if checked is None else checked.tolist())
 
-    def send_batch(self, items: Sequence[tuple[str, Any]]) -> Callable[[], AppendedOffsets]:
-        """Produce every item now (checked and encoded first, as `append_batch`); the callable
-        returned waits for their delivery reports, as `append_batch` does before it returns."""
-        self._check(None)
-        if not items:
-            return functools.partial(AppendedOffsets, self.name, (), ())
-        batch, producer, _ = self._produce(items, None, None)
-        return functools.partial(self._collect, batch, producer, None)
-
     def _send(
         self,
         items: Sequence[tuple[str, Any]],
         partition: int | None,
         timestamps: Sequence[int] | None,
     ) -> AppendedOffsets:
-        return self._collect(*self._produce(items, partition, timestamps))
-
-    def _produce(
-        self,
-        items: Sequence[tuple[str, Any]],
-        partition: int | None,
-        timestamps: Sequence[int] | None,
-    ) -> tuple[_Batch, Any, float]:
-        """Produce `items`; their delivery reports fill the batch returned (with the producer
-        and the deadline of the append)."""
         self._check(partition)
         try:
             encoded = [self._encode(k, m) for k, m in items]
@@ -235,15 +213,6 @@ class KafkaAppender(LogAppender[Any]):
                     raise clients.translate(exc, f"cannot append to {self.name}", topic) from exc
             if batch.fatal is not None:
                 break
-        return batch, producer, deadline
-
-    def _collect(self, batch: _Batch, producer: Any, deadline: float | None) -> AppendedOffsets:
-        """Wait for the delivery reports of `batch` until `deadline` (None: the clients'
-        timeout from now, for a batch sent ahead of its wait)."""
-        clients = self.manager.clients
-        topic = self.topic
-        if deadline is None:
-            deadline = time.monotonic() + clients.timeout
         while batch.pending and batch.fatal is None:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -261,7 +230,7 @@ class KafkaAppender(LogAppender[Any]):
                 batch.fatal, f"cannot append to {self.name}", topic
             ) from batch.fatal
         if batch.pending or batch.errors:
-            self._fail(batch, batch.count, producer)
+            self._fail(batch, len(encoded), producer)
         return AppendedOffsets(self.name, batch.partitions, batch.offsets)
 
     def _fail(self, batch: _Batch, count: int, producer: Any) -> None:
