@@ -16,7 +16,6 @@ import json
 import os
 import re
 import subprocess
-import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -37,7 +36,8 @@ from airflow_harness import (
     make_airflow_env,
 )
 from audit_support import append_entries, entry
-from playwright.sync_api import BrowserContext, Page, Route, expect, sync_playwright
+from chromium import headless
+from playwright.sync_api import BrowserContext, Page, Route, expect
 
 from streamcore.config import load_config
 
@@ -63,15 +63,6 @@ if _LATEST_TICK > _NOW:
 # Three slots ending the day before the latest tick: the scheduled run of that tick covers the
 # day before it, and the backfill's "missing runs" must not include it.
 T0 = _LATEST_TICK - 4 * SLOT
-CHROMIUM_ARGS = [
-    "--no-sandbox",  # root in CI
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 def script(name: str, action: str, env: dict[str, str]) -> subprocess.Popen[str]:
@@ -183,18 +174,8 @@ class Browser:
 
 @pytest.fixture(scope="module")
 def browser(chromium: Path, artifacts: Path, af: AirflowEnv) -> Iterator[Browser]:
-    with sync_playwright() as p:
-        context = p.chromium.launch_persistent_context(
-            tempfile.mkdtemp(prefix="streamcore-chromium-"),
-            executable_path=str(chromium),
-            headless=True,
-            args=CHROMIUM_ARGS,
-            viewport={"width": 1400, "height": 1000},
-        )
-        try:
-            yield Browser(context, af.url, artifacts)
-        finally:
-            context.close()
+    with headless(chromium, 1000) as context:
+        yield Browser(context, af.url, artifacts)
 
 
 @pytest.fixture(autouse=True)

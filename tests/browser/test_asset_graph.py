@@ -6,15 +6,14 @@ to the artifacts folder (docs/images/airflow-asset-graph.png is one)."""
 
 from __future__ import annotations
 
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from airflow_harness import AirflowEnv, AirflowServices, RestClient, make_airflow_env
-from playwright.sync_api import expect, sync_playwright
-from test_airflow_ui import CHROMIUM_ARGS
+from chromium import headless
+from playwright.sync_api import expect
 
 pytestmark = [pytest.mark.airflow, pytest.mark.timeout(600)]
 
@@ -45,30 +44,20 @@ def test_the_repository_asset_graph(chromium: Path, artifacts: Path, af: Airflow
     assert {r["dag_id"] for r in asset["scheduled_dags"]} == {"streamcore_repository_report"}
     producers = {(r["dag_id"], r["task_id"]) for r in asset["producing_tasks"]}
     assert producers >= {("streamcore_importer", "consume"), ("streamcore_bulk_action", "run")}
-    with sync_playwright() as p:
-        context = p.chromium.launch_persistent_context(
-            tempfile.mkdtemp(prefix="streamcore-chromium-"),
-            executable_path=str(chromium),
-            headless=True,
-            args=CHROMIUM_ARGS,
-            viewport={"width": 1400, "height": 900},
-        )
-        try:
-            page = context.pages[0] if context.pages else context.new_page()
-            page.set_default_timeout(120_000)
-            page.goto(f"{af.url}/assets/{asset['id']}")
-            page.wait_for_url("**/auth/login**")
-            page.locator("input[name=username]").fill("admin")
-            page.locator("input[name=password]").fill(af.password)
-            page.get_by_role("button", name="Sign in").click()
-            page.wait_for_url(f"{af.url}/assets/{asset['id']}")
-            # The task view: the tasks writing the table and those reading it. (The
-            # "Scheduling" view's request fails on PostgreSQL in Airflow 3.3.2, HTTP 500 from
-            # SerializedDagModel.get_dag_dependencies.)
-            page.get_by_role("button", name="Task Dependencies").click()
-            graph = page.locator(".react-flow")
-            expect(graph.get_by_text("consume").first).to_be_visible()
-            expect(graph.get_by_text("report").first).to_be_visible()
-            page.screenshot(path=str(artifacts / "asset-graph-repository.png"))
-        finally:
-            context.close()
+    with headless(chromium, 900) as context:
+        page = context.pages[0] if context.pages else context.new_page()
+        page.set_default_timeout(120_000)
+        page.goto(f"{af.url}/assets/{asset['id']}")
+        page.wait_for_url("**/auth/login**")
+        page.locator("input[name=username]").fill("admin")
+        page.locator("input[name=password]").fill(af.password)
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_url(f"{af.url}/assets/{asset['id']}")
+        # The task view: the tasks writing the table and those reading it. (The
+        # "Scheduling" view's request fails on PostgreSQL in Airflow 3.3.2, HTTP 500 from
+        # SerializedDagModel.get_dag_dependencies.)
+        page.get_by_role("button", name="Task Dependencies").click()
+        graph = page.locator(".react-flow")
+        expect(graph.get_by_text("consume").first).to_be_visible()
+        expect(graph.get_by_text("report").first).to_be_visible()
+        page.screenshot(path=str(artifacts / "asset-graph-repository.png"))

@@ -87,7 +87,6 @@ def _doc(i: int, **changes: Any) -> dict[str, Any]:
         "description": None,
         "language": "fr_FR",
         "creator": "bob",
-        # ISO strings: a JSON number in a timestamp column is read as seconds since the epoch.
         "created": "2023-11-14T22:13:20Z",
         "modified": "2023-11-14T22:13:20Z",
         "properties": {},
