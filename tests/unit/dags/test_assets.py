@@ -6,41 +6,20 @@ arrive. Run in a fresh interpreter with its own AIRFLOW_HOME and STREAMCORE_HOME
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
+
+from dag_snippets import run_snippet
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 def _run(tmp_path: Path, code: str, **env: str) -> Any:
-    environ = {
-        **os.environ,
-        "AIRFLOW_HOME": str(tmp_path / "airflow"),
-        "STREAMCORE_HOME": str(tmp_path / "sc"),
-        **env,
-    }
+    homes = {"AIRFLOW_HOME": str(tmp_path / "airflow"), "STREAMCORE_HOME": str(tmp_path / "sc")}
+    # the switches this test sets, and no other's routing
     switches = ("STREAMCORE_AUDIT_", "STREAMCORE_IMPORTER_", "STREAMCORE_LOG_")
-    for name in list(environ):  # the switches this test sets, and no other's routing
-        if name.startswith(switches) and name not in env:
-            environ.pop(name)
-    script = (
-        f"import json, sys\nsys.path[:0] = [{str(ROOT / 'dags')!r}, {str(ROOT / 'plugins')!r}]\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", script + textwrap.dedent(code)],
-        env=environ,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_snippet(code, {**homes, **env}, drop=switches)
 
 
 TASK_ASSETS = """

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
+
+from dag_snippets import run_snippet
 
 ROOT = Path(__file__).resolve().parents[3]
 FAKE_SPARK_SUBMIT = """#!/bin/sh
@@ -30,21 +29,11 @@ def _run(tmp_path: Path, code: str) -> dict:
     fake.write_text(FAKE_SPARK_SUBMIT)
     fake.chmod(0o755)
     env = {
-        **os.environ,
         "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
         "AIRFLOW_HOME": str(tmp_path / "airflow"),
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[*]"}),
     }
-    script = f"import json, sys\nsys.path.insert(0, {str(ROOT / 'dags')!r})\n"
-    done = subprocess.run(
-        [sys.executable, "-c", script + textwrap.dedent(code)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_snippet(code, env, timeout=120)
 
 
 def test_the_spark_submit_hook_keeps_the_last_summary_line_and_logs_every_line(

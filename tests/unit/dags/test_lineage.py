@@ -7,14 +7,11 @@ its own AIRFLOW_HOME: no Spark, no Airflow database."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import jsonschema
+from dag_snippets import run_snippet
 
 ROOT = Path(__file__).resolve().parents[3]
 CONSUMED = {
@@ -62,20 +59,8 @@ def _lineage(tmp_path: Path, summary: dict[str, Any] | None) -> dict[str, Any]:
             "expected": [list(d.openlineage) for d in found],
         }}))
     """
-    env = {
-        **os.environ,
-        "AIRFLOW_HOME": str(tmp_path / "airflow"),
-        "STREAMCORE_HOME": str(tmp_path / "home"),
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    env = {"AIRFLOW_HOME": str(tmp_path / "airflow"), "STREAMCORE_HOME": str(tmp_path / "home")}
+    return run_snippet(code, env, timeout=120)
 
 
 def test_inlets_and_outlets_are_the_datasets_named_by_streamcore_datasets(tmp_path: Path) -> None:
@@ -178,20 +163,11 @@ def test_spark_submit_gets_the_task_run_as_openlineage_parent(tmp_path: Path) ->
     outs = []
     for on in ("true", "false"):
         env = {
-            **os.environ,
             "AIRFLOW_HOME": str(tmp_path / on),
             "AIRFLOW__OPENLINEAGE__NAMESPACE": "streamcore",
             "AIRFLOW__OPENLINEAGE__SPARK_INJECT_PARENT_JOB_INFO": on,
         }
-        done = subprocess.run(
-            [sys.executable, "-c", textwrap.dedent(code)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert done.returncode == 0, done.stderr
-        outs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        outs.append(run_snippet(code, env, timeout=120))
     injected, left = outs
     assert injected["conf"] == {
         "spark.x": "1",

@@ -5,12 +5,9 @@ runs themselves are tested end to end in tests/integration/test_airflow_dags.py.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
+
+from dag_snippets import run_snippet
 
 ROOT = Path(__file__).resolve().parents[3]
 DAG_FILE = ROOT / "dags" / "streamcore_recovery.py"
@@ -45,16 +42,7 @@ def test_the_recovery_dag_parses_and_refuses_before_the_logs(tmp_path: Path) -> 
             "no_queue": refusal(action="outbox-retry"),
         }}))
         """
-    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "airflow")}
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out = run_snippet(code, {"AIRFLOW_HOME": str(tmp_path / "airflow")}, timeout=120)
     assert out["errors"] == {}
     assert out["tasks"] == {
         "validate": [],
