@@ -12,8 +12,6 @@ from typing import Any
 
 from dag_snippets import run_snippet
 
-ROOT = Path(__file__).resolve().parents[3]
-
 
 def _run(tmp_path: Path, code: str, **env: str) -> Any:
     homes = {"AIRFLOW_HOME": str(tmp_path / "airflow"), "STREAMCORE_HOME": str(tmp_path / "sc")}
