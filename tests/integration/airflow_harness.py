@@ -114,10 +114,10 @@ def _drop_database(url: str) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{parsed.database}" WITH (FORCE)')
 
 
-def run_python(af: AirflowEnv, code: str, timeout: float = 900) -> dict[str, Any]:
+def run_python(af: AirflowEnv, code: str, timeout: float = 900) -> Any:
     """Runs `code` in a fresh interpreter with the Airflow environment; the code prints its result
-    as a JSON object, the last line of stdout that is one (the OpenLineage provider may log the
-    DAG run's COMPLETE event after it, from its own process)."""
+    as JSON (an object, a list, a number...), the last line of stdout that parses as JSON: the
+    OpenLineage provider may log the DAG run's COMPLETE event after it, from its own process."""
     prelude = f"import json, sys\nsys.path.insert(0, {str(DAGS)!r})\n"
     done = subprocess.run(
         [str(VENV_BIN / "python"), "-c", prelude + textwrap.dedent(code)],
@@ -127,12 +127,15 @@ def run_python(af: AirflowEnv, code: str, timeout: float = 900) -> dict[str, Any
         text=True,
         timeout=timeout,
     )
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        raise AssertionError(
-            f"subprocess failed ({done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-8000:]}"
-        )
-    return json.loads(lines[-1])
+    if done.returncode == 0:
+        for line in reversed(done.stdout.splitlines()):
+            try:
+                return json.loads(line)
+            except ValueError:
+                continue
+    raise AssertionError(
+        f"subprocess failed ({done.returncode}):\n{done.stdout[-4000:]}\n{done.stderr[-8000:]}"
+    )
 
 
 def dag_test(af: AirflowEnv, dag_id: str, conf: dict[str, Any]) -> dict[str, Any]:
