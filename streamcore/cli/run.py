@@ -19,6 +19,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 from streamcore.cli.context import Context, UsageError, global_options
@@ -50,22 +51,15 @@ def _apply_concurrency(settings: Any, values: list[str]) -> None:
         settings.set_concurrency(name if sep else "default", count)
 
 
-def _apply_start(settings: Any, values: list[str]) -> None:
+def _apply_named(flag: str, setter: Callable[[str, str], Any], values: list[str]) -> None:
+    """`--FLAG VALUE` or `--FLAG COMPUTATION=VALUE` through a `Settings` setter; a value it
+    refuses is a usage error naming the flag."""
     for value in values:
-        name, sep, start = value.rpartition("=")
+        name, sep, setting = value.rpartition("=")
         try:
-            settings.set_start(name if sep else "default", start)
+            setter(name if sep else "default", setting)
         except TopologyError as exc:
-            raise UsageError(f"--start {value!r}: {exc}") from None
-
-
-def _apply_worker_allocation(settings: Any, values: list[str]) -> None:
-    for value in values:
-        name, sep, allocation = value.rpartition("=")
-        try:
-            settings.set_worker_allocation(name if sep else "default", allocation)
-        except TopologyError as exc:
-            raise UsageError(f"--worker-allocation {value!r}: {exc}") from None
+            raise UsageError(f"{flag} {value!r}: {exc}") from None
 
 
 def _apply_groups(ctx: Context, values: list[str]) -> None:
@@ -137,8 +131,10 @@ def run_run(ctx: Context) -> int:
         )
     for _, _, settings in runs:
         _apply_concurrency(settings, args.concurrency or [])
-        _apply_start(settings, args.start or [])
-        _apply_worker_allocation(settings, args.worker_allocation or [])
+        _apply_named("--start", settings.set_start, args.start or [])
+        _apply_named(
+            "--worker-allocation", settings.set_worker_allocation, args.worker_allocation or []
+        )
     for name in ensure_logs(ctx.manager, declared_logs(ctx.config)):
         ctx.err(f"created declared log {name}")
     stop = threading.Event()
