@@ -35,13 +35,13 @@ and the two stream classes are the computation's view of that same state.
 
 from __future__ import annotations
 
-import gc
 import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from streamcore.collector import collector_paused
 from streamcore.computation.computation import Computation
 from streamcore.computation.context import ComputationContext
 from streamcore.computation.dlq import dead_letter_record
@@ -442,23 +442,12 @@ class ComputationRunner(RebalanceListener):
         """Fire due timers, then read and process one batch (waiting up to `timeout` s for it).
         Returns the number of records and timers handled.
 
-        The cyclic garbage collector is paused during a step. What a step reads, decodes and
-        keeps for its checkpoint lives until the step ends, so a collection in the middle frees
-        none of it but moves it to an older generation, and what reaches the oldest brings the
-        next full collection (a walk of the whole heap) closer: 27-32 full collections in the
-        million-record windowed count of bench/window_bench.py, 0-3 paused. Only cycles wait:
-        reference counting frees the rest at once, and the collector counts the objects made
-        and not freed while paused, so the young collections the cycles a step made (at most a
-        read batch's worth) call for run at its end (`_collect_as_due`)."""
-        paused = gc.isenabled()
-        if paused:
-            gc.disable()
-        try:
+        The cyclic garbage collector is paused during a step (`collector_paused`): what a step
+        reads, decodes and keeps for its checkpoint lives until the step ends, and collections
+        in its middle only promoted it (27-32 full collections in the million-record windowed
+        count of bench/window_bench.py, 0-3 paused)."""
+        with collector_paused():
             return self._step(timeout)
-        finally:
-            if paused:
-                gc.enable()
-                _collect_as_due()
 
     def _step(self, timeout: float) -> int:
         done = 0
@@ -1018,17 +1007,6 @@ class ComputationRunner(RebalanceListener):
             if buffered and (not low or buffered < low):
                 low = buffered
         return low
-
-
-def _collect_as_due() -> None:
-    """After a paused step: the young collection its objects made and did not free call for,
-    now. The next allocation of a tracked object would start it, but the loop calling `step`
-    may make none before it pauses the collector again, and cycles would pile up. The oldest
-    generation is left to the collector (it weighs what a full collection would walk)."""
-    count0, count1, _count2 = gc.get_count()
-    threshold0, threshold1, _threshold2 = gc.get_threshold()
-    if threshold0 and count0 > threshold0:
-        gc.collect(1 if count1 >= threshold1 else 0)
 
 
 def _taker(decoded: list[Record | CodecError]) -> Callable[[bytes], Record]:

@@ -13,12 +13,12 @@ chunk; only a failing chunk is decoded again record by record to find where it f
 
 from __future__ import annotations
 
-import gc
 import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from streamcore.collector import collector_paused
 from streamcore.errors import (
     CodecError,
     InvalidArgumentError,
@@ -331,10 +331,7 @@ class CursorTailer(LogTailer[Any]):
             partition = self._chunk_partition()
             # Thousands of records that all survive make the cyclic GC run and re-scan them again
             # and again (it halves the rate); none of them can form a cycle, so pause it.
-            paused = gc.isenabled()
-            if paused:
-                gc.disable()
-            try:
+            with collector_paused():
                 if decode is None:
                     out += [LogRecord(v, partition, o, t, k) for o, t, k, v in chunk]
                 else:
@@ -348,9 +345,6 @@ class CursorTailer(LogTailer[Any]):
                                 raise failure from failure.__cause__
                             return out + good  # the next call raises it, at the failing record
                         out += good
-            finally:
-                if paused:
-                    gc.enable()
             self._pending_i = start + len(chunk)
             self._read_pos[partition] = chunk[-1][0] + 1
             if len(out) >= max_records or self._assignment_due():
