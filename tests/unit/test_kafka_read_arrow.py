@@ -1,6 +1,7 @@
-"""`KafkaTailer.read_arrow` and `read_columns` (the same records as lists, the restore's read) take
-what librdkafka has fetched in bulk (positions moved once per run of records of one partition):
-these check that they keep what one-by-one reading promised.
+"""`KafkaTailer.read_arrow`, `read_columns` (the same records as lists, the restore's read) and
+`read_batch` without a codec (the stream processor's read) take what librdkafka has fetched in bulk
+(positions moved once per run of records of one partition): these check that they keep what
+one-by-one reading promised.
 Each partition's records come once, in order; a batch never exceeds `max_records`; a record
 fetched before a seek is never returned after it; a key that is not UTF-8 in the middle of a large
 batch ends the batch before it (the records of other partitions after it come later, once), then
@@ -55,6 +56,17 @@ def read_rows(tailer: Any, how: str, max_records: int = 65536, timeout: float = 
     if how == "arrow":
         batch = tailer.read_arrow(max_records, timeout)
         return None if batch is None else batch.to_pylist()
+    if how == "batch":
+        records = tailer.read_batch(max_records, timeout)
+        return [
+            {
+                "partition": r.partition.partition,
+                "offset": r.offset,
+                "key": r.key,
+                "value": r.message,
+            }
+            for r in records
+        ] or None
     columns = tailer.read_columns(max_records, timeout)
     if columns is None:
         return None
@@ -84,7 +96,7 @@ def offsets_of(rows: list[dict[str, Any]], partition: int) -> list[int]:
     return [r["offset"] for r in rows if r["partition"] == partition]
 
 
-@pytest.mark.parametrize("how", ["arrow", "columns"])
+@pytest.mark.parametrize("how", ["arrow", "columns", "batch"])
 @pytest.mark.parametrize("max_records", [65536, 700])
 def test_read_arrow_across_partitions_keeps_each_partitions_order_and_positions(
     kafka: LogManager, max_records: int, how: str
@@ -107,22 +119,25 @@ def test_read_arrow_across_partitions_keeps_each_partitions_order_and_positions(
         assert tailer.lost == 0  # type: ignore[attr-defined]
 
 
-def test_records_fetched_before_a_seek_are_never_returned_after_it(kafka: LogManager) -> None:
+@pytest.mark.parametrize("how", ["arrow", "batch"])
+def test_records_fetched_before_a_seek_are_never_returned_after_it(
+    kafka: LogManager, how: str
+) -> None:
     kafka.create(NAME, 1)
     p = LogPartition(Name.of(NAME), 0)
     with kafka.appender(NAME) as appender:
         appender.append_batch([(f"k{i}", b"v") for i in range(PER_PARTITION)], partition=0)
     with kafka.tailer("g", NAME) as tailer:
-        assert offsets_of(read_all(tailer, 10, 10), 0) == list(range(10))
+        assert offsets_of(read_all(tailer, 10, 10, how), 0) == list(range(10))
         tailer.seek(LogOffset(p, 2000))  # forward, past records already fetched
-        assert offsets_of(read_all(tailer, 5, 5), 0) == list(range(2000, 2005))
+        assert offsets_of(read_all(tailer, 5, 5, how), 0) == list(range(2000, 2005))
         tailer.seek(LogOffset(p, 3))  # back, below them
-        rows = read_all(tailer, PER_PARTITION - 3)
+        rows = read_all(tailer, PER_PARTITION - 3, how=how)
         assert offsets_of(rows, 0) == list(range(3, PER_PARTITION))
         assert tailer.position(p) == PER_PARTITION
 
 
-@pytest.mark.parametrize("how", ["arrow", "columns"])
+@pytest.mark.parametrize("how", ["arrow", "columns", "batch"])
 def test_an_undecodable_key_in_a_large_batch_ends_it_and_stands_at_that_record(
     kafka: LogManager, how: str
 ) -> None:
@@ -161,6 +176,39 @@ def test_an_undecodable_key_in_a_large_batch_ends_it_and_stands_at_that_record(
         assert accented["key"] == "\u00e9b9"
         assert (tailer.position(p0), tailer.position(p1)) == (PER_PARTITION, PER_PARTITION)
         assert tailer.lost == 0  # type: ignore[attr-defined]
+
+
+def test_read_batch_without_a_codec_returns_the_records_read_returns(kafka: LogManager) -> None:
+    """Every field (timestamps, "" for no key, b"" for no value, the LogPartition) as `read`."""
+    kafka.create(NAME, 2)
+    rows: list[Row] = [
+        (p, None if i == 3 else b"k%d" % i, None if i == 5 else b"v%d" % i)
+        for i in range(200)
+        for p in range(2)
+    ]
+    produce_foreign(kafka, rows)
+    with kafka.tailer("singles", NAME) as tailer:
+        singles = []
+        while len(singles) < len(rows):
+            record = tailer.read(timeout=10)
+            assert record is not None, f"{len(singles)} of {len(rows)} records read"
+            singles.append(record)
+    with kafka.tailer("batches", NAME) as tailer:
+        batched = []
+        while len(batched) < len(rows):
+            batch = tailer.read_batch(64, timeout=10)
+            assert batch, f"{len(batched)} of {len(rows)} records read"
+            assert len(batch) <= 64
+            batched += batch
+        assert tailer.read_batch(64) == []
+
+    def where(record: Any) -> tuple[int, int]:
+        return record.partition.partition, record.offset
+
+    assert sorted(batched, key=where) == sorted(singles, key=where)
+    no_key = next(r for r in batched if where(r) == (0, 3))
+    no_value = next(r for r in batched if where(r) == (1, 5))
+    assert (no_key.key, no_value.message) == ("", b"")
 
 
 def test_a_subscribed_member_reads_every_record_once_in_order(kafka: LogManager) -> None:

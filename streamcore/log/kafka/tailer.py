@@ -18,7 +18,8 @@ is already fetched, and hands them out one by one. `read_arrow()` takes them in 
 (`_take_many`: the same rules, with the positions moved once per run of records of one partition
 and the columns built without Python per record), in consumes of 1,000 records turned into lists
 at once; `read_columns()` hands those lists over without building Arrow
-arrays (the restore's read: `streamcore.log.capabilities.ColumnReader`).
+arrays (the restore's read: `streamcore.log.capabilities.ColumnReader`), and `read_batch()`
+without a codec (the stream processor's read) makes them LogRecords in bulk.
 
 `read(0)` returns None only when the broker says no record is waiting at the tailer's positions
 (one ListOffsets request when the fetched queue is empty): a record appended before the call is
@@ -83,6 +84,7 @@ _offset = cast("Callable[[Message], int]", Message.offset)
 # None for a null value: `_read_columns` replaces those with b"" once the batch is taken.
 _value = cast("Callable[[Message], bytes]", Message.value)
 _second = operator.itemgetter(1)  # of Message.timestamp(): (type, milliseconds)
+_text = cast("Callable[[bytes], str]", bytes.decode)  # of keys `_take_many` checked as UTF-8
 _SLICE = 0.05
 _IGNORED = {
     KafkaError._PARTITION_EOF,
@@ -616,6 +618,8 @@ class KafkaTailer(LogTailer[Any]):
         self._check_open()
         if max_records < 1:
             raise InvalidArgumentError(f"max_records must be at least 1, got {max_records}")
+        if self.codec is None:
+            return self._read_raw_batch(max_records, timeout)
         found = self._next(timeout)
         out = []
         while found is not None:
@@ -631,6 +635,43 @@ class KafkaTailer(LogTailer[Any]):
             # `_wait` would); `_next` only once it is used up. `_wait`'s other work cannot
             # change in between: the marks move between reads, `_failed` only in a consume.
             found = self._take() or self._next(0)
+        return out
+
+    def _read_raw_batch(self, max_records: int, timeout: float) -> list[LogRecord[Any]]:
+        """`read_batch` without a codec (the stream processor's read): the same records,
+        positions and errors as taking them one by one, taken from the fetched buffer in runs
+        (`_take_many`) and made into LogRecords without a Python call per record in between."""
+        if not self._wait(timeout):
+            return []
+        out: list[LogRecord[Any]] = []
+        while True:
+            columns = RawColumns()
+            parts: list[LogPartition] = []
+            taken, keys, bad = self._take_many(max_records - len(out), columns, parts)
+            if taken:
+                values = list(map(_value, taken))
+                if None in values:  # Kafka's null value (a tombstone) reads as b""
+                    values = [v or b"" for v in values]
+                times = list(map(_second, map(Message.timestamp, taken)))
+                del taken  # the messages: before the next consume makes more
+                out += map(LogRecord, values, parts, columns.offsets, times, map(_text, keys))
+            if bad is not None:
+                if not out:
+                    at, msg = bad
+                    raise key_error(at, msg.key(), msg.value() or b"", msg.timestamp()[1])
+                break  # the next call raises it, at the record put back
+            if len(out) >= max_records:
+                break
+            # As `read_batch` with a codec: once the fetched records are used up, wait as
+            # `read(0)` does for more (up to the batch).
+            try:
+                if not self._wait(0):
+                    break
+            except LogError as exc:  # the records taken go out first; the next read raises
+                if not out:
+                    raise
+                self._failed = exc
+                break
         return out
 
     def read_arrow(self, max_records: int = 65536, timeout: float = 0.0) -> Any:
@@ -704,14 +745,15 @@ class KafkaTailer(LogTailer[Any]):
         return out
 
     def _take_many(
-        self, limit: int, out: RawColumns
+        self, limit: int, out: RawColumns, parts: list[LogPartition] | None = None
     ) -> tuple[list[Any], list[bytes], tuple[LogOffset, Any] | None]:
         """Take up to `limit` records from the buffer as `limit` calls of `_take` would (the
         same records dropped, the same positions and `lost` after), with the positions moved
         once per run of records of one partition. Appends their partition numbers and offsets
-        to `out`; returns the messages, their keys (UTF-8 checked; b"" for no key), and None, or
-        the record put back, as `_put_back` does, for a key that is not UTF-8 (`(where,
-        message)`; the records before it are taken, the ones after it stay in the buffer)."""
+        to `out` (and their LogPartitions to `parts`, if given); returns the messages, their
+        keys (UTF-8 checked; b"" for no key), and None, or the record put back, as `_put_back`
+        does, for a key that is not UTF-8 (`(where, message)`; the records before it are taken,
+        the ones after it stay in the buffer)."""
         start = self._buf_i
         window = self._buffer[start : start + limit]
         if not window:
@@ -780,6 +822,8 @@ class KafkaTailer(LogTailer[Any]):
                 self._lost += self._lost_before(partition, expected, offsets[lo])
             pos[partition] = end
             out.partitions += [partition.partition] * count
+            if parts is not None:
+                parts += [partition] * count
             out.offsets += offsets[lo : lo + count]
             kept += count
             if bad is not None:
