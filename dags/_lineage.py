@@ -145,9 +145,20 @@ def job_lineage(
         InputDataset(namespace=ns, name=name, inputFacets=dict(input_facets))
         for ns, name in _named(inlets)
     ]
+    inputs += [InputDataset(namespace=ns, name=name) for ns, name in source_files(summary or {})]
     outputs = [OutputDataset(namespace=ns, name=name) for ns, name in _named(outlets)]
     run_facets = {RUN_FACET: job_run_facet(job, summary)} if summary else {}
     return OperatorLineage(inputs=inputs, outputs=outputs, run_facets=run_facets)
+
+
+def source_files(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The files a step read that no inlet declares, known only once it ran: the file or folder
+    the importer's produce read (`--source files`: the Params choose it per run), as the local
+    file system's OpenLineage dataset (`file`, its absolute path)."""
+    path = summary.get("path")
+    if summary.get("source") == "files" and isinstance(path, str) and path.startswith("/"):
+        return [("file", path)]
+    return []
 
 
 def _named(assets: Iterable[Any]) -> list[tuple[str, str]]:

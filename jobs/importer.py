@@ -196,6 +196,8 @@ def produce(args: argparse.Namespace, ctx: JobContext) -> dict[str, Any]:
         "documents": total,
         "per_partition": {str(p): n for p, n in sorted(counts.items())},
         "source": args.source,
+        # The file or folder read, for the task's lineage (dags/_lineage.py, source_files).
+        **({"path": args.path, "format": args.format} if args.source == "files" else {}),
         "docs_per_s": round(total / seconds, 1) if seconds > 0 else None,
         # The span the rate is measured over: a phase, not the whole job (see `render`).
         "docs_per_s_over": {"phase": "generate_encode_append", "seconds": round(seconds, 3)},

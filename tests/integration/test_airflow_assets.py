@@ -151,7 +151,13 @@ def imported(af: AirflowEnv) -> dict[str, Any]:
     )
     path = af.home / "logs" / "openlineage.jsonl"
     found = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return {"landed": landed, "refused": refused, "lineage": found, **queued_and_events(af)}
+    return {
+        "landed": landed,
+        "refused": refused,
+        "lineage": found,
+        "docs": str(docs.resolve()),
+        **queued_and_events(af),
+    }
 
 
 def _task_events(events: list[dict[str, Any]], run_id: str, task: str) -> list[dict[str, Any]]:
@@ -184,6 +190,9 @@ def test_each_job_task_emits_start_then_complete_with_its_datasets(
         assert _datasets(event, "inputs") == [stream]
         assert _datasets(event, "outputs") == tables
     assert _datasets(produce[1], "outputs") == [stream]
+    # The file the run's Params chose: known once the job ran, so on COMPLETE only.
+    assert _datasets(produce[0], "inputs") == []
+    assert _datasets(produce[1], "inputs") == [("file", imported["docs"])]
 
     # The job's summary: on COMPLETE only (START comes before the job runs).
     assert "streamcore_job" not in consume[0]["run"]["facets"]

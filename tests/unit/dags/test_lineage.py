@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import pytest
 from dag_snippets import run_snippet
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -35,9 +36,37 @@ CONSUMED = {
 }
 
 
-def _lineage(tmp_path: Path, summary: dict[str, Any] | None) -> dict[str, Any]:
-    """job_lineage of an importer consume task reading import/docs into repository and
-    quarantine, serialized as the provider's events carry it."""
+CASES: dict[str, dict[str, Any] | None] = {
+    "start": None,
+    "consumed": CONSUMED,
+    "held": {**CONSUMED, "validation": {"success": True, "failed_expectations": []}},
+    "produced": {"job": "importer", "step": "produce", "documents": 100, "status": "ok"},
+    "from_files": {
+        "job": "importer",
+        "step": "produce",
+        "status": "ok",
+        "source": "files",
+        "path": "/srv/import/docs.jsonl",
+        "format": "json",
+    },
+    "without_gx_counts": {
+        **CONSUMED,
+        "validation": {
+            "success": False,
+            "failed_expectations": ["expect_column_values_to_not_be_null"],
+            "unexpected_counts": {"expect_column_values_to_not_be_null": None},
+            "quarantined_by_expectation": {"expect_column_values_to_not_be_null": 2},
+        },
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def lineages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """job_lineage of an importer task reading import/docs into repository and quarantine, for
+    each summary of CASES, serialized as the provider's events carry it; one interpreter for all
+    (importing Airflow and OpenLineage is most of its time)."""
+    tmp_path = tmp_path_factory.mktemp("lineage")
     code = f"""
         import json, sys
         sys.path.insert(0, {str(ROOT / "dags")!r})
@@ -51,20 +80,27 @@ def _lineage(tmp_path: Path, summary: dict[str, Any] | None) -> dict[str, Any]:
         found = [stream_dataset("import/docs", config), table_dataset("repository", config),
                  table_dataset("quarantine", config)]
         stream, table, quarantine = (Asset(d.name, uri=d.uri, group=d.kind) for d in found)
-        got = job_lineage("importer", [stream], [table, quarantine], {summary!r})
-        print(json.dumps({{
-            "inputs": [json.loads(Serde.to_json(d)) for d in got.inputs],
-            "outputs": [json.loads(Serde.to_json(d)) for d in got.outputs],
-            "run_facets": {{k: json.loads(Serde.to_json(v)) for k, v in got.run_facets.items()}},
-            "expected": [list(d.openlineage) for d in found],
-        }}))
+        out = {{}}
+        for case, summary in {CASES!r}.items():
+            got = job_lineage("importer", [stream], [table, quarantine], summary)
+            out[case] = {{
+                "inputs": [json.loads(Serde.to_json(d)) for d in got.inputs],
+                "outputs": [json.loads(Serde.to_json(d)) for d in got.outputs],
+                "run_facets": {{
+                    k: json.loads(Serde.to_json(v)) for k, v in got.run_facets.items()
+                }},
+                "expected": [list(d.openlineage) for d in found],
+            }}
+        print(json.dumps(out))
     """
     env = {"AIRFLOW_HOME": str(tmp_path / "airflow"), "STREAMCORE_HOME": str(tmp_path / "home")}
     return run_snippet(code, env, timeout=120)
 
 
-def test_inlets_and_outlets_are_the_datasets_named_by_streamcore_datasets(tmp_path: Path) -> None:
-    got = _lineage(tmp_path, None)
+def test_inlets_and_outlets_are_the_datasets_named_by_streamcore_datasets(
+    lineages: dict[str, Any],
+) -> None:
+    got = lineages["start"]
     stream, table, quarantine = got["expected"]
     assert [[d["namespace"], d["name"]] for d in got["inputs"]] == [stream]
     assert [[d["namespace"], d["name"]] for d in got["outputs"]] == [table, quarantine]
@@ -74,9 +110,9 @@ def test_inlets_and_outlets_are_the_datasets_named_by_streamcore_datasets(tmp_pa
 
 
 def test_the_summary_is_the_run_facet_and_the_validation_the_quality_facets(
-    tmp_path: Path,
+    lineages: dict[str, Any],
 ) -> None:
-    got = _lineage(tmp_path, CONSUMED)
+    got = lineages["consumed"]
     facet = got["run_facets"]["streamcore_job"]
     # The batch in the keys of the asset event's extra (dags/_assets.py's batch_extra).
     assert {k: facet[k] for k in ("job", "step", "status", "batch", "offsets")} == {
@@ -107,35 +143,40 @@ def test_the_summary_is_the_run_facet_and_the_validation_the_quality_facets(
     assert "inputFacets" not in got["outputs"][0] or not got["outputs"][0]["inputFacets"]
 
 
-def test_a_suite_that_held_is_one_successful_assertion(tmp_path: Path) -> None:
-    passed = {**CONSUMED, "validation": {"success": True, "failed_expectations": []}}
-    got = _lineage(tmp_path, passed)
+def test_a_suite_that_held_is_one_successful_assertion(lineages: dict[str, Any]) -> None:
+    got = lineages["held"]
     assertions = got["inputs"][0]["inputFacets"]["dataQualityAssertions"]["assertions"]
     assert assertions == [{"assertion": "expectation_suite", "success": True, "params": {}}]
 
 
-def test_a_step_without_validation_has_no_quality_facet(tmp_path: Path) -> None:
-    produced = {"job": "importer", "step": "produce", "documents": 100, "status": "ok"}
-    got = _lineage(tmp_path, produced)
+def test_a_step_without_validation_has_no_quality_facet(lineages: dict[str, Any]) -> None:
+    got = lineages["produced"]
     assert got["inputs"][0].get("inputFacets", {}) == {}
     facet = got["run_facets"]["streamcore_job"]
     # Fields the summary does not give are left out of the event.
     assert facet["step"] == "produce" and "batch" not in facet and "offsets" not in facet
 
 
-def test_without_gx_counts_an_assertion_tells_the_jobs_own(tmp_path: Path) -> None:
+def test_without_gx_counts_an_assertion_tells_the_jobs_own(lineages: dict[str, Any]) -> None:
     """GX gives no unexpected count when it could not compute an expectation's metrics; the
     job's own row checks (`quarantined_by_expectation`) still counted the rows."""
-    name = "expect_column_values_to_not_be_null"
-    validation = {
-        "success": False,
-        "failed_expectations": [name],
-        "unexpected_counts": {name: None},
-        "quarantined_by_expectation": {name: 2},
-    }
-    got = _lineage(tmp_path, {**CONSUMED, "validation": validation})
-    assertions = got["inputs"][0]["inputFacets"]["dataQualityAssertions"]["assertions"]
-    assert [a["actual"] for a in assertions] == ["2 unexpected rows"]
+    assertions = lineages["without_gx_counts"]["inputs"][0]["inputFacets"]
+    assert [a["actual"] for a in assertions["dataQualityAssertions"]["assertions"]] == [
+        "2 unexpected rows"
+    ]
+
+
+def test_the_file_a_produce_read_is_an_input(lineages: dict[str, Any]) -> None:
+    """The importer's produce from files reads the file its run's Params chose: no inlet can
+    declare it, its summary names it, and it becomes an input beside the declared ones."""
+    got = lineages["from_files"]
+    stream = got["expected"][0]
+    assert [[d["namespace"], d["name"]] for d in got["inputs"]] == [
+        stream,
+        ["file", "/srv/import/docs.jsonl"],
+    ]
+    assert got["inputs"][1].get("inputFacets", {}) == {}
+    assert [[d["namespace"], d["name"]] for d in lineages["produced"]["inputs"]] == [stream]
 
 
 def test_spark_submit_gets_the_task_run_as_openlineage_parent(tmp_path: Path) -> None:
