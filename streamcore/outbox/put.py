@@ -7,6 +7,7 @@ that does your business write.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -101,15 +102,15 @@ def _dependency(spec: QueueSpec, payload: Any, depends_on: JobRef | None) -> Job
     return (ref[0], ref[1])
 
 
-def _check_cycles(queue: str, rows: list[dict[str, Any]]) -> None:
+def _check_cycles(queue: str, ids: Sequence[str], refs: Sequence[JobRef | None]) -> None:
     """Refuse jobs of this put that wait for themselves through each other: none could ever
     run. Each job waits for at most one other, so following the waits from every job finds a
     cycle in linear time. A job put earlier waited for a job that existed then, so it closes no
     cycle with these, unless one of them reuses the id of a purged job it waited for."""
     waits_for: dict[str, str] = {}
-    for row in rows:
-        if row["depends_queue"] == queue:
-            waits_for.setdefault(row["id"], row["depends_id"])
+    for waiting, ref in zip(ids, refs, strict=True):
+        if ref is not None and ref[0] == queue:
+            waits_for.setdefault(waiting, ref[1])
     cleared: set[str] = set()
     for start in waits_for:
         path: dict[str, int] = {}
@@ -153,17 +154,58 @@ _COLUMNS = (
 )
 
 
-# put is the hot path, so both statements go to the driver as they are. SQLite: an executemany
-# of one prepared INSERT, several times cheaper than SQLAlchemy's multi-values INSERT with
-# RETURNING, run on the driver connection itself where nothing can tell (`sql.execute`).
-# PostgreSQL: the whole batch and its notification in one statement from arrays, one
+# put is the hot path, so both statements go to the driver as they are. SQLite: one multi-row
+# INSERT per up to `_SQLITE_ROWS` jobs, whose values common to the batch are bound once; about
+# 30 % cheaper than an executemany of a one-row INSERT (each row stepped and bound from a dict of
+# its own), which was several times cheaper than SQLAlchemy's multi-values INSERT with
+# RETURNING; run on the driver connection itself where nothing can tell (`sql.execute`). Texts
+# are made once per row count (at most `_SQLITE_ROWS` of them, kept by the driver's statement
+# cache). PostgreSQL: the whole batch and its notification in one statement from arrays, one
 # round trip (with the caller's COMMIT, two a put; an executemany and a separate pg_notify made
 # three, and the enqueuing thread waits for the GIL again after each reply when worker threads
-# share the process). Rows go in array order, so seq follows the batch.
-_SQLITE_INSERT = (
-    f"INSERT INTO {TABLE} ({', '.join(_COLUMNS)}) VALUES "
-    f"({', '.join(f':{c}' for c in _COLUMNS)}) ON CONFLICT (queue, id) DO NOTHING"
-)
+# share the process). Rows go in array (and VALUES) order, so seq follows the batch.
+_SQLITE_ROWS = 64
+
+
+@functools.lru_cache(maxsize=_SQLITE_ROWS)
+def _sqlite_insert(rows: int) -> str:
+    values = ", ".join(
+        f"(:queue, :i{n}, '{INIT}', :p{n}, 0, :q{n}, :d{n}, :now, :now, :context)"
+        for n in range(rows)
+    )
+    return (
+        f"INSERT INTO {TABLE} ({', '.join(_COLUMNS)}) VALUES {values} "
+        "ON CONFLICT (queue, id) DO NOTHING"
+    )
+
+
+_ROW_KEYS = [(f"i{n}", f"p{n}", f"q{n}", f"d{n}") for n in range(_SQLITE_ROWS)]
+
+
+def _insert_sqlite(
+    conn: sa.Connection,
+    queue: str,
+    now: int,
+    context: str | None,
+    ids: Sequence[str],
+    payloads: Sequence[bytes],
+    refs: Sequence[JobRef | None],
+) -> int:
+    """INSERT the jobs (`_SQLITE_ROWS` at a time); returns how many were new."""
+    inserted = 0
+    for start in range(0, len(ids), _SQLITE_ROWS):
+        count = min(_SQLITE_ROWS, len(ids) - start)
+        params: dict[str, Any] = {"queue": queue, "now": now, "context": context}
+        for n in range(count):
+            i, p, q, d = _ROW_KEYS[n]
+            ref = refs[start + n]
+            params[i] = ids[start + n]
+            params[p] = payloads[start + n]
+            params[q], params[d] = ref if ref is not None else (None, None)
+        inserted += sql.execute(conn, _sqlite_insert(count), params).rowcount
+    return inserted
+
+
 _PG_INSERT = f"""
 WITH ins AS (
     INSERT INTO {TABLE} ({", ".join(_COLUMNS)})
@@ -223,33 +265,18 @@ def put_many(
         raise OutboxError(f"put_many: {len(ids)} ids for {len(payloads)} payloads; give one each")
     now = time.time_ns() // 1_000_000
     context = encode_context()
-    rows: list[dict[str, Any]] = []
-    refs: set[JobRef] = set()
     job_ids = [str(i) for i in ids] if ids is not None else new_ids(len(payloads), now)
-    for n, payload in enumerate(payloads):
-        job_id = job_ids[n]
-        ref = _dependency(spec, payload, depends_on)
-        if ref is not None:
-            refs.add(ref)
-        rows.append(
-            {
-                "queue": queue,
-                "id": job_id,
-                "status": INIT,
-                "payload": _encode(spec, payload),
-                "tries": 0,
-                "depends_queue": ref[0] if ref else None,
-                "depends_id": ref[1] if ref else None,
-                "created_ms": now,
-                "updated_ms": now,
-                "context": context,
-            }
-        )
-    if not rows:
+    encoded: list[bytes] = []
+    deps: list[JobRef | None] = []
+    for payload in payloads:
+        deps.append(_dependency(spec, payload, depends_on))
+        encoded.append(_encode(spec, payload))
+    if not job_ids:
         return []
+    refs = {ref for ref in deps if ref is not None}
     if refs:
-        _check_cycles(queue, rows)
-        _check_dependencies(conn, refs - {(queue, r["id"]) for r in rows}, queue)
+        _check_cycles(queue, job_ids, deps)
+        _check_dependencies(conn, refs - {(queue, job_id) for job_id in job_ids}, queue)
     postgres = conn.dialect.name == "postgresql"
     if postgres:
         inserted = conn.exec_driver_sql(
@@ -258,29 +285,29 @@ def put_many(
                 "queue": queue,
                 "status": INIT,
                 "now": now,
-                "ids": [r["id"] for r in rows],
-                "payloads": [r["payload"] for r in rows],
-                "dqs": [r["depends_queue"] for r in rows],
-                "dis": [r["depends_id"] for r in rows],
+                "ids": job_ids,
+                "payloads": encoded,
+                "dqs": [ref[0] if ref else None for ref in deps],
+                "dis": [ref[1] if ref else None for ref in deps],
                 "context": context,
                 "channel": NOTIFY_CHANNEL,
             },
         ).scalar_one()
     else:
-        inserted = sql.execute(conn, _SQLITE_INSERT, rows[0] if len(rows) == 1 else rows).rowcount
-    if inserted != len(rows):
+        inserted = _insert_sqlite(conn, queue, now, context, job_ids, encoded, deps)
+    if inserted != len(job_ids):
         what = (
-            f"job id {rows[0]['id']!r} exists"
-            if len(rows) == 1
-            else (f"{len(rows) - inserted} of {len(rows)} job ids exist")
+            f"job id {job_ids[0]!r} exists"
+            if len(job_ids) == 1
+            else (f"{len(job_ids) - inserted} of {len(job_ids)} job ids exist")
         )
         raise DuplicateJobError(
             f"queue {queue}: {what} already; ids are unique per queue (roll back this "
             "transaction, or pick another id)"
         )
     if not postgres:
-        _notify_local(conn, queue, len(rows))
-    return [r["id"] for r in rows]
+        _notify_local(conn, queue, len(job_ids))
+    return job_ids
 
 
 def put(

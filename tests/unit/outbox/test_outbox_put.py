@@ -88,25 +88,32 @@ def test_put_many_is_all_or_nothing(make_outbox, registry):
         put_many(conn, "q", [4, 5], ids=["a", "b"], registry=registry)
         put_many(conn, "q", [6], ids=["b"], registry=registry)
     assert len(job_rows(outbox.engine)) == 3
+    # SQLite inserts 64 rows a statement: a duplicate in a later one still undoes the earlier.
+    many = [f"m{n}" for n in range(149)] + ["m3"]
+    duplicate = pytest.raises(DuplicateJobError, match="1 of 150 job ids exist")
+    with duplicate, outbox.engine.begin() as conn:
+        put_many(conn, "q", list(range(150)), ids=many, registry=registry)
+    assert len(job_rows(outbox.engine)) == 3
 
 
 def test_put_many_keeps_the_batch_order_and_fills_every_column(make_outbox, registry):
     """Workers claim in `seq` order: a batch must land in the order it was given (PostgreSQL
-    inserts it from arrays in one statement), with its dependencies and timestamps."""
+    inserts it from arrays in one statement, SQLite 64 rows a statement), with its dependencies
+    and timestamps."""
     registry.register("q", lambda p: p)
     outbox = make_outbox()
     with outbox.engine.begin() as conn:
         put(conn, "q", 0, id="first", registry=registry)
-    ids = [f"job-{n:02d}" for n in range(30, 0, -1)]  # not in sort order
+    ids = [f"job-{n:03d}" for n in range(150, 0, -1)]  # not in sort order
     with outbox.engine.begin() as conn:
-        put_many(conn, "q", list(range(30)), ids=ids, depends_on=("q", "first"), registry=registry)
+        put_many(conn, "q", list(range(150)), ids=ids, depends_on=("q", "first"), registry=registry)
     rows = job_rows(outbox.engine)[1:]
     assert [r.id for r in rows] == ids
     assert {(r.status, r.tries, r.depends_queue, r.depends_id) for r in rows} == {
         (INIT, 0, "q", "first")
     }
     assert len({r.created_ms for r in rows}) == 1 and rows[0].created_ms == rows[0].updated_ms
-    assert [json.loads(bytes(r.payload)) for r in rows] == list(range(30))
+    assert [json.loads(bytes(r.payload)) for r in rows] == list(range(150))
 
 
 def test_duplicate_id_is_a_clear_error_and_keeps_postgres_tx_usable(make_outbox, registry):
