@@ -30,6 +30,14 @@ if TYPE_CHECKING:
 __all__ = ["KafkaAppender"]
 
 
+def _no_offset_error() -> KafkaError:
+    return KafkaError(
+        KafkaError._INCONSISTENT,
+        "the broker acknowledged the record without an offset (a retried batch taken for a "
+        "duplicate); it may be missing from the log: append it again",
+    )
+
+
 class _Batch:
     """Delivery reports of one append call, filled by librdkafka's callbacks.
 
@@ -57,20 +65,18 @@ class _Batch:
 
     def done(self, index: int, error: KafkaError | None, msg: Any) -> None:
         try:
-            if error is None and msg.offset() is None:
-                # Acknowledged without an offset: a retried batch the broker answered as a
-                # duplicate. Whether it is in the log is unknown, so the append fails (the
-                # caller may append again: at-least-once).
-                error = KafkaError(
-                    KafkaError._INCONSISTENT,
-                    "the broker acknowledged the record without an offset (a retried batch "
-                    "taken for a duplicate); it may be missing from the log: append it again",
-                )
-            if error is not None:
-                self.errors.append((index, error))
+            if error is None:
+                offset = msg.offset()
+                if offset is not None:
+                    self.partitions[index] = msg.partition()
+                    self.offsets[index] = offset
+                else:
+                    # Acknowledged without an offset: a retried batch the broker answered as a
+                    # duplicate. Whether it is in the log is unknown, so the append fails (the
+                    # caller may append again: at-least-once).
+                    self.errors.append((index, _no_offset_error()))
             else:
-                self.partitions[index] = msg.partition()
-                self.offsets[index] = msg.offset()
+                self.errors.append((index, error))
         except SystemError as exc:
             self.take(exc)
         try:
@@ -144,6 +150,55 @@ class KafkaAppender(LogAppender[Any]):
             )
         return key.encode("utf-8"), bytes(value) if not isinstance(value, bytes) else value
 
+    def _encode_all(self, items: Sequence[tuple[str, Any]]) -> list[tuple[bytes, bytes]]:
+        """`_encode` of every item; str keys and codecs that return bytes (the usual case) skip
+        its checks, the rest go through them (and their errors)."""
+        encode = None if self.codec is None else self.codec.encode
+        out = []
+        for key, message in items:
+            if key.__class__ is str:
+                value = message if encode is None else encode(message)
+                if value.__class__ is bytes:
+                    out.append((key.encode(), value))  # UTF-8, strict
+                    continue
+            out.append(self._encode(key, message))
+        return out
+
+    def _produce_when_room(
+        self,
+        producer: Producer,
+        batch: _Batch,
+        index: int,
+        key: bytes,
+        value: bytes,
+        target: int,
+        timestamps: Sequence[int] | None,
+        deadline: float,
+    ) -> None:
+        """Produce item `index` once the producer's local queue has room (deliveries drain it),
+        until `deadline`; a fatal error met meanwhile is kept in `batch` (see `_Batch`)."""
+        clients = self.manager.clients
+        kwargs: dict[str, Any] = {"on_delivery": functools.partial(batch.done, index)}
+        if timestamps is not None:
+            kwargs["timestamp"] = int(timestamps[index])
+        while True:
+            try:
+                producer.poll(0.05)
+            except (KafkaException, SystemError) as exc:
+                batch.take(exc)  # a fatal error (see `_Batch`)
+                return
+            if time.monotonic() > deadline:
+                raise clients.unavailable(
+                    f"cannot append to {self.name}", "the producer queue stayed full"
+                ) from None
+            try:
+                producer.produce(self.topic, value or None, key, target, **kwargs)
+                return
+            except BufferError:
+                continue
+            except KafkaException as exc:
+                raise clients.translate(exc, f"cannot append to {self.name}", self.topic) from exc
+
     def append(self, key: str, message: Any) -> LogOffset:
         return self._send([(key, message)], None, None)[0]
 
@@ -178,7 +233,7 @@ class KafkaAppender(LogAppender[Any]):
     ) -> AppendedOffsets:
         self._check(partition)
         try:
-            encoded = [self._encode(k, m) for k, m in items]
+            encoded = self._encode_all(items)
         except UnicodeEncodeError:
             check_keys_encode([k for k, _ in items])  # names the key, if a key it is
             raise
@@ -188,29 +243,28 @@ class KafkaAppender(LogAppender[Any]):
         deadline = time.monotonic() + clients.timeout
         target = -1 if partition is None else partition
         topic = self.topic
+        produce, done, partial = producer.produce, batch.done, functools.partial
         for i, (key, value) in enumerate(encoded):
-            report = functools.partial(batch.done, i)
-            kwargs: dict[str, Any] = {"partition": target, "on_delivery": report}
-            if timestamps is not None:
-                kwargs["timestamp"] = int(timestamps[i])
-            while True:
-                try:
-                    # An empty value goes as null, Kafka's tombstone: on a compacted topic it
-                    # deletes the key, as it does in a compacted local log. Readers get b"".
-                    producer.produce(topic, value or None, key, **kwargs)
-                    break
-                except BufferError:  # local queue full: let deliveries drain it
-                    try:
-                        producer.poll(0.05)
-                    except (KafkaException, SystemError) as exc:
-                        batch.take(exc)  # a fatal error (see `_Batch`)
-                        break
-                    if time.monotonic() > deadline:
-                        raise clients.unavailable(
-                            f"cannot append to {self.name}", "the producer queue stayed full"
-                        ) from None
-                except KafkaException as exc:
-                    raise clients.translate(exc, f"cannot append to {self.name}", topic) from exc
+            try:
+                # An empty value goes as null, Kafka's tombstone: on a compacted topic it
+                # deletes the key, as it does in a compacted local log. Readers get b"".
+                if timestamps is None:
+                    produce(topic, value or None, key, target, on_delivery=partial(done, i))
+                else:
+                    produce(
+                        topic,
+                        value or None,
+                        key,
+                        target,
+                        on_delivery=partial(done, i),
+                        timestamp=int(timestamps[i]),
+                    )
+            except BufferError:  # local queue full: let deliveries drain it
+                self._produce_when_room(
+                    producer, batch, i, key, value, target, timestamps, deadline
+                )
+            except KafkaException as exc:
+                raise clients.translate(exc, f"cannot append to {self.name}", topic) from exc
             if batch.fatal is not None:
                 break
         while batch.pending and batch.fatal is None:
