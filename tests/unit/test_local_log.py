@@ -23,6 +23,7 @@ from streamcore.config import load_config
 from streamcore.errors import (
     ConfigError,
     CorruptLogError,
+    InvalidRecordError,
     LogExistsError,
     LogLockedError,
     RecordTooLargeError,
@@ -39,6 +40,7 @@ from streamcore.log.local.segment import (
     read_index,
     segment_name,
 )
+from streamcore.log.partitioner import partition_for_key
 
 Factory = Callable[..., LocalLogManager]
 HOUR = 3_600_000
@@ -1218,6 +1220,45 @@ class TestRecordTooLarge:
         with pytest.raises(RecordTooLargeError, match=self.MESSAGE):
             app.append_arrow(0, pa.array(["a", "b"]), pa.array([b"x", b"y" * 1001]))
         assert m.end_offsets(name) == [0, 0]
+
+
+class TestSingleAppendKeys:
+    """`append` encodes an ASCII key once, for its partition and its record; any other key
+    takes the general path with the same checks."""
+
+    def test_keys_land_by_key_and_read_back(self, log_with) -> None:
+        m, name = log_with(4)
+        app = m.appender(name)
+        keys = ["doc-1", "", "clé-日本", "\U0001f600", "x" * 100, "y" * 64]
+        offsets = [app.append(key, key.encode()) for key in keys]
+        assert [o.partition.partition for o in offsets] == [partition_for_key(k, 4) for k in keys]
+        assert all(type(o) is LogOffset for o in offsets)
+        with m.tailer("check", name) as tailer:
+            records = drain(tailer)
+        assert sorted((r.key, r.message) for r in records) == sorted((k, k.encode()) for k in keys)
+
+    @pytest.mark.parametrize("key", [None, 7, b"bytes"])
+    def test_a_key_that_is_not_a_string_writes_nothing(self, log_with, key) -> None:
+        m, name = log_with(2)
+        with pytest.raises(TypeError, match=f"log keys must be str, got {type(key).__name__}"):
+            m.appender(name).append(key, b"v")
+        assert m.end_offsets(name) == [0, 0]
+
+    def test_a_key_with_no_utf8_form_writes_nothing(self, log_with) -> None:
+        m, name = log_with(2)
+        app = m.appender(name)
+        for append in (app.append, lambda k, v: app.append_to(1, k, v)):
+            with pytest.raises(InvalidRecordError, match="has no UTF-8 form"):
+                append("bad-\udcff", b"v")
+        assert m.end_offsets(name) == [0, 0]
+
+    def test_a_released_writer_is_opened_again(self, log_with) -> None:
+        m, name = log_with(1)
+        app = m.appender(name)
+        app.append("a", b"1")
+        m.release_writer(name, 0)
+        assert app.append("b", b"2").offset == 1
+        assert app.append_to(0, "c", b"3").offset == 2
 
 
 class TestAppendArrow:

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from streamcore.log.partitioner import (
     java_string_hash,
+    partition_for_ascii,
     partition_for_key,
     partitions_for_ascii,
     partitions_for_keys,
@@ -169,3 +170,24 @@ class TestPartitionsForAscii:
         assert partitions_for_ascii(data, offsets, partitions).tolist() == [
             partition_for_key(k, partitions) for k in keys
         ]
+
+
+class TestPartitionForAscii:
+    """The single append's scalar path: table look-ups up to 64 bytes, weights beyond."""
+
+    @given(
+        st.from_regex(r"[\x00-\x7f]{0,100}", fullmatch=True),
+        st.integers(min_value=1, max_value=1000),
+    )
+    def test_equals_reference(self, key: str, partitions: int) -> None:
+        expected = (reference_hash(key) & 0x7FFFFFFF) % partitions
+        assert partition_for_ascii(key.encode("ascii"), partitions) == expected
+
+    @pytest.mark.parametrize("length", [0, 1, 63, 64, 65, 500])
+    def test_at_the_table_bound(self, length: int) -> None:
+        key = "".join(chr(0x7F - i % 0x60) for i in range(length))
+        assert partition_for_ascii(key.encode("ascii"), 997) == partition_for_key(key, 997)
+
+    def test_known_values(self) -> None:
+        assert partition_for_ascii(b"hello", 7) == 99162322 % 7
+        assert partition_for_ascii(b"polygenelubricants", 5) == 0

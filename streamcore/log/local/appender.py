@@ -20,8 +20,10 @@ from streamcore.errors import (
 )
 from streamcore.log.api import LogAppender
 from streamcore.log.append_checks import check_keys_encode, check_timestamps, check_types
+from streamcore.log.local.segment import encode_key
 from streamcore.log.local.writer import Encoded, PartitionWriter
 from streamcore.log.partitioner import (
+    partition_for_ascii,
     partition_for_key,
     partitions_for_ascii,
     partitions_for_keys,
@@ -35,6 +37,9 @@ if TYPE_CHECKING:
 
 __all__ = ["LocalAppender"]
 
+# LogOffset(partition, offset) without the named tuple's Python-level __new__ (the hot path).
+_offset = tuple.__new__
+
 
 class LocalAppender(LogAppender[Any]):
     """Appends to one local log through the partition writers its manager owns."""
@@ -46,7 +51,7 @@ class LocalAppender(LogAppender[Any]):
         self._size = manager.size(name)
         self._log_partitions = [LogPartition(name, p) for p in range(self._size)]
         # The manager owns the writers; the appender keeps them at hand for the hot path.
-        self._writers: dict[int, PartitionWriter] = {}
+        self._writers: list[PartitionWriter | None] = [None] * self._size
         self._closed = False
 
     @property
@@ -69,15 +74,41 @@ class LocalAppender(LogAppender[Any]):
             )
 
     def append(self, key: str, message: Any) -> LogOffset:
-        return self.append_to(partition_for_key(key, self._size), key, message)
+        # The hot path, flattened for ASCII keys (one frame here, the writer's, the encoder's):
+        # the key is encoded once, for its partition and for the record.
+        if type(key) is not str or not key.isascii():
+            if type(key) is not str:
+                check_types((key,), ())
+            return self.append_to(partition_for_key(key, self._size), key, message)
+        key_bytes = key.encode("ascii")
+        partition = partition_for_ascii(key_bytes, self._size)
+        writer = self._writers[partition]
+        if writer is None or writer.closed or self._closed:
+            writer = self._open_writer(partition)
+        value = message if self.codec is None else self.codec.encode(message)
+        return _offset(
+            LogOffset, (self._log_partitions[partition], writer.append_one(key_bytes, value))
+        )
 
     def append_to(self, partition: int, key: str, message: Any) -> LogOffset:
-        writer = self._writers.get(partition)
+        writer = self._writers[partition] if 0 <= partition < self._size else None
         if writer is None or writer.closed or self._closed:
-            self._check(partition)
-            writer = self._writers[partition] = self.manager._writer(self.name, partition)
+            writer = self._open_writer(partition)
         value = message if self.codec is None else self.codec.encode(message)
-        return LogOffset(self._log_partitions[partition], writer.append_one(key, value))
+        if type(key) is not str:
+            check_types((key,), ())
+        try:
+            key_bytes = key.encode()
+        except UnicodeEncodeError:
+            key_bytes = encode_key(key)  # raises, naming the key and the fix
+        return _offset(
+            LogOffset, (self._log_partitions[partition], writer.append_one(key_bytes, value))
+        )
+
+    def _open_writer(self, partition: int) -> PartitionWriter:
+        self._check(partition)
+        writer = self._writers[partition] = self.manager._writer(self.name, partition)
+        return writer
 
     def append_batch(
         self,

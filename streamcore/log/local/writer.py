@@ -51,7 +51,6 @@ from streamcore.log.local.segment import (
     INDEX_SUFFIX,
     encode_batch,
     encode_columns,
-    encode_key,
     encode_single,
     list_segments,
     scan_segment,
@@ -293,19 +292,15 @@ class PartitionWriter:
         """Held across `encode` and `write` (see the appender's `_write_all_or_nothing`)."""
         return self._mutex
 
-    def append_one(self, key: str, value: bytes) -> int:
-        """Append a single record; returns its offset. The hot path of `append`: one call, one
-        `write`, no numpy."""
-        if type(value) is not bytes or type(key) is not str:
-            if not isinstance(value, bytes | bytearray) or not isinstance(key, str):
-                check_types((key,), (value,))
+    def append_one(self, key: bytes, value: bytes) -> int:
+        """Append a single record, its key already UTF-8 (the appender checked it); returns its
+        offset. The hot path of `append`: one call, one `write`, no numpy."""
+        if type(value) is not bytes:
+            if not isinstance(value, bytes | bytearray | memoryview):
+                check_types((), (value,))
             value = bytes(value)
         if len(value) > self.max_record_bytes:
             raise RecordTooLargeError(self._too_large(len(value)))
-        try:
-            key_bytes = key.encode()
-        except UnicodeEncodeError:
-            key_bytes = encode_key(key)  # raises, naming the key and the fix
         with self._mutex:
             if self._closed:
                 self._check_open()
@@ -314,7 +309,7 @@ class PartitionWriter:
                 ts = self._last_ts
             self._last_ts = ts
             base = self._next_offset
-            data = encode_single(base, key_bytes, value, ts)
+            data = encode_single(base, key, value, ts)
             size = len(data)
             position = None
             try:
