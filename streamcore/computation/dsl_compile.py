@@ -28,6 +28,8 @@ logger = logging.getLogger(__name__)
 
 Emit = Callable[[str, Any], None]
 _CONTROL = Flag.COMMIT | Flag.POISON_PILL
+_PLAIN = Flag.DEFAULT
+_new_record = tuple.__new__
 
 
 def _fan_out(targets: list[Emit]) -> Emit:
@@ -237,7 +239,14 @@ class DslComputation(Computation):
             except Exception as exc:
                 noted(exc, node)
                 raise
-            self._produce(output, Record(key, data, self._watermark))
+            if data.__class__ is bytes and key.isascii():
+                # What Record() checks holds already (an ASCII str key, bytes, the watermark of
+                # a decoded Record or 0): built without its checks, once per output.
+                self._produce(
+                    output, _new_record(Record, (key, data, self._watermark, _PLAIN, None))
+                )
+            else:
+                self._produce(output, Record(key, data, self._watermark))
 
         return sink
 
