@@ -6,9 +6,15 @@ this machine gives Python: 1 MiB `write`/`readinto` calls, page cache, no fsync)
 persist-queue, a Python disk queue, doing the same appends and reads.
 
 persist-queue is far slower per record, so it runs on fewer records (`--peer-records`); rates are
-comparable, totals are not. Its durable per-put queue is compared with our fsync=always append.
+comparable, totals are not. Its durable per-put queue is compared with our fsync=always append,
+and so is the honest floor of that promise: a raw `write` + `fsync` per record of the same bytes
+(persist-queue's `put` does not fsync per put, so it promises less). The single append is also
+compared with a raw `write` per record (one syscall each, the floor of an unbuffered append).
 
-    python bench/log_bench.py [--records N] [--json]
+Each run starts after an `os.sync()` so no dirty pages of the previous one land in it; on a
+machine shared with other writers that can wait long on their pages: `--no-sync` skips it.
+
+    python bench/log_bench.py [--records N] [--no-sync] [--json]
 """
 
 from __future__ import annotations
@@ -41,9 +47,16 @@ TARGETS = {  # records/s, and fraction of raw write, from the issue
 
 class Bench:
     def __init__(
-        self, records: int, value_bytes: int, batch: int, folder: Path, repeat: int
+        self,
+        records: int,
+        value_bytes: int,
+        batch: int,
+        folder: Path,
+        repeat: int,
+        sync: bool = True,
     ) -> None:
         self.n = records
+        self.sync = sync
         self.repeat = repeat
         self.batch = batch
         self.folder = folder
@@ -67,7 +80,8 @@ class Bench:
         for i in range(self.repeat):
             fn, cleanup = prepare(i)
             # No dirty pages from the previous run: their writeback would land in this one.
-            os.sync()
+            if self.sync:
+                os.sync()
             start = time.perf_counter()
             fn()
             best = min(best, time.perf_counter() - start)
@@ -116,13 +130,50 @@ class Bench:
         for i in range(repeat):
             path = self.folder / f"raw-{i}.bin"
             for label, fn in (("raw write (same bytes)", write), ("raw read (same bytes)", read)):
-                os.sync()
+                if self.sync:
+                    os.sync()
                 start = time.perf_counter()
                 fn(path)
                 best[label] = min(best.get(label, float("inf")), time.perf_counter() - start)
             path.unlink()
         for label, seconds in best.items():
             self._row(label, self.n, seconds, None)
+
+    def raw_per_record(self, count: int, durable_count: int) -> None:
+        """The floors of unbuffered single appends: one `write` per record of a record's bytes
+        with its framing (key, value, the 56-byte header and offsets), then the same with an
+        `fsync` after each write, the promise of `fsync=always`."""
+        record = os.urandom(self.record_bytes + 56)
+
+        def per_record(
+            sync: bool, n: int
+        ) -> Callable[[int], tuple[Callable[[], object], Callable[[], None]]]:
+            def prepare(i: int) -> tuple[Callable[[], object], Callable[[], None]]:
+                path = self.folder / f"raw-single-{i}.bin"
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+                def run() -> None:
+                    write, fsync = os.write, os.fsync
+                    for _ in range(n):
+                        write(fd, record)
+                        if sync:
+                            fsync(fd)
+
+                def cleanup() -> None:
+                    os.close(fd)
+                    path.unlink()
+
+                return run, cleanup
+
+            return prepare
+
+        self.timed("raw write, one per record", count, per_record(False, count), None)
+        self.timed(
+            "raw write + fsync, one per record",
+            durable_count,
+            per_record(True, durable_count),
+            None,
+        )
 
     # -- streamcore local log -----------------------------------------------------------------
     def appending(
@@ -176,7 +227,12 @@ class Bench:
             "append, batched, 1 partition", n, self.appending(1, batched_one_partition), raw_write
         )
         self.timed("append, batched (arrow)", n, self.appending(1, batched_arrow), raw_write)
-        self.timed("append, single record", n, self.appending(4, single_append), raw_write)
+        self.timed(
+            "append, single record",
+            n,
+            self.appending(4, single_append),
+            "raw write, one per record",
+        )
 
         manager = self.manager("reads")
         manager.create("bench/reads", 4)
@@ -230,7 +286,7 @@ class Bench:
             return run, cleanup
 
         self.timed(
-            "append, single, fsync=always", count, prepare, "persist-queue put (file, durable)"
+            "append, single, fsync=always", count, prepare, "raw write + fsync, one per record"
         )
 
     # -- peer: persist-queue ------------------------------------------------------------------
@@ -351,6 +407,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=None, help="scratch folder (default: temp)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per row; the best is kept")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    parser.add_argument(
+        "--no-sync",
+        action="store_true",
+        help="skip the os.sync() before each run (it may wait long on a shared machine)",
+    )
     args = parser.parse_args(argv)
     folder = Path(tempfile.mkdtemp(prefix="log-bench-", dir=args.dir))
     try:
@@ -358,8 +419,11 @@ def main(argv: list[str] | None = None) -> int:
             f"log bench: {args.records:,} records of {args.value_bytes} B in {folder}",
             file=sys.stderr,
         )
-        bench = Bench(args.records, args.value_bytes, args.batch, folder, args.repeat)
+        bench = Bench(
+            args.records, args.value_bytes, args.batch, folder, args.repeat, not args.no_sync
+        )
         bench.raw(args.repeat)
+        bench.raw_per_record(args.records, args.durable_records)
         bench.local()
         bench.durable(args.durable_records)
         bench.peer(min(args.peer_records, args.records), args.durable_records)
