@@ -21,7 +21,8 @@ framework), and reading + decoding the envelopes + committing alone (no work). E
 bound for any consumer doing this work on this machine. The loop and the DSL run alternately
 `--rounds` times (default 2), each on new groups and outputs, and the best of each is kept, so a
 change in machine load hits both. All outputs are checked to hold the same records. Targets
-(issue 4): DSL >= 200k records/s and >= 50% of the hand-written loop.
+(issue 31 section 3, which raised issue 4's 50%): DSL >= 200k records/s and >= 0.95x the
+hand-written loop.
 
     python bench/topology_bench.py [--records N] [--rounds 2] [--payload json|avro] [--json]
 """
@@ -48,7 +49,7 @@ from streamcore.record import Record
 from streamcore.text import Progress
 
 TARGET_RATE = 200_000
-TARGET_RATIO = 0.5
+TARGET_RATIO = 0.95
 PARTITIONS = 4
 CHECKPOINT_EVERY = 1000
 EVENTS = "bench/events"
@@ -360,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
             "seconds": dsl_s,
             "rate": dsl_rate,
             "ratio": ratio,
-            "target": f">= {TARGET_RATE // 1000}k/s, >= {TARGET_RATIO:.0%} of hand loop",
+            "target": f">= {TARGET_RATE // 1000}k/s, >= {TARGET_RATIO:.2f}x hand loop",
             "met": _met(dsl_rate >= TARGET_RATE, ratio >= TARGET_RATIO),
         },
     ]
