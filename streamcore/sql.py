@@ -90,17 +90,31 @@ class SerializedSqliteConnection(sqlite3.Connection):
     # the workers of this process with it); dropped by a rollback or a failed commit.
     after_commit: Callable[[], None] | None = None
 
-    def begin_immediate(self) -> None:
+    def take_write_lock(self) -> None:
+        """Take the process's write lock ahead of a transaction (`begin_immediate` then uses
+        it): a thread can read, knowing no other thread of the process writes meanwhile, before
+        it decides to write. `drop_write_lock` gives it back if no transaction began."""
+        if self._holding:
+            return
         if not self.write_lock.acquire(timeout=LOCK_TIMEOUT):
             raise DatabaseBusyError(
                 f"no outbox transaction could start within {LOCK_TIMEOUT:g} s: another thread "
                 "of this process holds one open (a transaction left open in the same thread?)"
             )
         self._holding = True
+
+    def drop_write_lock(self) -> None:
+        """Give back a lock `take_write_lock` took, unless a transaction holds it now (its
+        commit or rollback gives it back)."""
+        if not self.in_transaction:
+            self._release()
+
+    def begin_immediate(self) -> None:
+        self.take_write_lock()
         try:
             self.execute("BEGIN IMMEDIATE")
         except BaseException:
-            self._release()
+            self.drop_write_lock()
             raise
 
     def _release(self) -> None:

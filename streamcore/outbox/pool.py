@@ -5,7 +5,8 @@ one, and marks the successes `done` in one statement. The batch is a `Lease`: th
 counts per job from its own start, not from the claim (see `lease`). When no queue has work it
 sleeps until a wake-up (a committed `put`, see `notify`) or `poll_interval` (jobs put by
 processes that cannot wake us, and jobs whose dependency got done). On SQLite a worker with no
-`done` to record looks for a claimable job without the write lock before it claims.
+`done` to record looks for a claimable job without the write lock before it claims, and again
+holding the process's write lock before it begins the claim's transaction.
 
 A batch queue (`batch_capacity`) is claimed `batch_capacity` jobs at a time, once its batch is
 due (`batch_threshold`), and its consumer runs once for the whole batch: they succeed together
@@ -18,6 +19,7 @@ SQLite say how many they committed), or one that announced nothing (see `WorkerP
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import threading
 import time
@@ -27,7 +29,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from streamcore.outbox import store
+from streamcore.outbox import sql, store
 from streamcore.outbox.claim import (
     BatchDue,
     ClaimedJob,
@@ -47,6 +49,8 @@ __all__ = ["Counters", "WorkerPool"]
 
 
 logger = logging.getLogger(__name__)
+
+_UNLOCKED = contextlib.nullcontext(False)
 
 
 class Counters:
@@ -237,9 +241,7 @@ class WorkerPool:
                             store.check_done(unrecorded, recorded)
                             found = None
                         else:
-                            with conn.begin():
-                                store.mark_done(conn, unrecorded)
-                                found, batch = self._claim(conn, spec)
+                            found, batch = self._claim_in_transaction(conn, spec, unrecorded)
                         unrecorded = []
                         self.hooks.succeeded(f"claiming jobs of {spec.name}")
                         if found is not None:
@@ -312,6 +314,22 @@ class WorkerPool:
         (`claim_after_done`)."""
         waits = bool(spec.batch_threshold) and spec.batch_capacity is not None
         return not (spec.ordered or waits)
+
+    def _claim_in_transaction(
+        self, conn: sa.Connection, spec: QueueSpec, unrecorded: list[ClaimedJob]
+    ) -> tuple[BatchDue | None, list[ClaimedJob]]:
+        """Record `unrecorded` done and claim (`_claim`) in one transaction. A worker with
+        nothing to record on a plain queue first looks again once it holds the process's
+        SQLite write lock: its look without the lock found jobs, but the worker that waited for
+        the lock before it, recording its last batch, has usually claimed them; finding none
+        then takes no write transaction (BEGIN IMMEDIATE, an UPDATE of nothing, COMMIT) while
+        the putting thread waits for the lock."""
+        with sql.write_locked(conn) if not unrecorded and self._plain(spec) else _UNLOCKED as held:
+            if held and not may_claim(conn, spec.name):
+                return None, []
+            with conn.begin():
+                store.mark_done(conn, unrecorded)
+                return self._claim(conn, spec)
 
     def _claim(
         self, conn: sa.Connection, spec: QueueSpec

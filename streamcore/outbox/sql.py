@@ -22,18 +22,19 @@ atomic as any transaction.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import re
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, cast
 
 import sqlalchemy as sa
 
 from streamcore.sql import SerializedSqliteConnection
 
-__all__ = ["Params", "alone", "execute", "in_list", "read", "read_unlocked"]
+__all__ = ["Params", "alone", "execute", "in_list", "read", "read_unlocked", "write_locked"]
 
 
 _NAMED = re.compile(r"(?<![:\w]):(\w+)")
@@ -124,6 +125,24 @@ def read_unlocked(conn: sa.Connection, sql: str, params: dict[str, Any]) -> list
     if driver is None:
         return None
     return _on_driver(conn, driver, sql, params).fetchall()
+
+
+@contextlib.contextmanager
+def write_locked(conn: sa.Connection) -> Iterator[bool]:
+    """Hold the process's SQLite write lock (`streamcore.sql`) on `conn`, which is in no
+    transaction: True inside while it is held, so a read on `conn` (`read_unlocked`) sees what
+    a transaction begun there next would, no thread of the process writing in between; the
+    transaction uses the lock and gives it back. False (nothing held) where that cannot be done
+    unseen: PostgreSQL, an observed engine (see the module docstring)."""
+    driver = None if conn.in_transaction() else _sqlite_driver(conn)
+    if driver is None:
+        yield False
+        return
+    driver.take_write_lock()
+    try:
+        yield True
+    finally:
+        driver.drop_write_lock()
 
 
 def read(engine: sa.Engine, sql: str, params: dict[str, Any]) -> list[Any]:

@@ -352,3 +352,29 @@ def test_a_look_for_claimable_jobs_takes_no_write_lock_on_sqlite(make_outbox, re
     sa.event.listen(outbox.engine, "before_cursor_execute", lambda *a: observed.append(a[2]))
     with outbox.engine.connect() as conn:
         assert may_claim(conn, "q") is True  # observed: the claim itself says
+
+
+def test_a_look_under_the_write_lock_holds_it_until_the_transaction_it_begins_ends(
+    make_outbox, registry
+) -> None:
+    # A woken worker with nothing to record looks again holding the process's SQLite write lock,
+    # and takes no write transaction when the jobs are gone; its claim uses the lock it holds.
+    registry.define_queue("q")
+    outbox = make_outbox()
+    sqlite = outbox.engine.dialect.name == "sqlite"
+    with outbox.engine.connect() as conn:
+        lock = conn.connection.dbapi_connection.write_lock if sqlite else None
+        with sql_module.write_locked(conn) as held:
+            assert held is sqlite
+            assert lock is None or lock.locked()
+        assert lock is None or not lock.locked()  # nothing began: given back
+        with sql_module.write_locked(conn):
+            with conn.begin():
+                put(conn, "q", 1, id="in-the-lock", registry=registry)
+            assert lock is None or not lock.locked()  # the commit gave it back
+        with conn.begin(), sql_module.write_locked(conn) as inside:
+            assert inside is False  # in a transaction: nothing more to hold
+    assert job_ids(outbox.engine) == ["in-the-lock"]
+    sa.event.listen(outbox.engine, "before_cursor_execute", lambda *a: None)
+    with outbox.engine.connect() as conn, sql_module.write_locked(conn) as held:
+        assert held is False  # observed: nothing held
