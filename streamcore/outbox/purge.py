@@ -6,7 +6,7 @@ import sqlalchemy as sa
 
 from streamcore.errors import InvalidArgumentError
 from streamcore.outbox.claim import now_ms
-from streamcore.outbox.schema import DONE, jobs
+from streamcore.outbox.schema import IS_DONE, jobs
 
 __all__ = ["purge"]
 
@@ -21,7 +21,7 @@ def purge(
     if done_older_than < 0:
         raise InvalidArgumentError(f"done_older_than is {done_older_than}; use seconds >= 0")
     cutoff = now_ms() - int(done_older_than * 1000)
-    where = [jobs.c.status == DONE, jobs.c.done_ms <= cutoff]
+    where = [IS_DONE, jobs.c.done_ms <= cutoff]
     if queue is not None:
         where.append(jobs.c.queue == queue)
     deleted = 0

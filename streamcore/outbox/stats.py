@@ -9,7 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from streamcore.outbox.claim import now_ms
-from streamcore.outbox.schema import DONE, STATUSES, jobs
+from streamcore.outbox.schema import IS_DONE, STATUSES, jobs
 
 __all__ = ["percentile", "processing_time_stats", "prometheus_text", "queue_stats", "retry_stats"]
 
@@ -80,7 +80,7 @@ def processing_time_stats(
     and p99 of the time from the last claim or stamp (see `lease`) to done, in milliseconds."""
     since = now_ms() - int(age_days * DAY_MS)
     query = sa.select(jobs.c.queue, jobs.c.done_ms - jobs.c.processing_ms).where(
-        jobs.c.status == DONE, jobs.c.done_ms >= since, jobs.c.processing_ms.is_not(None)
+        IS_DONE, jobs.c.done_ms >= since, jobs.c.processing_ms.is_not(None)
     )
     if queue is not None:
         query = query.where(jobs.c.queue == queue)
