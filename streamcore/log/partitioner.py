@@ -7,7 +7,7 @@ The scalar version serves single appends; the vectorised one hashes a whole batc
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import getitem, mul
+from operator import mul
 
 import numpy as np
 
@@ -21,12 +21,15 @@ __all__ = [
 
 _POW31 = np.ones(1, dtype=np.uint32)
 _ASCII_WEIGHTS: dict[int, tuple[int, ...]] = {}
-# Keys up to this many bytes hash by table look-ups (`partition_for_ascii`): 128 ints per
-# position, about 300 KB in all, built once at import (no lazy growth that threads could race).
-_TABLED = 64
-# _BYTE_TERMS[j][c] = c * 31^j mod 2^32: the term of ASCII code c at j places from the key's end.
-_BYTE_TERMS = [[c * pow(31, j, 1 << 32) & 0xFFFFFFFF for c in range(128)] for j in range(_TABLED)]
-_TERMS: dict[int, tuple[list[int], ...]] = {}
+# An ASCII key's sum c[0]*31^(n-1) + ... + c[n-1] is a base-31 numeral once each code c is
+# split as 31*q + r (q <= 4 for ASCII): sum = 31 * int(q digits, 31) + int(r digits, 31), two
+# translations and two conversions in C whatever the key's length (`_ascii_sum`).
+_DIGITS = b"0123456789abcdefghijklmnopqrstu"
+_HIGH = bytes(_DIGITS[c // 31] for c in range(128)) + bytes(128)
+_LOW = bytes(_DIGITS[c % 31] for c in range(128)) + bytes(128)
+# int() of a base-31 numeral is quadratic in its length (and capped at 4,300 digits by
+# sys.int_max_str_digits): longer keys take the weighted sum.
+_NUMERAL_MAX = 1024
 
 
 def _weights(n: int) -> tuple[int, ...]:
@@ -39,32 +42,28 @@ def _weights(n: int) -> tuple[int, ...]:
     return weights
 
 
-def _terms(n: int) -> tuple[list[int], ...]:
-    """The term tables of each position of an n-byte ASCII key (n <= _TABLED), first to last."""
-    terms = _TERMS.get(n)
-    if terms is None:
-        terms = _TERMS[n] = tuple(_BYTE_TERMS[n - 1 - i] for i in range(n))
-    return terms
+def _ascii_sum(key: bytes) -> int:
+    """The sum of an ASCII key's codes weighted by powers of 31 (Java's hash before it wraps
+    to 32 bits; the low bits are what callers keep)."""
+    if not key:
+        return 0
+    if len(key) <= _NUMERAL_MAX:
+        return 31 * int(key.translate(_HIGH), 31) + int(key.translate(_LOW), 31)
+    total: int = sum(map(mul, key, _weights(len(key))))
+    return total
 
 
 def partition_for_ascii(key: bytes, partitions: int) -> int:
-    """`partition_for_key` of an ASCII key given as its bytes: the single append's hot path.
-    One look-up per byte summed in C (no multiplication, no sign fix-up: the partition needs
-    only the low 31 bits of the sum)."""
-    total: int
-    if len(key) <= _TABLED:
-        total = sum(map(getitem, _terms(len(key)), key))
-    else:
-        total = sum(map(mul, key, _weights(len(key))))
-    return (total & 0x7FFFFFFF) % partitions
+    """`partition_for_key` of an ASCII key given as its bytes: the single append's hot path
+    (no sign fix-up: the partition needs only the low 31 bits of the sum)."""
+    return (_ascii_sum(key) & 0x7FFFFFFF) % partitions
 
 
 def java_string_hash(value: str) -> int:
     """Java's `String.hashCode()` as a signed 32-bit int (over UTF-16 code units)."""
     h = 0
     if value.isascii():
-        # A weighted sum evaluated in C (map/sum) instead of a Python loop per character.
-        h = sum(map(mul, value.encode("ascii"), _weights(len(value)))) & 0xFFFFFFFF
+        h = _ascii_sum(value.encode("ascii")) & 0xFFFFFFFF
     else:
         data = value.encode("utf-16-be", "surrogatepass")  # a lone surrogate is one unit in Java
         for i in range(0, len(data), 2):

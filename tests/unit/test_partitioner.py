@@ -173,7 +173,7 @@ class TestPartitionsForAscii:
 
 
 class TestPartitionForAscii:
-    """The single append's scalar path: table look-ups up to 64 bytes, weights beyond."""
+    """The single append's scalar path: base-31 numerals up to 1,024 bytes, weights beyond."""
 
     @given(
         st.from_regex(r"[\x00-\x7f]{0,100}", fullmatch=True),
@@ -183,11 +183,19 @@ class TestPartitionForAscii:
         expected = (reference_hash(key) & 0x7FFFFFFF) % partitions
         assert partition_for_ascii(key.encode("ascii"), partitions) == expected
 
-    @pytest.mark.parametrize("length", [0, 1, 63, 64, 65, 500])
-    def test_at_the_table_bound(self, length: int) -> None:
+    @pytest.mark.parametrize("length", [0, 1, 64, 1023, 1024, 1025, 5000])
+    def test_at_the_numeral_bound(self, length: int) -> None:
         key = "".join(chr(0x7F - i % 0x60) for i in range(length))
         assert partition_for_ascii(key.encode("ascii"), 997) == partition_for_key(key, 997)
 
     def test_known_values(self) -> None:
         assert partition_for_ascii(b"hello", 7) == 99162322 % 7
         assert partition_for_ascii(b"polygenelubricants", 5) == 0
+
+    def test_every_ascii_code(self) -> None:
+        # Codes at both ends of each base-31 digit split (31 * q + r): 0, 30, 31, 126, 127.
+        key = bytes(range(128)).decode("ascii")
+        assert partition_for_ascii(key.encode("ascii"), 1009) == (
+            (reference_hash(key) & 0x7FFFFFFF) % 1009
+        )
+        assert java_string_hash(key) == reference_hash(key)
