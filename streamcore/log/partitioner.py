@@ -27,9 +27,10 @@ _ASCII_WEIGHTS: dict[int, tuple[int, ...]] = {}
 _DIGITS = b"0123456789abcdefghijklmnopqrstu"
 _HIGH = bytes(_DIGITS[c // 31] for c in range(128)) + bytes(128)
 _LOW = bytes(_DIGITS[c % 31] for c in range(128)) + bytes(128)
-# int() of a base-31 numeral is quadratic in its length (and capped at 4,300 digits by
-# sys.int_max_str_digits): longer keys take the weighted sum.
-_NUMERAL_MAX = 1024
+# int() of a base-31 numeral is quadratic in its length, and refuses more digits than
+# sys.int_max_str_digits (4,300 by default, never under 640 unless 0, no cap): longer keys take
+# the weighted sum.
+_NUMERAL_MAX = 640
 
 
 def _weights(n: int) -> tuple[int, ...]:

@@ -173,7 +173,7 @@ class TestPartitionsForAscii:
 
 
 class TestPartitionForAscii:
-    """The single append's scalar path: base-31 numerals up to 1,024 bytes, weights beyond."""
+    """The single append's scalar path: base-31 numerals up to 640 bytes, weights beyond."""
 
     @given(
         st.from_regex(r"[\x00-\x7f]{0,100}", fullmatch=True),
@@ -183,7 +183,7 @@ class TestPartitionForAscii:
         expected = (reference_hash(key) & 0x7FFFFFFF) % partitions
         assert partition_for_ascii(key.encode("ascii"), partitions) == expected
 
-    @pytest.mark.parametrize("length", [0, 1, 64, 1023, 1024, 1025, 5000])
+    @pytest.mark.parametrize("length", [0, 1, 64, 639, 640, 641, 5000])
     def test_at_the_numeral_bound(self, length: int) -> None:
         key = "".join(chr(0x7F - i % 0x60) for i in range(length))
         assert partition_for_ascii(key.encode("ascii"), 997) == partition_for_key(key, 997)
@@ -199,3 +199,16 @@ class TestPartitionForAscii:
             (reference_hash(key) & 0x7FFFFFFF) % 1009
         )
         assert java_string_hash(key) == reference_hash(key)
+
+    def test_under_the_lowest_digit_limit(self) -> None:
+        # sys.int_max_str_digits can be lowered to 640, not below: keys up to that still hash.
+        import sys
+
+        before = sys.get_int_max_str_digits()
+        sys.set_int_max_str_digits(640)
+        try:
+            key = "k" * 640
+            assert partition_for_ascii(key.encode("ascii"), 97) == partition_for_key(key, 97)
+            assert partition_for_ascii(b"k" * 641, 97) == partition_for_key("k" * 641, 97)
+        finally:
+            sys.set_int_max_str_digits(before)
