@@ -314,6 +314,9 @@ class AuditLanding(CheckedLanding):
         ]
         return [*unique_key_aggregates("event_id", keep, rows=batch.records), *counted]
 
+    def prepare(self) -> Any:
+        return self.catalog.check_existing(TABLE)  # then `ensure` below only creates a new one
+
     def write(self, checked: Checked, batch: CheckedBatch) -> BatchWrite:
         from pyspark.sql import functions as F
 

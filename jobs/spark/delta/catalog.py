@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from pyspark.sql import SparkSession
+from pyspark.sql import Row, SparkSession
 from pyspark.sql.types import (
     ArrayType,
     BinaryType,
@@ -171,17 +171,28 @@ class Catalog:
         spec = self.spec(table)
         if table in self._ensured:
             return spec.location
-        found = delta_sql.detail_or_none(self.spark, spec.location)
-        if found is None:
+        if self.check_existing(table) is None:
             self.spark.sql(_create_statement(spec))
             logger.info("created Delta table %s at %s", table, spec.location)
             # Checked after creating too: another job may have created it first, in its shape.
-            found = delta_sql.detail(self.spark, spec.location)
+            self._checked(spec, delta_sql.detail(self.spark, spec.location))
+        return spec.location
+
+    def check_existing(self, table: str) -> Row | None:
+        """`ensure` without the creation: if `table` exists, check (and migrate) it and return
+        its DESCRIBE DETAIL as read before the check; None, creating nothing, if it is missing.
+        What a job reads of its table beside other work before it knows it will write."""
+        spec = self.spec(table)
+        found = delta_sql.detail_or_none(self.spark, spec.location)
+        if found is not None:
+            self._checked(spec, found)
+        return found
+
+    def _checked(self, spec: TableSpec, found: Row) -> None:
         missing = self._check(spec, tuple(found["partitionColumns"]))
         if missing:
             self._add_columns(spec, missing)
-        self._ensured.add(table)
-        return spec.location
+        self._ensured.add(spec.name)
 
     def _check(self, spec: TableSpec, partitions: tuple[str, ...]) -> list[Column]:
         """The declared nullable columns the table lacks (to add), if that is its only

@@ -110,12 +110,14 @@ def merge_documents(
     *,
     unique_ids: bool | None = None,
     newer_only: bool = False,
+    has_rows: bool | None = None,
 ) -> delta_sql.Merge:
     """The MERGE (not executed) of the valid documents `good` into the
     repository-shaped `table`, their rows stamped `import_batch = batch`: the newest version of
     each id updates the Document fields and source columns of the row of that id (only if it is
     newer than the row's, with `newer_only`) or is inserted (other columns null). Insert only
-    when the table has none of the ids. `unique_ids` as in `latest_per_id`."""
+    when the table has none of the ids. `unique_ids` as in `latest_per_id`; `has_rows`, whether
+    the table (checked already) has files, if read beforehand, else it is read here."""
     # Created before the batch's write, outside its transaction: a creation commit carrying the
     # batch's txn id would make Delta skip the MERGE as already landed.
     path = catalog.ensure(table)
@@ -123,9 +125,9 @@ def merge_documents(
     spark = good.sparkSession
     written = (*fields, *_SOURCE_COLUMNS)
     clauses = f"WHEN NOT MATCHED THEN INSERT {delta_sql.insert_columns(written)}"
-    if delta_sql.detail(spark, path)["numFiles"] > 0 and meets_table(
-        good, spark.read.format("delta").load(path)
-    ):
+    if has_rows is None:
+        has_rows = delta_sql.detail(spark, path)["numFiles"] > 0
+    if has_rows and meets_table(good, spark.read.format("delta").load(path)):
         matched = f" AND ({_NEWER})" if newer_only else ""
         update = f"WHEN MATCHED{matched} THEN UPDATE SET {delta_sql.set_columns(written)}"
         clauses = f"{update} {clauses}"
@@ -178,6 +180,12 @@ class DocumentLanding(CheckedLanding):
         # Whether the good ids are unique rides the first pass (the MERGE needs to know).
         return unique_key_aggregates("id", keep, rows=batch.records)
 
+    def prepare(self) -> bool | None:
+        """Whether the table has rows (None: it does not exist yet), checked beside the first
+        pass."""
+        found = self.catalog.check_existing(self.table)
+        return None if found is None else found["numFiles"] > 0
+
     def write(self, checked: Checked, batch: CheckedBatch) -> BatchWrite:
         """The MERGE of the good documents, their rows stamped `import_batch = batch.batch`."""
         with self.ctx.phases("merge"):
@@ -189,6 +197,9 @@ class DocumentLanding(CheckedLanding):
                 batch.batch,
                 unique_ids=read_unique_keys(checked.row, "id"),
                 newer_only=self.newer_only,
+                # Rows seen beside the first pass are still there; no rows seen is read again
+                # (another run may have written meanwhile), as before.
+                has_rows=True if checked.prepared else None,
             )
         return BatchWrite(merge, phase="merge")
 

@@ -8,8 +8,12 @@ audit entries, the backfill's repository target): as `run_offset_batch`'s `land`
 offset batch and the runner performs its write; `land` alone serves an interval, whose job runs
 the write itself.
 
-Two passes over the batch and no cache: filling a cache of the decoded batch cost more than
-reading and decoding it again (1M documents: 3.6-4.1 s against 2.2 s). The first pass is one
+Two passes over the batch. Whether the second reads the log again or a copy of the decoded
+batch the first pass keeps (`CheckedBatch.stage`) depends on the log: on the local log filling
+that copy cost more than reading and decoding again (1M documents: 3.6-4.1 s against 2.2 s); on
+Kafka the read is most of a pass, and the copy pays (bench/RESULTS.md, issue 31). The copy holds
+the rows of the batch's fixed offset ranges, so the write lands the same rows either way; it is
+released once the write ran or failed (`BatchWrite.release`). The first pass is one
 aggregate: the failure counts, the metrics GX would run its own Spark jobs for
 (`jobs.spark.quality.gx_metrics`) and the job's own aggregates (the importer's id uniqueness).
 Whether the batch lands is decided from those counts, so GX validates on the driver while the second
@@ -65,6 +69,7 @@ class CheckedBatch:
     run_name: str
     records: int
     unmoved: str
+    stage: bool = False  # keep the decoded batch for the second pass (see the module doc)
 
 
 @dataclass(frozen=True)
@@ -76,6 +81,7 @@ class Checked:
     row: Mapping[str, Any]
     read: int
     failing: int
+    prepared: Any = None  # what `prepare` found of the table, beside the first pass
 
 
 def land_checked(
@@ -91,6 +97,7 @@ def land_checked(
     write: Callable[[Checked], BatchWrite],
     aggregates: Callable[[Column], list[Column]] | None = None,
     rows: Callable[[DataFrame], DataFrame] | None = None,
+    prepare: Callable[[], Any] | None = None,
 ) -> BatchWrite:
     """Check `records` (as `read_stream` gives them) and return `write`'s write of the good rows,
     whose summary (`then`) adds the checks' to the write's own: `read`, `written`,
@@ -98,8 +105,11 @@ def land_checked(
     expectation), `data_docs`, `validation_run` (GX's run name). `aggregates(keep)` adds the
     job's aggregates over the rows `keep` holds for (the good ones) to the first pass;
     `rows(decoded)` keeps the decoded rows the batch is about (an interval's, say; a row that
-    does not decode has no fields to keep it by). Raises QualityThresholdError (nothing written)
-    when the failing rows are more than `failure_threshold` of the batch."""
+    does not decode has no fields to keep it by). `prepare()` reads what the write needs of its
+    table (its check and detail, never its creation: a refused batch creates nothing) on a
+    driver thread beside the first pass; `write` gets its result as `Checked.prepared`. Raises
+    QualityThresholdError (nothing written) when the failing rows are more than
+    `failure_threshold` of the batch."""
     from pyspark.sql import functions as F
 
     from jobs.spark.logs.avro import decode_payload
@@ -111,6 +121,9 @@ def land_checked(
     # The driver idles while the executors write: GX validates meanwhile, until the write's
     # summary asks for its report (`then`), which ends the thread.
     driver = ThreadPoolExecutor(1, thread_name_prefix="gx")
+    # The table's check and detail are driver round-trips to Delta's log: beside the first pass.
+    preparing = driver.submit(prepare) if prepare is not None else None
+    kept: DataFrame | None = None  # the first pass's copy of the batch, if it keeps one
     try:
         decodes = f"payload decodes as {schema.fullname}"  # the failure of undecodable rows
         decoded = decode_payload(records, schema, ctx.schemas)
@@ -118,6 +131,10 @@ def land_checked(
             decoded = rows(decoded)
         undecodable = F.col("record_error").isNotNull() | F.col("payload_error").isNotNull()
         checked = decoded.withColumn("_failing", undecodable | any_failure(suite))
+        if batch.stage:
+            from pyspark import StorageLevel
+
+            checked = kept = checked.persist(StorageLevel.MEMORY_AND_DISK)
         failing = F.col("_failing")
         checks = check_aggregates(suite, also=undecodable)
         own = aggregates(~failing) if aggregates else []
@@ -173,10 +190,16 @@ def land_checked(
             )
             with ctx.phases("quarantine"):
                 write_quarantine(quarantine_rows(bad, job=batch.job, batch=batch.batch), catalog)
-        good = checked.where(~failing).drop("_failing") if bad_count else decoded
-        written = write(Checked(good, row, read, bad_count))
+        if bad_count:
+            good = checked.where(~failing).drop("_failing")
+        else:  # without the checks: the copy, if the first pass kept one
+            good = decoded if kept is None else kept.drop("_failing")
+        prepared = preparing.result() if preparing is not None else None
+        written = write(Checked(good, row, read, bad_count, prepared))
     except BaseException:
         driver.shutdown()  # GX's report is not needed, but its thread ends before the error goes on
+        if kept is not None:
+            kept.unpersist()
         raise
     landed = {"written": read - bad_count, "quarantined": bad_count}
 
@@ -187,7 +210,12 @@ def land_checked(
             driver.shutdown()
         return report | written.finish(version)
 
-    return BatchWrite(written.action, written.phase, then=then)
+    def release() -> None:
+        written.release()
+        if kept is not None:
+            kept.unpersist()
+
+    return BatchWrite(written.action, written.phase, then=then, on_release=release)
 
 
 class CheckedLanding:
@@ -214,12 +242,15 @@ class CheckedLanding:
     def __call__(self, records: DataFrame, plan: BatchPlan) -> BatchWrite:
         """The `land` of `run_offset_batch`: check the offset batch `plan` read, as batch
         `plan.batch` of its app id; the runner writes what this returns."""
+        from jobs.spark.logs.streams import keeps_decoded
+
         batch = CheckedBatch(
             job=plan.app_id,
             batch=plan.batch,
             run_name=self.run_name(plan),
             records=plan.records,
             unmoved=f"the positions of {plan.group} did not move",
+            stage=keeps_decoded(self.ctx.logs, plan.stream),
         )
         fault = f"{self.job}.before_delta_commit"
         return self.land(records, batch, before_write=lambda: self.ctx.fault_point(fault))
@@ -257,12 +288,18 @@ class CheckedLanding:
             write=write,
             aggregates=lambda keep: self.aggregates(keep, batch),
             rows=rows,
+            prepare=self.prepare,
         )
         return dataclasses.replace(landed, then=lambda v: self.finish(landed.finish(v), v))
 
     def aggregates(self, keep: Column, batch: CheckedBatch) -> list[Column]:
         """The job's own aggregates of the first pass over the rows `keep` holds for."""
         return []
+
+    def prepare(self) -> Any:
+        """What the write needs of its table, read beside the first pass (`checked.prepared`):
+        `Catalog.check_existing`, never a creation."""
+        return None
 
     def write(self, checked: Checked, batch: CheckedBatch) -> BatchWrite:
         """The write of `checked.good`, not yet run."""
