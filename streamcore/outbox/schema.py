@@ -79,20 +79,14 @@ _HAS_DEPENDENCY = jobs.c.depends_id.is_not(None)
 # SQLite (bench/RESULTS.md). Tables made before keep their full indexes of the same names,
 # which serve the same queries.
 sa.Index(f"{TABLE}_claim", jobs.c.queue, jobs.c.status, jobs.c.seq)
-sa.Index(
-    f"{TABLE}_done",
-    jobs.c.status,
-    jobs.c.done_ms,
-    sqlite_where=IS_DONE,
-    postgresql_where=IS_DONE,
-)
-sa.Index(
-    f"{TABLE}_depends",
-    jobs.c.depends_queue,
-    jobs.c.depends_id,
-    sqlite_where=_HAS_DEPENDENCY,
-    postgresql_where=_HAS_DEPENDENCY,
-)
+
+
+def _partial_index(name: str, where: Any, *columns: Any) -> sa.Index:
+    return sa.Index(f"{TABLE}_{name}", *columns, sqlite_where=where, postgresql_where=where)
+
+
+_partial_index("done", IS_DONE, jobs.c.status, jobs.c.done_ms)
+_partial_index("depends", _HAS_DEPENDENCY, jobs.c.depends_queue, jobs.c.depends_id)
 
 
 def create_schema(engine: Engine) -> None:
