@@ -76,9 +76,9 @@ class LocalAppender(LogAppender[Any]):
     def append(self, key: str, message: Any) -> LogOffset:
         # The hot path, flattened for ASCII keys (one frame here, the writer's, the encoder's):
         # the key is encoded once, for its partition and for the record.
-        if type(key) is not str or not key.isascii():
-            if type(key) is not str:
-                check_types((key,), ())
+        if type(key) is not str:
+            check_types((key,), ())
+        if not key.isascii():
             return self.append_to(partition_for_key(key, self._size), key, message)
         key_bytes = key.encode("ascii")
         partition = partition_for_ascii(key_bytes, self._size)
