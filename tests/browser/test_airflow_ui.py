@@ -37,7 +37,8 @@ from airflow_harness import (
 )
 from audit_support import append_entries, entry
 from chromium import headless
-from playwright.sync_api import BrowserContext, Page, Route, expect
+from playwright.sync_api import BrowserContext, Page, Request, Route, expect
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from streamcore.config import load_config
 
@@ -47,7 +48,9 @@ pytestmark = [pytest.mark.airflow, pytest.mark.spark, pytest.mark.timeout(900)]
 expect.set_options(timeout=60_000)
 
 RUN_TIMEOUT_MS = 600_000  # a DAG run on a loaded 2-core machine: 1 to 2 min, with margin
-DIALOG_TIMEOUT_MS = 180_000  # a trigger form's request, answered by a loaded api-server
+# A click on a form's button sends its request at once; none within this time: the page dropped it.
+CLICK_SENDS_MS = 30_000
+CLICK_ATTEMPTS = 3
 COUNT = 2000
 # The audit DAG runs daily here (STREAMCORE_AUDIT_SCHEDULE): its default, every 5 minutes, would
 # start scheduled batch runs during the module, and those land every entry, ahead of the backfill.
@@ -196,14 +199,36 @@ def trigger_form(browser: Browser, dag_id: str) -> Any:
     return dialog
 
 
+def send(page: Page, button: Any, path: str) -> None:
+    """Click a form's button until the UI sends its POST to the API's `path`, then check the
+    answer.
+
+    A click that the page drops sends no request, so nothing was created and clicking again cannot
+    create it twice; a click that sent one is never repeated, however long the loaded api-server
+    takes to answer (over 60 s in CI). Twice a CI run kept the bulk form open after the click."""
+
+    def is_post(request: Request) -> bool:
+        return request.method == "POST" and request.url.endswith(f"/api/v2{path}")
+
+    for _ in range(CLICK_ATTEMPTS):
+        expect(button).to_be_enabled()
+        try:
+            with page.expect_request(is_post, timeout=CLICK_SENDS_MS) as sent:
+                button.click()
+        except PlaywrightTimeoutError:
+            continue
+        response = sent.value.response()
+        assert response is not None, f"POST {path} got no answer"
+        assert response.ok, f"POST {path}: HTTP {response.status} {response.text()}"
+        return
+    pytest.fail(f"{CLICK_ATTEMPTS} clicks sent no POST {path}", pytrace=False)
+
+
 def submit_and_wait(browser: Browser, dialog: Any, dag_id: str, name: str) -> str:
     """Trigger, follow to the run page, wait until the run succeeded; the run id."""
     page = browser.page
-    submit = dialog.get_by_test_id("trigger-dag-submit")
-    expect(submit).to_be_enabled()
-    submit.click()
-    # The dialog closes once the API has created the run: under CI load that took over 60 s.
-    expect(dialog).to_be_hidden(timeout=DIALOG_TIMEOUT_MS)
+    send(page, dialog.get_by_test_id("trigger-dag-submit"), f"/dags/{dag_id}/dagRuns")
+    expect(dialog).to_be_hidden()  # the run exists: the form closes on the API's answer
     page.wait_for_url(re.compile(rf"/dags/{dag_id}/runs/[^/]+$"))
     run_id = page.url.rsplit("/", 1)[1]
     state = page.get_by_test_id("header-card").get_by_test_id("state-badge")
@@ -285,6 +310,8 @@ def test_bulk_action_from_the_form(browser: Browser, af: AirflowEnv) -> None:
     action.click()
     browser.page.get_by_role("option", name="csvExport", exact=True).click()
     expect(dialog.get_by_text("csvExport", exact=True)).to_be_visible()
+    # The option list closes with an animation; a click while it is open only dismisses it.
+    expect(browser.page.locator("[role=listbox]:visible")).to_have_count(0)
     browser.shot("bulk-trigger-form")
     run_id = submit_and_wait(browser, dialog, "streamcore_bulk_action", "bulk")
     (record,) = records(af, "bulk_action", ["run"])
@@ -356,8 +383,8 @@ def test_audit_backfill_from_the_ui(browser: Browser, af: AirflowEnv) -> None:
     run = dialog.get_by_role("button", name="Run Backfill")
     expect(run).to_be_enabled()
     browser.shot("audit-backfill-form")
-    run.click()
-    expect(dialog).to_be_hidden(timeout=DIALOG_TIMEOUT_MS)
+    send(page, run, "/backfills")
+    expect(dialog).to_be_hidden()
 
     runs = wait_for_runs(rest, "backfill", 2)
     assert [r["state"] for r in runs] == ["success", "success"], runs
