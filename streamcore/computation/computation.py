@@ -13,7 +13,7 @@ number of `process_record` / `process_timer` calls from that one thread, then `d
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -24,10 +24,13 @@ from streamcore.names import Name
 from streamcore.record import Record
 
 __all__ = [
+    "BatchFunction",
+    "BatchOutcome",
     "Computation",
     "ComputationContext",
     "ComputationMetadata",
     "FailedRecord",
+    "Produced",
     "input_name",
     "output_name",
 ]
@@ -35,6 +38,13 @@ __all__ = [
 
 FailedRecord: TypeAlias = Record | tuple[Record, LogOffset | None]
 """What `process_failure` returns per record: the record with where it was read, or bare."""
+
+Produced: TypeAlias = list[tuple[str, list[tuple[str, Record]]]]
+"""Records produced, per logical output stream: `(output, [(key, record), ...])`."""
+BatchOutcome: TypeAlias = tuple[Produced, tuple[int, Exception] | None]
+"""What a batch function returns: what it produced, or ([], (index, failure))."""
+BatchFunction: TypeAlias = Callable[[list[Record]], BatchOutcome]
+"""See `Computation.batch_function`."""
 
 
 def input_name(index: int) -> str:
@@ -128,6 +138,20 @@ class Computation(abc.ABC):
         partition and offset; a bare Record is dead-lettered with stream "" and partition and
         offset -1 (unknown). The default returns none."""
         return ()
+
+    def batch_function(self, input_stream: str) -> BatchFunction | None:
+        """A function that does for a batch of records of `input_stream` what `process_record`
+        does for each in turn, or None (the default: record by record). It is given only records
+        without the COMMIT or POISON_PILL flag, and has no effect but its result: per logical
+        output stream, the `(key, record)` pairs the `produce_record` calls would buffer, in
+        order, with a checkpoint asked for after every record. When a record fails it returns
+        `([], (index, failure))` having produced nothing, `failure` being what `process_record`
+        raises for the record at `index`; the runner then goes through that batch record by
+        record (the calls made for its other records are made again), `failure` standing for
+        the first attempt at that record. A computation that keeps state, sets timers or
+        punctuates has no batch function.
+        """
+        return None
 
     def held_records(self) -> Iterable[tuple[Record, LogOffset | None]]:
         """Records received but not done yet (a batch waiting to be processed), each with the

@@ -7,6 +7,8 @@ a `merge` of two branches) is compiled once, so a `process` step after it has on
 one set of stores. A computation with a stream-table join reads several inputs (`i1` the
 stream's source, `i2...` the tables' sources): each input's records enter their own tree, and the
 trees share the computation's stores (a `join` step is a `process` step reading the table's).
+A chain of stateless steps also has a batch form (`streamcore.computation.dsl_batch`), which the
+runner uses for whole read batches when it can.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from streamcore.computation.computation import Computation, ComputationContext
+from streamcore.computation.computation import BatchFunction, Computation, ComputationContext
+from streamcore.computation.dsl_batch import batch_function
 from streamcore.computation.dsl_graph import OperatorNode, SubTopology
 from streamcore.computation.dsl_process import BuiltinStep, ProcessStep, noted
 from streamcore.computation.errors import DslDefinitionError, NotProcessingError
@@ -70,6 +73,12 @@ class DslComputation(Computation):
             self._source = stream  # the stream the `process` steps compiled now read
             tree = _fan_out([self._compile(child) for child in root.children])
             self._inputs[f"i{i}"] = (stream, codec.decode, tree)
+        self._batch: BatchFunction | None = None  # a chain of stateless steps: its batch form
+        if not subtopology.joined:
+            decoding = f"decoding a value of {subtopology.source!r} (DSL {self.metadata.name})"
+            self._batch = batch_function(
+                subtopology.root, subtopology.codec.decode, decoding, self._logical
+            )
         logger.debug(
             "DSL computation %s: %s -> %s",
             subtopology.name,
@@ -249,6 +258,9 @@ class DslComputation(Computation):
                 self._produce(output, Record(key, data, self._watermark))
 
         return sink
+
+    def batch_function(self, input_stream: str) -> BatchFunction | None:
+        return self._batch if input_stream == "i1" else None
 
     def init(self, context: ComputationContext) -> None:
         for step in self._steps:

@@ -38,11 +38,11 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from streamcore.collector import collector_paused
-from streamcore.computation.computation import Computation
+from streamcore.computation.computation import BatchFunction, Computation
 from streamcore.computation.context import ComputationContext
 from streamcore.computation.dlq import dead_letter_record
 from streamcore.computation.filters import RecordFilter
@@ -312,6 +312,13 @@ class ComputationRunner(RebalanceListener):
         if len(self._inputs) > 1:  # a task reads several partitions: synchronize them
             decoders = {name: stream.decode for name, stream in self._inputs.items()}
             self._sync = StreamSynchronizer(decoders, timestamps, max_task_idle_ms)
+        # The computation's batch function for its one input, read unfiltered with watermark time.
+        self._batched: tuple[InputStream, BatchFunction] | None = None
+        if len(self._inputs) == 1 and self._timestamps is None:
+            (only,) = self._inputs.values()
+            batched = computation.batch_function(only.logical) if only.filter is None else None
+            if batched is not None:
+                self._batched = (only, batched)
         self._outputs = outputs
         self._dlq = dlq
         self._skip_budget = skip_budget
@@ -488,10 +495,17 @@ class ComputationRunner(RebalanceListener):
         return done
 
     def _process(
-        self, batch: list[LogRecord[Any]], decoded: list[Record | CodecError] | None = None
+        self, batch: list[LogRecord[Any]], decoded: Sequence[Record | CodecError] | None = None
     ) -> None:
         """Process `batch` in its order; `decoded`: its Records, decoded already (by the stream
         synchronizer), else each is decoded here."""
+        started = time.perf_counter()
+        failed_at, failure = -1, None  # a failure of the batch function: its record, its error
+        if self._batched is not None and decoded is None and self.next_stream_timer == math.inf:
+            rest = self._process_batched(batch, *self._batched, started)
+            if rest is None:
+                return
+            decoded, failed_at, failure = rest
         context = self.context
         process = self.computation.process_record
         journal = context._journal
@@ -512,7 +526,6 @@ class ComputationRunner(RebalanceListener):
         now = UNKNOWN  # the stream time of `task`
         take = None if decoded is None else _taker(decoded)
         batch_mark = len(journal)
-        started = time.perf_counter()
         for rec in batch:
             index += 1
             if rec.partition is not partition:  # batches come in runs of one partition
@@ -557,6 +570,8 @@ class ComputationRunner(RebalanceListener):
             context._timestamp = ts
             mark = len(journal)
             try:
+                if index == failed_at and failure is not None:
+                    raise failure  # its first attempt, made by the batch function
                 process(context, logical, record)
             except Exception as exc:
                 if not self._recover(exc, mark, rec, stream, record):
@@ -575,8 +590,73 @@ class ComputationRunner(RebalanceListener):
                     context._signal = 0
                     break
                 context._signal = 0
+        self._end_batch(batch, index + 1, asked, asked_mark, halted, batch_mark, started)
+
+    def _process_batched(
+        self,
+        batch: list[LogRecord[Any]],
+        stream: InputStream,
+        batched: BatchFunction,
+        started: float,
+    ) -> tuple[Sequence[Record | CodecError] | None, int, Exception | None] | None:
+        """Process `batch` through the computation's batch function, with the bookkeeping
+        `_process` does per record (stream time, the checkpoint asked after every record).
+        When it has to go record by record instead (a record does not decode, carries a control
+        flag or fails), it changes nothing and returns what `_process` needs for that: the
+        Records decoded (None: decode them again), the index of the record that failed in the
+        batch function (-1: none) and its failure."""
+        if not batch:
+            return None
+        decode = stream.decode
+        try:
+            records = [decode(rec.message) for rec in batch]
+        except CodecError:
+            return None, -1, None
+        for record in records:
+            if record.flags != _DEFAULT_FLAGS and record.flags & _SPECIAL:
+                return records, -1, None
+        produced, failed = batched(records)
+        if failed is not None:
+            return records, failed[0], failed[1]
+        context = self.context
+        touched, times = self._touched, self.stream_times
+        partition = None
+        task = ts = now = UNKNOWN
+        for rec, record in zip(batch, records, strict=True):
+            if rec.partition is not partition:
+                partition = rec.partition
+                touched.add(partition)
+                task = partition.partition
+                now = times.get(task, UNKNOWN)
+            ts = record.watermark >> 17
+            if ts > now:
+                times[task] = now = ts
+        context._record, context._timestamp = batch[-1], ts
+        journal = context._journal
+        batch_mark = len(journal)
+        buffers = context._buffers
+        for output, pairs in produced:
+            buffer = buffers[output]
+            buffer += pairs
+            journal += [buffer] * len(pairs)
+        self._end_batch(batch, len(batch), len(batch) - 1, len(journal), False, batch_mark, started)
+        return None
+
+    def _end_batch(
+        self,
+        batch: list[LogRecord[Any]],
+        count: int,
+        asked: int,
+        asked_mark: int,
+        halted: bool,
+        batch_mark: int,
+        started: float,
+    ) -> None:
+        """Count the first `count` records of `batch` as processed, then checkpoint (up to the
+        record `asked` for one, the journal then `asked_mark` long), keep the batch in the
+        window, or stop (`halted`)."""
+        context = self.context
         stats = self.stats
-        count = index + 1
         stats.processed += count
         stats.observe_batch(time.perf_counter() - started, count)
         stats.last_activity = time.monotonic()
@@ -1009,7 +1089,7 @@ class ComputationRunner(RebalanceListener):
         return low
 
 
-def _taker(decoded: list[Record | CodecError]) -> Callable[[bytes], Record]:
+def _taker(decoded: Sequence[Record | CodecError]) -> Callable[[bytes], Record]:
     """A decode function that returns the Records decoded already, in order (raising the
     CodecError of a record that did not decode)."""
     pending = iter(decoded)
