@@ -248,7 +248,7 @@ class BulkService:
         self, runner_for: Callable[[str], str], *, retry_after_s: float = RETRY_AFTER_SECONDS
     ) -> builtins.list[tuple[str, str]]:
         """The (command id, runner) pairs to start now: every command nobody claimed, claimed
-        here for `runner_for(id)`, and those the dispatcher claimed over `retry_after_s` ago
+        here for `runner_for(id)`, and those the dispatcher claimed `retry_after_s` or more ago
         that are still SCHEDULED (a dispatcher that stopped between its claim and the start;
         the runner, a DAG run id, cannot be created twice). SCHEDULED commands run; ABORTED
         ones that no job ever saw run too, for the job to record their final status."""

@@ -287,8 +287,9 @@ class CommandStore:
             return [(row.id, _status(row)) for row in conn.execute(query)]
 
     def stale_dispatches(self, before_ms: int) -> builtins.list[tuple[str, str]]:
-        """(id, runner) of the dispatcher's claims made before `before_ms` whose command is still
-        SCHEDULED, their time set to now (so each is offered once per period)."""
+        """(id, runner) of the dispatcher's claims made at or before `before_ms` whose command is
+        still SCHEDULED, their time set to now (so each is offered once per period). At or
+        before: with no grace period, a claim made in this very millisecond is offered too."""
         self._ready()
         with self.engine.begin() as conn:
             rows = conn.execute(
@@ -296,7 +297,7 @@ class CommandStore:
                 .join(commands, commands.c.id == claims.c.command_id)
                 .where(
                     claims.c.dispatched.is_(True),
-                    claims.c.claimed_ms < before_ms,
+                    claims.c.claimed_ms <= before_ms,
                     commands.c.state == State.SCHEDULED.value,
                 )
                 .order_by(claims.c.claimed_ms)
