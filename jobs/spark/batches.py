@@ -44,23 +44,16 @@ class BatchWrite:
     append to it, not yet run; `phase`, the phase of the job's summary its run is timed as; its
     part of the summary, `summary` known before the write, and `then(version)` the fields known
     only after it (Delta's commit metrics, the checks' report), `version` being the Delta version
-    written or None when Delta skipped the write as already landed; `release` frees what the
-    landing kept for the write (a copy of the batch), once the write ran or failed."""
+    written or None when Delta skipped the write as already landed."""
 
     action: Merge | Append
     phase: str = "write"
     summary: dict[str, Any] = field(default_factory=dict)
     then: Callable[[int | None], dict[str, Any]] | None = None
-    on_release: Callable[[], None] | None = None
 
     def finish(self, version: int | None) -> dict[str, Any]:
         """The write's part of the summary once `version` is known."""
         return {**self.summary, **(self.then(version) if self.then else {})}
-
-    def release(self) -> None:
-        """Free what the landing kept for the write (after `finish`, or on a failure)."""
-        if self.on_release is not None:
-            self.on_release()
 
 
 Land = Callable[["DataFrame", "BatchPlan"], BatchWrite]
@@ -111,12 +104,9 @@ def run_offset_batch(
                 f"{app}'s landing would write to {write.action.path}, not to its batch's table "
                 f"{table_path}: an offset batch lands in the table that records its batches"
             )
-        try:
-            with ctx.phases(write.phase):
-                version = sink.write(plan, write.action.execute)
-            landed = write.finish(version)
-        finally:
-            write.release()
+        with ctx.phases(write.phase):
+            version = sink.write(plan, write.action.execute)
+        landed = write.finish(version)
     except JobError as exc:  # the failure's summary line names the batch too
         exc.summary = {**summary, **exc.summary}
         raise

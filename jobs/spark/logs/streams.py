@@ -26,7 +26,7 @@ from streamcore.log import LogManager
 from streamcore.log.capabilities import CursorDescription, TopicDescription
 from streamcore.names import Name
 
-__all__ = ["keeps_decoded", "read_raw", "read_stream", "unwrap_records"]
+__all__ = ["read_raw", "read_stream", "unwrap_records"]
 
 logger = logging.getLogger(__name__)
 Ranges = Mapping[int, tuple[int, int]]
@@ -118,11 +118,3 @@ def read_stream(
     """Records of `[start, end)` per partition of log `name`, envelope unwrapped."""
     raw = read_raw(spark, manager, name, ranges, split_records=split_records)
     return unwrap_records(raw, with_trace=with_trace)
-
-
-def keeps_decoded(manager: LogManager, name: str | Name) -> bool:
-    """Whether a landing that passes twice over a batch of log `name` (checks, then the write)
-    should keep the decoded batch from the first pass for the second instead of reading the log
-    again: yes on Kafka, where the read is most of a pass; no on the local log, where filling
-    the copy cost more than a second read (bench/RESULTS.md, issue 31)."""
-    return isinstance(manager.describe(name), TopicDescription)

@@ -8,14 +8,12 @@ audit entries, the backfill's repository target): as `run_offset_batch`'s `land`
 offset batch and the runner performs its write; `land` alone serves an interval, whose job runs
 the write itself.
 
-Two passes over the batch. Whether the second reads the log again or a copy of the decoded
-batch the first pass keeps (`CheckedBatch.stage`) depends on the log: on the local log filling
-that copy cost more than reading and decoding again (1M documents: 3.6-4.1 s against 2.2 s); on
-Kafka the read is most of a pass, and the copy pays (bench/RESULTS.md, issue 31). The copy holds
-the rows of the batch's fixed offset ranges, so the write lands the same rows either way; it is
-released once the write ran or failed (`BatchWrite.release`). The first pass is one
-aggregate: the failure counts, the metrics GX would run its own Spark jobs for
-(`jobs.spark.quality.gx_metrics`) and the job's own aggregates (the importer's id uniqueness).
+Two passes over the batch and no copy of it between them: on either log, filling Spark's cache
+of the decoded batch cost more than reading and decoding it again (the local log, 1M documents:
+3.6-4.1 s against 2.2 s; Kafka, 1M documents: a first pass 3-6x as long, bench/RESULTS.md, issue
+31). The first pass is one aggregate: the failure counts, the metrics GX would run its own Spark
+jobs for (`jobs.spark.quality.gx_metrics`) and the job's own aggregates (the importer's id
+uniqueness).
 Whether the batch lands is decided from those counts, so GX validates on the driver while the second
 pass, the job's write, runs; the write's summary waits for GX's report. When no row failed, the
 write gets the decoded rows without the checks.
@@ -69,7 +67,6 @@ class CheckedBatch:
     run_name: str
     records: int
     unmoved: str
-    stage: bool = False  # keep the decoded batch for the second pass (see the module doc)
 
 
 @dataclass(frozen=True)
@@ -123,7 +120,6 @@ def land_checked(
     driver = ThreadPoolExecutor(1, thread_name_prefix="gx")
     # The table's check and detail are driver round-trips to Delta's log: beside the first pass.
     preparing = driver.submit(prepare) if prepare is not None else None
-    kept: DataFrame | None = None  # the first pass's copy of the batch, if it keeps one
     try:
         decodes = f"payload decodes as {schema.fullname}"  # the failure of undecodable rows
         decoded = decode_payload(records, schema, ctx.schemas)
@@ -131,10 +127,6 @@ def land_checked(
             decoded = rows(decoded)
         undecodable = F.col("record_error").isNotNull() | F.col("payload_error").isNotNull()
         checked = decoded.withColumn("_failing", undecodable | any_failure(suite))
-        if batch.stage:
-            from pyspark import StorageLevel
-
-            checked = kept = checked.persist(StorageLevel.MEMORY_AND_DISK)
         failing = F.col("_failing")
         checks = check_aggregates(suite, also=undecodable)
         own = aggregates(~failing) if aggregates else []
@@ -190,16 +182,11 @@ def land_checked(
             )
             with ctx.phases("quarantine"):
                 write_quarantine(quarantine_rows(bad, job=batch.job, batch=batch.batch), catalog)
-        if bad_count:
-            good = checked.where(~failing).drop("_failing")
-        else:  # without the checks: the copy, if the first pass kept one
-            good = decoded if kept is None else kept.drop("_failing")
+        good = checked.where(~failing).drop("_failing") if bad_count else decoded
         prepared = preparing.result() if preparing is not None else None
         written = write(Checked(good, row, read, bad_count, prepared))
     except BaseException:
         driver.shutdown()  # GX's report is not needed, but its thread ends before the error goes on
-        if kept is not None:
-            kept.unpersist()
         raise
     landed = {"written": read - bad_count, "quarantined": bad_count}
 
@@ -210,12 +197,7 @@ def land_checked(
             driver.shutdown()
         return report | written.finish(version)
 
-    def release() -> None:
-        written.release()
-        if kept is not None:
-            kept.unpersist()
-
-    return BatchWrite(written.action, written.phase, then=then, on_release=release)
+    return BatchWrite(written.action, written.phase, then=then)
 
 
 class CheckedLanding:
@@ -242,15 +224,12 @@ class CheckedLanding:
     def __call__(self, records: DataFrame, plan: BatchPlan) -> BatchWrite:
         """The `land` of `run_offset_batch`: check the offset batch `plan` read, as batch
         `plan.batch` of its app id; the runner writes what this returns."""
-        from jobs.spark.logs.streams import keeps_decoded
-
         batch = CheckedBatch(
             job=plan.app_id,
             batch=plan.batch,
             run_name=self.run_name(plan),
             records=plan.records,
             unmoved=f"the positions of {plan.group} did not move",
-            stage=keeps_decoded(self.ctx.logs, plan.stream),
         )
         fault = f"{self.job}.before_delta_commit"
         return self.land(records, batch, before_write=lambda: self.ctx.fault_point(fault))
