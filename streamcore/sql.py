@@ -13,6 +13,7 @@ database file (`SerializedSqliteConnection`). PostgreSQL: psycopg 3, a pool of 1
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import sqlite3
@@ -32,6 +33,7 @@ __all__ = [
     "LOCK_TIMEOUT",
     "DatabaseBusyError",
     "DatabaseError",
+    "FifoLock",
     "SerializedSqliteConnection",
     "create_engine",
     "create_tables",
@@ -69,7 +71,52 @@ def is_sqlite(engine: Engine | sa.Connection) -> bool:
     return engine.dialect.name == "sqlite"
 
 
-_write_locks: dict[str, threading.Lock] = {}
+class FifoLock:
+    """A lock granted in the order it was asked for (`threading.Lock` is not: a thread that
+    gives it back and asks again at once mostly gets it again, so one busy writer, an enqueuer
+    putting flat out, kept five workers from their claims). A release hands the lock to the
+    longest waiter, which holds it from then on."""
+
+    __slots__ = ("_guard", "_held", "_waiters")
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._held = False
+        self._waiters: collections.deque[threading.Lock] = collections.deque()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        with self._guard:
+            if not self._held:
+                self._held = True
+                return True
+            if not blocking:
+                return False
+            turn = threading.Lock()
+            turn.acquire()
+            self._waiters.append(turn)
+        if turn.acquire(timeout=timeout):
+            return True
+        with self._guard:
+            try:
+                self._waiters.remove(turn)
+            except ValueError:  # handed over as the wait ran out: ours after all
+                return True
+            return False
+
+    def release(self) -> None:
+        with self._guard:
+            if not self._held:
+                raise RuntimeError("release of an unheld FifoLock")
+            if self._waiters:
+                self._waiters.popleft().release()
+            else:
+                self._held = False
+
+    def locked(self) -> bool:
+        return self._held
+
+
+_write_locks: dict[str, FifoLock] = {}
 _write_locks_guard = threading.Lock()
 LOCK_TIMEOUT = 30.0
 
@@ -84,7 +131,7 @@ class SerializedSqliteConnection(sqlite3.Connection):
     busy handler (30 s timeout).
     """
 
-    write_lock: threading.Lock
+    write_lock: FifoLock
     _holding = False
     # Called once the current transaction has committed and the lock is free (`notify` wakes
     # the workers of this process with it); dropped by a rollback or a failed commit.
@@ -156,7 +203,7 @@ def _sqlite_connect(path: str) -> Any:
         # deadlock on a read-to-write upgrade.
         dbapi_connection.isolation_level = None
         with _write_locks_guard:
-            dbapi_connection.write_lock = _write_locks.setdefault(path, threading.Lock())
+            dbapi_connection.write_lock = _write_locks.setdefault(path, FifoLock())
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")

@@ -3,6 +3,7 @@ on SQLite and PostgreSQL (`outbox_url`)."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -72,3 +73,45 @@ def test_a_transaction_left_open_in_the_thread_is_a_busy_error(
             assert conn.execute(sa.text("SELECT 1")).scalar() == 1
     finally:
         engine.dispose()
+
+
+def _waiting(lock: sql.FifoLock, count: int) -> None:
+    """Until `count` threads wait for `lock` (a condition, not a delay)."""
+    while len(lock._waiters) < count:
+        threading.Event().wait(0.001)
+
+
+def test_the_write_lock_goes_to_its_waiters_in_the_order_they_asked() -> None:
+    lock = sql.FifoLock()
+    assert lock.acquire()
+    got: list[int] = []
+
+    def take(n: int) -> None:
+        assert lock.acquire(timeout=30)
+        got.append(n)
+        lock.release()
+
+    threads = []
+    for n in range(4):
+        threads.append(threading.Thread(target=take, args=(n,)))
+        threads[-1].start()
+        _waiting(lock, n + 1)
+    lock.release()
+    # Handed over: the releasing thread, asking again at once, comes after the waiters.
+    assert not lock.acquire(blocking=False)
+    for thread in threads:
+        thread.join(30)
+    assert got == [0, 1, 2, 3]
+    assert not lock.locked()
+
+
+def test_a_write_lock_wait_that_runs_out_leaves_the_queue() -> None:
+    lock = sql.FifoLock()
+    assert lock.acquire()
+    assert not lock.acquire(timeout=0.01)
+    assert not lock._waiters
+    lock.release()
+    assert lock.acquire(blocking=False) and lock.locked()
+    lock.release()
+    with pytest.raises(RuntimeError, match="unheld"):
+        lock.release()
