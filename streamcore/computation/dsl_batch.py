@@ -71,15 +71,25 @@ def batch_function(
     return run
 
 
-def _children(
+def _compile_all(
     node: OperatorNode, logical: dict[str, str], sinks: list[str], failing: list[int]
-) -> Stage | None:
+) -> list[Stage] | None:
+    """The stage of each child of `node`, or None when one has no batch form."""
     stages = []
     for child in node.children:
         stage = _compile(child, logical, sinks, failing)
         if stage is None:
             return None
         stages.append(stage)
+    return stages
+
+
+def _children(
+    node: OperatorNode, logical: dict[str, str], sinks: list[str], failing: list[int]
+) -> Stage | None:
+    stages = _compile_all(node, logical, sinks, failing)
+    if stages is None:
+        return None
     if len(stages) == 1:
         return stages[0]
 
@@ -183,12 +193,9 @@ def _step(node: OperatorNode, failing: list[int]) -> Callable[[list[Item]], list
 def _branch(
     node: OperatorNode, logical: dict[str, str], sinks: list[str], failing: list[int]
 ) -> Stage | None:
-    arms = []
-    for arm in node.children:
-        stage = _compile(arm, logical, sinks, failing)
-        if stage is None:
-            return None
-        arms.append(stage)
+    arms = _compile_all(node, logical, sinks, failing)
+    if arms is None:
+        return None
     predicates = list(node.fn)
 
     def branch(items: list[Item]) -> Produced:
