@@ -34,6 +34,7 @@ __all__ = [
     "DatabaseBusyError",
     "DatabaseError",
     "FifoLock",
+    "LockNotHeldError",
     "SerializedSqliteConnection",
     "create_engine",
     "create_tables",
@@ -71,6 +72,11 @@ def is_sqlite(engine: Engine | sa.Connection) -> bool:
     return engine.dialect.name == "sqlite"
 
 
+class LockNotHeldError(DatabaseError, RuntimeError):
+    """`FifoLock.release` of a lock nobody holds: a bug in its caller (a RuntimeError, as
+    `threading.Lock` raises for it)."""
+
+
 class FifoLock:
     """A lock granted in the order it was asked for (`threading.Lock` is not: a thread that
     gives it back and asks again at once mostly gets it again, so one busy writer, an enqueuer
@@ -106,7 +112,7 @@ class FifoLock:
     def release(self) -> None:
         with self._guard:
             if not self._held:
-                raise RuntimeError("release of an unheld FifoLock")
+                raise LockNotHeldError("release of an unheld FifoLock")
             if self._waiters:
                 self._waiters.popleft().release()
             else:

@@ -113,5 +113,5 @@ def test_a_write_lock_wait_that_runs_out_leaves_the_queue() -> None:
     lock.release()
     assert lock.acquire(blocking=False) and lock.locked()
     lock.release()
-    with pytest.raises(RuntimeError, match="unheld"):
+    with pytest.raises(sql.LockNotHeldError, match="unheld"):
         lock.release()
