@@ -27,8 +27,7 @@ from typing import Any
 
 from streamcore.computation.computation import BatchFunction, BatchOutcome, Produced
 from streamcore.computation.dsl_graph import OperatorNode
-from streamcore.computation.dsl_process import noted
-from streamcore.errors import RecordFieldError
+from streamcore.computation.dsl_process import key_type_error, noted
 from streamcore.record import Flag, Record
 
 __all__ = ["batch_function"]
@@ -130,10 +129,6 @@ def _step(node: OperatorNode, failing: list[int]) -> Callable[[list[Item]], list
     it catches)."""
     kind, fn = node.kind, node.fn
 
-    def fail(exc: Exception, index: int) -> None:
-        noted(exc, node)
-        failing[0] = index
-
     def step(items: list[Item]) -> list[Item]:
         out: list[Item] = []
         append = out.append
@@ -142,7 +137,7 @@ def _step(node: OperatorNode, failing: list[int]) -> Callable[[list[Item]], list
                 try:
                     keep = fn(item[0], item[1])
                 except Exception as exc:
-                    fail(exc, item[3])
+                    _failed(exc, node, failing, item[3])
                     raise
                 if keep:
                     append(item)
@@ -151,14 +146,14 @@ def _step(node: OperatorNode, failing: list[int]) -> Callable[[list[Item]], list
                 try:
                     append((k, fn(v), w, i))
                 except Exception as exc:
-                    fail(exc, i)
+                    _failed(exc, node, failing, i)
                     raise
         elif kind == "map":
             for k, v, w, i in items:
                 try:
                     k, v = fn(k, v)
                 except Exception as exc:
-                    fail(exc, i)
+                    _failed(exc, node, failing, i)
                     raise
                 append((k, v, w, i))
         elif kind == "flat_map":
@@ -168,14 +163,14 @@ def _step(node: OperatorNode, failing: list[int]) -> Callable[[list[Item]], list
                     for k2, v2 in pairs:
                         append((k2, v2, w, i))
                 except Exception as exc:
-                    fail(exc, i)
+                    _failed(exc, node, failing, i)
                     raise
         elif kind == "flat_map_values":
             for k, v, w, i in items:
                 try:
                     values = list(fn(v))
                 except Exception as exc:
-                    fail(exc, i)
+                    _failed(exc, node, failing, i)
                     raise
                 out += [(k, one, w, i) for one in values]
         else:  # select_key
@@ -183,7 +178,7 @@ def _step(node: OperatorNode, failing: list[int]) -> Callable[[list[Item]], list
                 try:
                     append((fn(k, v), v, w, i))
                 except Exception as exc:
-                    fail(exc, i)
+                    _failed(exc, node, failing, i)
                     raise
         return out
 
@@ -207,8 +202,7 @@ def _branch(
                 try:
                     matched = predicate(key, value)
                 except Exception as exc:
-                    noted(exc, node)
-                    failing[0] = item[3]
+                    _failed(exc, node, failing, item[3])
                     raise
                 if matched:
                     into.append(item)
@@ -222,6 +216,13 @@ def _branch(
     return branch
 
 
+def _failed(exc: Exception, node: OperatorNode, failing: list[int], index: int) -> None:
+    """Note `exc` as the per-record form notes a failure of `node`, and keep which record of
+    the batch it was (`failing`)."""
+    noted(exc, node)
+    failing[0] = index
+
+
 def _sink(node: OperatorNode, output: str, failing: list[int]) -> Stage:
     """The DSL sink (`DslComputation._compile_sink`) over a batch: each output's Record."""
     encode = node.codec.encode
@@ -231,18 +232,12 @@ def _sink(node: OperatorNode, output: str, failing: list[int]) -> Stage:
         append = pairs.append
         for key, value, watermark, i in items:
             if type(key) is not str:
-                exc = RecordFieldError(
-                    f"a record key must be a str, got {type(key).__name__} {key!r}; make the "
-                    "map/flat_map before it return str keys"
-                )
-                noted(exc, node)
                 failing[0] = i
-                raise exc
+                raise key_type_error(key, node)
             try:
                 data = encode(value)
             except Exception as exc:
-                noted(exc, node)
-                failing[0] = i
+                _failed(exc, node, failing, i)
                 raise
             if data.__class__ is bytes and key.isascii():
                 append((key, _new_record(Record, (key, data, watermark, _PLAIN, None))))

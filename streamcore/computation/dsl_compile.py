@@ -20,9 +20,8 @@ from typing import Any
 from streamcore.computation.computation import BatchFunction, Computation, ComputationContext
 from streamcore.computation.dsl_batch import batch_function
 from streamcore.computation.dsl_graph import OperatorNode, SubTopology
-from streamcore.computation.dsl_process import BuiltinStep, ProcessStep, noted
+from streamcore.computation.dsl_process import BuiltinStep, ProcessStep, key_type_error, noted
 from streamcore.computation.errors import DslDefinitionError, NotProcessingError
-from streamcore.errors import RecordFieldError
 from streamcore.record import Flag, Record
 
 __all__ = ["DslComputation"]
@@ -237,12 +236,7 @@ class DslComputation(Computation):
 
         def sink(key: str, value: Any) -> None:
             if type(key) is not str:
-                exc = RecordFieldError(
-                    f"a record key must be a str, got {type(key).__name__} {key!r}; make the "
-                    "map/flat_map before it return str keys"
-                )
-                noted(exc, node)
-                raise exc
+                raise key_type_error(key, node)
             try:
                 data = encode(value)
             except Exception as exc:

@@ -23,7 +23,7 @@ from streamcore.computation.errors import (
 )
 from streamcore.computation.processor import Processor, ProcessorContext
 from streamcore.computation.stream_time import PunctuationType
-from streamcore.errors import TopologyError
+from streamcore.errors import RecordFieldError, TopologyError
 
 if TYPE_CHECKING:
     from streamcore.computation.computation import ComputationContext
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from streamcore.record import Record
     from streamcore.state.store import KeyValueStore
 
-__all__ = ["BuiltinStep", "DslProcessorContext", "ProcessStep", "noted"]
+__all__ = ["BuiltinStep", "DslProcessorContext", "ProcessStep", "key_type_error", "noted"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +43,16 @@ def noted(exc: BaseException, node: OperatorNode) -> None:
     `process` call already names its own operator."""
     if not any(note.startswith("in DSL operator ") for note in getattr(exc, "__notes__", ())):
         exc.add_note(f"in DSL operator {node.chain()}")
+
+
+def key_type_error(key: object, node: OperatorNode) -> RecordFieldError:
+    """The error of sink `node` given a key that is not a str, noted as its own."""
+    exc = RecordFieldError(
+        f"a record key must be a str, got {type(key).__name__} {key!r}; make the "
+        "map/flat_map before it return str keys"
+    )
+    noted(exc, node)
+    return exc
 
 
 class BuiltinStep(Processor):
