@@ -604,9 +604,8 @@ class ComputationRunner(RebalanceListener):
         When it has to go record by record instead (a record does not decode, carries a control
         flag or fails), it changes nothing and returns what `_process` needs for that: the
         Records decoded (None: decode them again), the index of the record that failed in the
-        batch function (-1: none) and its failure."""
-        if not batch:
-            return None
+        batch function (-1: none) and its failure. `batch` is not empty (`_step` skips empty
+        reads)."""
         decode = stream.decode
         try:
             records = [decode(rec.message) for rec in batch]
